@@ -1,0 +1,57 @@
+# `make demo` and `make test` work on a fresh Debian 12 machine: both install
+# what is missing first (Debian toolchains as root, then the Python package).
+PYTHON ?= python3
+CC ?= gcc
+SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
+# gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
+# aarch64 cross compiler is installed.
+DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make
+EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64
+
+.PHONY: deps deb-deps py-deps examples demo test lint clean
+
+deps: deb-deps py-deps
+
+deb-deps:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+py-deps:
+	@$(PYTHON) -c "import pydyn.launcher.cli, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis" 2>/dev/null || \
+	  $(PYTHON) -m pip install -q -e '.[test]'
+
+examples/bin/counter: examples/src/counter.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
+examples/bin/counter32: examples/src/counter.c
+	@mkdir -p examples/bin
+	$(CC) $(SDT_M32) -O2 -g -o $@ $<
+examples/bin/server: examples/src/server.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
+examples/bin/worker32: examples/src/worker.c
+	@mkdir -p examples/bin
+	$(CC) $(SDT_M32) -O2 -g -o $@ $<
+examples/bin/worker64: examples/src/worker.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
+
+examples: deps $(EXAMPLES)
+
+demo: examples
+	pydyn examples/count.stp -c './examples/bin/counter 1000'
+	pydyn examples/jobs.stp -c './examples/bin/server 4 500'
+
+lint: py-deps
+	ruff check launcher shmlayout runtime tests bench
+	mypy
+
+test: examples lint
+	$(PYTHON) -m pytest -q tests
+
+clean:
+	rm -rf examples/bin .pytest_cache .mypy_cache

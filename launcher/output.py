@@ -1,0 +1,87 @@
+"""Decoding the output ring's records and printing them, as stap would.
+
+Probes write binary records (a format id and the raw argument values); all
+formatting happens here, in the launcher, which keeps the probe side cheap.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+from pydyn.launcher.format import FormatSpec, format_values
+from pydyn.shmlayout import (
+    PD_REC_ERROR,
+    PD_REC_EXIT,
+    PD_REC_PAD,
+    PD_REC_PRINTF,
+    PD_REC_TEXT,
+    PD_REC_WARNING,
+    REC_HEADER_SIZE,
+    LayoutError,
+    decode_args,
+    unpack_header,
+)
+
+
+def _kinds(spec: FormatSpec) -> str:
+    return "".join("s" if t == "string" else "i" for t in spec.arg_types)
+
+
+def _text(raw: int | bytes) -> int | str:
+    # Strings travel as bytes; surrogateescape carries any non-UTF-8 byte through unchanged.
+    return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
+
+
+@dataclass
+class OutputSink:
+    """Turns drained ring bytes into stdout/stderr text and counts what it saw."""
+
+    formats: Sequence[FormatSpec]
+    stdout: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)
+    stderr: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
+    errors: int = 0
+    warnings: int = 0
+    exit_requested: bool = False
+    bad_records: int = 0
+
+    def _write(self, stream: BinaryIO, text: str) -> None:
+        stream.write(text.encode("utf-8", "surrogateescape"))
+
+    def feed(self, buf: bytes) -> None:
+        at = 0
+        while at < len(buf):
+            try:
+                hdr = unpack_header(buf, at)
+                end = at + hdr.len
+                self._handle(hdr.kind, hdr.fmt_id, buf, at + REC_HEADER_SIZE, end)
+            except (LayoutError, IndexError, ValueError):
+                # A record the launcher cannot decode is counted, never fatal.
+                self.bad_records += 1
+                return
+            at = end
+        self.stdout.flush()
+
+    def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
+        if kind == PD_REC_PRINTF:
+            spec = self.formats[fmt_id]
+            args = [_text(a) for a in decode_args(buf, start, end, _kinds(spec))]
+            self._write(self.stdout, format_values(spec, args))
+        elif kind == PD_REC_TEXT:
+            self._write(self.stdout, str(_text(decode_args(buf, start, end, "s")[0])))
+        elif kind in (PD_REC_ERROR, PD_REC_WARNING):
+            msg = str(_text(decode_args(buf, start, end, "s")[0]))
+            label = "ERROR" if kind == PD_REC_ERROR else "WARNING"
+            if kind == PD_REC_ERROR:
+                self.errors += 1
+            else:
+                self.warnings += 1
+            self.stdout.flush()
+            self._write(self.stderr, f"{label}: {msg}\n")
+            self.stderr.flush()
+        elif kind == PD_REC_EXIT:
+            self.exit_requested = True
+        elif kind != PD_REC_PAD:
+            self.bad_records += 1

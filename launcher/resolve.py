@@ -1,0 +1,209 @@
+"""Pass 2: resolve probe points to concrete probe sites.
+
+ELF inspection happens here and only here: every binary a probe point names is
+read once, its `.note.stapsdt` entries become ProbeSites (notes that are
+dangling or do not point at a nop are reported and skipped), and each probe
+point gets the list of sites it covers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import os
+import shutil
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from pydyn.launcher.elf.libraries import find_library
+from pydyn.launcher.elf.reader import ElfInfo, get_elf_info
+from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
+from pydyn.launcher.errors import PydynError, ScriptError, TargetError
+from pydyn.launcher.script import ast
+
+PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end", "timer")
+TIMER_UNITS_NS = {"s": 1_000_000_000, "sec": 1_000_000_000, "ms": 1_000_000, "msec": 1_000_000,
+                  "us": 1_000, "usec": 1_000, "ns": 1, "nsec": 1}
+
+
+@dataclass(frozen=True)
+class ResolvedPoint:
+    """One probe point of a probe, with what it covers."""
+
+    point: ast.ProbePoint
+    kind: str
+    sites: tuple[ProbeSite, ...] = ()
+    object_path: str | None = None   # process("PATH").begin/end: the binary; None = any
+    period_ns: int = 0               # timers
+    randomize_ns: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.point} -> {self.kind} ({len(self.sites)} sites)"
+
+
+@dataclass
+class Resolution:
+    points: dict[int, list[ResolvedPoint]] = field(default_factory=dict)  # id(probe) -> points
+    objects: dict[str, ElfInfo] = field(default_factory=dict)              # path -> info
+    skipped_notes: int = 0
+
+    def iter_sites(self) -> Iterable[ProbeSite]:
+        for pts in self.points.values():
+            for rp in pts:
+                yield from rp.sites
+
+
+def _pp_error(point: ast.ProbePoint, message: str, hint: str | None = None) -> ScriptError:
+    return ScriptError(message, point.loc, hint)
+
+
+class Resolver:
+    def __init__(self, target_path: str | None = None,
+                 warn: Callable[[str], None] | None = None) -> None:
+        self.target_path = target_path
+        self.warn = warn or (lambda m: print(f"pydyn: warning: {m}", file=sys.stderr))
+        self._scans: dict[str, SiteScan] = {}
+        self.resolution = Resolution()
+
+    def _scan(self, path: str) -> SiteScan:
+        scan = self._scans.get(path)
+        if scan is None:
+            scan = get_probe_sites(path)
+            self._scans[path] = scan
+            self.resolution.objects[scan.info.path] = scan.info
+            for skipped in scan.skipped:
+                self.resolution.skipped_notes += 1
+                self.warn(f"{skipped.path}: probe {skipped.provider}:{skipped.name} at "
+                          f"{skipped.pc:#x}: {skipped.reason}; skipped")
+        return scan
+
+    def _binary(self, point: ast.ProbePoint, arg: object) -> str:
+        if arg is None:
+            if self.target_path is None:
+                raise _pp_error(point, "process probe without a path needs a -c target")
+            return self.target_path
+        if not isinstance(arg, str):
+            raise _pp_error(point, "process() takes a path string")
+        path = arg
+        if "/" not in path:
+            found = shutil.which(path)
+            if found is None:
+                raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH")
+            path = found
+        if not os.path.exists(path):
+            raise _pp_error(point, f"process(\"{arg}\"): no such file")
+        try:
+            return get_elf_info(path).path
+        except TargetError as exc:
+            raise _pp_error(point, f"process(\"{arg}\"): {exc.reason}") from exc
+
+    def resolve(self, script: ast.Script) -> Resolution:
+        for probe in script.probes:
+            points: list[ResolvedPoint] = []
+            for point in probe.points:
+                try:
+                    points.extend(self.resolve_point(point))
+                except PydynError:
+                    if not point.optional:
+                        raise
+            self.resolution.points[id(probe)] = points
+        return self.resolution
+
+    def resolve_point(self, point: ast.ProbePoint) -> list[ResolvedPoint]:
+        comps = point.components
+        names = [c.name for c in comps]
+        head = names[0]
+        if len(comps) == 1 and head in ("begin", "end", "error", "never"):
+            if comps[0].arg is not None:
+                raise _pp_error(point, f"probe point '{head}' takes no argument")
+            return [ResolvedPoint(point, head)]
+        if head == "timer":
+            return [self._timer(point)]
+        if head == "process":
+            return self._process(point)
+        known = ["begin", "end", "error", "never", "timer", "process"]
+        close = difflib.get_close_matches(head, known, n=3)
+        raise _pp_error(point, f"unknown probe point '{point}'",
+                        f"did you mean {', '.join(close)}?" if close else None)
+
+    def _timer(self, point: ast.ProbePoint) -> ResolvedPoint:
+        comps = point.components
+        if len(comps) < 2:
+            raise _pp_error(point, "timer probe needs a unit, e.g. timer.ms(100)")
+        unit, value = comps[1].name, comps[1].arg
+        if not isinstance(value, int) or value <= 0:
+            raise _pp_error(point, f"timer.{unit}() needs a positive number")
+        if unit in ("hz",):
+            period = 1_000_000_000 // value
+        elif unit in TIMER_UNITS_NS:
+            period = value * TIMER_UNITS_NS[unit]
+        else:
+            raise _pp_error(point, f"unknown timer unit '{unit}'",
+                            "use s, ms, us, ns or hz")
+        rand = 0
+        if len(comps) >= 3:
+            if comps[2].name != "randomize" or not isinstance(comps[2].arg, int):
+                raise _pp_error(point, f"unknown timer component '{comps[2].name}'")
+            rand = comps[2].arg * (period // value if unit != "hz" else 1)
+        if len(comps) > 3:
+            raise _pp_error(point, f"unexpected component '{comps[3].name}'")
+        return ResolvedPoint(point, "timer", period_ns=period, randomize_ns=rand)
+
+    def _process(self, point: ast.ProbePoint) -> list[ResolvedPoint]:
+        comps = list(point.components)
+        binary = self._binary(point, comps[0].arg) if comps[0].arg is not None or (
+            len(comps) > 1 and comps[1].name in ("mark", "provider", "library")) else None
+        rest = comps[1:]
+        if not rest:
+            raise _pp_error(point, "incomplete process probe point")
+        if rest[0].name in ("begin", "end") and len(rest) == 1:
+            if binary is None and comps[0].arg is None:
+                obj = None
+            else:
+                obj = binary
+            return [ResolvedPoint(point, f"process_{rest[0].name}", object_path=obj)]
+        if binary is None:
+            binary = self._binary(point, None)
+        if rest[0].name == "library":
+            lib = rest[0].arg
+            if not isinstance(lib, str):
+                raise _pp_error(point, "library() takes a name or path string")
+            exe = self.resolution.objects.get(binary) or get_elf_info(binary)
+            try:
+                binary = get_elf_info(find_library(lib, exe)).path
+            except TargetError as exc:
+                raise _pp_error(point, f"library(\"{lib}\"): {exc.reason}") from exc
+            rest = rest[1:]
+        provider = None
+        if rest and rest[0].name == "provider":
+            if not isinstance(rest[0].arg, str):
+                raise _pp_error(point, "provider() takes a string")
+            provider = rest[0].arg
+            rest = rest[1:]
+        if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
+            raise _pp_error(point, f"unsupported process probe point '{point}'",
+                            "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "
+                            ".library(\"LIB\"), .begin, .end")
+        return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
+                              object_path=binary)]
+
+    def _marks(self, point: ast.ProbePoint, binary: str, provider: str | None,
+               pattern: str) -> tuple[ProbeSite, ...]:
+        try:
+            scan = self._scan(binary)
+        except TargetError as exc:
+            raise _pp_error(point, str(exc)) from exc
+        # stap: a '-' in a mark name stands for the '__' that dtrace -h makes of it.
+        name_pat = pattern.replace("-", "__")
+        sites = tuple(s for s in scan.sites
+                      if fnmatch.fnmatchcase(s.name, name_pat)
+                      and (provider is None or fnmatch.fnmatchcase(s.provider, provider)))
+        if not sites:
+            names = sorted({s.name for s in scan.sites})
+            close = difflib.get_close_matches(name_pat, names, n=3)
+            hint = (f"did you mean {', '.join(close)}?" if close else
+                    f"{binary} has marks: {', '.join(names[:10])}" if names else
+                    f"{binary} has no usable USDT marks")
+            raise _pp_error(point, f"probe point '{point}' matches no mark", hint)
+        return sites

@@ -1,0 +1,310 @@
+"""Pass 5: run a session.
+
+Create the segment, load the native module into the launcher (cffi), run
+`begin`, start the `-c` command with the modules preloaded, drain output
+while it runs, then run `end`, report what was dropped or failed, and remove
+the segment.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cffi
+import posix_ipc
+
+from pydyn.launcher.build import ModuleSet
+from pydyn.launcher.elf.reader import check_preloadable, get_elf_info
+from pydyn.launcher.errors import SessionError, TargetError
+from pydyn.launcher.output import OutputSink
+from pydyn.launcher.translate import Program
+from pydyn.shmlayout import (
+    PD_PROC_ALIVE,
+    PD_PROC_KILLED,
+    PD_SESSION_RUNNING,
+    PD_SESSION_STOPPED,
+    PD_SESSION_STOPPING,
+    SegmentView,
+    init_header,
+    plan_segment,
+)
+
+# Probe kinds as the runtime numbers them (runtime/pd_runtime.h).
+PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR = 1, 2, 3
+
+ENV_SHM = "PYDYN_SHM"
+ENV_PRELOAD_MARK = "PYDYN_PRELOAD"  # our LD_PRELOAD entry, for children that scrub it
+
+_CDEF = """
+struct pd_module_info {
+    uint8_t checksum[32]; uint64_t globals_size;
+    uint32_t nprobes; uint32_t nsites; uint32_t nobjects; uint32_t maxaction;
+};
+const struct pd_module_info *pd_launcher_module_info(void);
+int pd_launcher_attach(const char *name);
+void pd_launcher_init_globals(void);
+int pd_launcher_run(uint32_t kind);
+void pd_launcher_run_probe(uint32_t index);
+uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap);
+void pd_launcher_wait(uint32_t timeout_ms);
+void pd_launcher_detach(void);
+"""
+_ATTACH_ERRORS = {-1: "cannot map the segment", -2: "the segment is not a pydyn segment",
+                  -3: "the module was built from another source than the segment"}
+SHELL_CHARS = set("|&;<>()$`\\\"'*?[]{}~#\n=%")
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    command: str | None = None
+    ring_size: int = 4 << 20
+    proctab_count: int = 256
+    verbose: int = 0
+
+
+@dataclass
+class SessionResult:
+    exit_status: int
+    errors: int
+    skipped: int
+    child_status: int | None = None
+    processes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def split_command(command: str) -> list[str]:
+    """Split like a shell would: plain words directly, shell syntax through `sh -c`."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = []
+    if not words or any(ch in SHELL_CHARS for ch in command.replace('"', "").replace("'", "")):
+        return ["/bin/sh", "-c", command]
+    return words
+
+
+def check_command_target(argv: Sequence[str]) -> None:
+    """Refuse a -c program that cannot take a preloaded module, before starting it."""
+    exe = argv[0]
+    path = exe if "/" in exe else shutil.which(exe)
+    if path is None:
+        raise TargetError(exe, "command not found")
+    p = Path(path)
+    if not p.exists():
+        raise TargetError(path, "no such file")
+    if p.is_file() and p.read_bytes()[:2] == b"#!":
+        return  # a script: its interpreter takes the preload
+    if p.is_file() and not os.access(p, os.X_OK):
+        raise TargetError(path, "is not executable")
+    check_preloadable(get_elf_info(str(p)))
+
+
+class _Module:
+    """The native module loaded into the launcher."""
+
+    def __init__(self, path: Path) -> None:
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(_CDEF)
+        try:
+            self.lib: Any = self.ffi.dlopen(str(path))
+        except OSError as exc:
+            raise SessionError(f"cannot load {path}: {exc}") from exc
+        info = self.lib.pd_launcher_module_info()
+        self.checksum = bytes(self.ffi.buffer(info.checksum, 32))
+        self.globals_size = int(info.globals_size)
+
+
+class Session:
+    def __init__(self, program: Program, modules: ModuleSet, options: SessionOptions,
+                 sink: OutputSink | None = None,
+                 log: Callable[[str], None] | None = None) -> None:
+        self.program = program
+        self.modules = modules
+        self.options = options
+        self.sink = sink or OutputSink(program.formats)
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self._stop_drain = threading.Event()
+        self._drain_error: BaseException | None = None
+
+    # -- segment -------------------------------------------------------------
+    def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
+        plan = plan_segment(self.options.proctab_count, module.globals_size,
+                            self.options.ring_size)
+        for _ in range(8):
+            name = f"/pydyn.{os.getpid()}.{secrets.token_hex(8)}"
+            try:
+                shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, mode=0o600,
+                                             size=plan.segment_size)
+                break
+            except posix_ipc.ExistentialError:
+                continue
+            except (posix_ipc.Error, OSError) as exc:
+                raise SessionError(f"cannot create the shared segment: {exc}") from exc
+        else:
+            raise SessionError("cannot create a shared segment with a fresh name")
+        mem = mmap.mmap(shm.fd, plan.segment_size)
+        shm.close_fd()
+        self.view = SegmentView(mem)
+        init_header(self.view, checksum=module.checksum,
+                    proctab_count=self.options.proctab_count,
+                    globals_size=module.globals_size, ring_size=self.options.ring_size,
+                    launcher_pid=os.getpid())
+        return shm, mem
+
+    # -- output --------------------------------------------------------------
+    def _drain_once(self, module: _Module, buf: Any) -> int:
+        n = int(module.lib.pd_launcher_drain(buf, len(buf)))
+        if n:
+            self.sink.feed(bytes(module.ffi.buffer(buf, n)))
+        return n
+
+    def _drain_loop(self, module: _Module) -> None:
+        buf = module.ffi.new("uint8_t[]", 1 << 20)
+        try:
+            while not self._stop_drain.is_set():
+                if self._drain_once(module, buf) == 0:
+                    module.lib.pd_launcher_wait(50)
+            while self._drain_once(module, buf):
+                pass
+        except BaseException as exc:  # surfaced by run(), never lost in a thread
+            self._drain_error = exc
+
+    # -- processes -----------------------------------------------------------
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        ours = self.modules.preload_entry
+        user = env.get("LD_PRELOAD", "")
+        env["LD_PRELOAD"] = f"{ours}:{user}" if user else ours
+        env[ENV_SHM] = self.shm_name
+        env[ENV_PRELOAD_MARK] = ours
+        return env
+
+    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
+        """A process killed by a signal never runs its destructor: mark it here."""
+        for proc in self.view.procs():
+            if proc.state != PD_PROC_ALIVE:
+                continue
+            pid = proc.pid
+            if child is not None and pid == child.pid and child.returncode is not None:
+                gone = True
+            else:
+                try:
+                    os.kill(pid, 0)
+                    gone = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
+                except ProcessLookupError:
+                    gone = True
+                except (PermissionError, OSError):
+                    gone = False
+            if gone:
+                proc.state = PD_PROC_KILLED
+
+    def run(self) -> SessionResult:
+        m64 = self.modules.get_module("m64")
+        if m64 is None:
+            raise SessionError("no m64 module: the launcher needs the native module")
+        module = _Module(m64)
+        argv = split_command(self.options.command) if self.options.command else None
+        if argv is not None:
+            check_command_target(argv)
+        shm, mem = self._create_segment(module)
+        self.shm_name = shm.name
+        child: subprocess.Popen[bytes] | None = None
+        drain = threading.Thread(target=self._drain_loop, args=(module,), daemon=True)
+        interrupted = False
+        try:
+            rc = module.lib.pd_launcher_attach(shm.name.encode())
+            if rc != 0:
+                raise SessionError(f"launcher attach failed: {_ATTACH_ERRORS.get(rc, rc)}")
+            module.lib.pd_launcher_init_globals()
+            drain.start()
+            module.lib.pd_launcher_run(PD_PROBE_BEGIN)
+            header = self.view.header
+            if not header.exit_requested:
+                header.session_state = PD_SESSION_RUNNING
+                if argv is not None:
+                    try:
+                        child = subprocess.Popen(argv, env=self.child_env())
+                    except OSError as exc:
+                        raise TargetError(argv[0], exc.strerror or str(exc)) from exc
+                    header.target_pid = child.pid
+                    if self.options.verbose:
+                        self.log(f"pydyn: started {argv[0]} as pid {child.pid}")
+            try:
+                self._wait(child)
+            except KeyboardInterrupt:
+                interrupted = True
+            header.session_state = PD_SESSION_STOPPING
+            if child is not None and child.poll() is None and (interrupted or
+                                                               header.exit_requested):
+                child.terminate()
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+            self._mark_dead_processes(child)
+            if header.error_count:
+                module.lib.pd_launcher_run(PD_PROBE_ERROR)
+            module.lib.pd_launcher_run(PD_PROBE_END)
+            header.session_state = PD_SESSION_STOPPED
+            self._stop_drain.set()
+            drain.join()
+            if self._drain_error is not None:
+                raise self._drain_error
+            return self._result(child)
+        finally:
+            self._stop_drain.set()
+            if drain.is_alive():
+                drain.join(timeout=5)
+            module.lib.pd_launcher_detach()
+            try:
+                shm.unlink()
+            except posix_ipc.ExistentialError:
+                pass
+            try:
+                mem.close()
+            except BufferError:
+                pass  # a StructView still holds the buffer; the mapping goes with us
+
+    def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
+        header = self.view.header
+        last_scan = time.monotonic()
+        while not header.exit_requested:
+            if child is not None and child.poll() is not None:
+                return
+            if child is None and not self.program.needs_wait:
+                return
+            time.sleep(0.02)
+            if time.monotonic() - last_scan > 0.5:
+                self._mark_dead_processes(child)
+                last_scan = time.monotonic()
+
+    def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
+        h = self.view.header
+        errors = int(h.error_count)
+        skipped = int(h.skipped_count)
+        status = child.returncode if child is not None else None
+        if errors or skipped:
+            self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
+        if h.mismatch_count:
+            self.log(f"WARNING: {h.mismatch_count} process(es) refused the session: "
+                     "module built from another source")
+        if self.sink.bad_records:
+            self.log(f"WARNING: {self.sink.bad_records} output record(s) could not be decoded")
+        if status is not None and status < 0:
+            self.log(f"WARNING: Child process exited with signal {-status} "
+                     f"({signal.Signals(-status).name})")
+        procs = [p.as_dict() for p in self.view.procs() if p.state != 0]
+        return SessionResult(1 if errors else 0, errors, skipped, status, procs)

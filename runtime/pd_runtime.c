@@ -1,0 +1,834 @@
+/* pydyn runtime: linked into every probe module, for every ABI.
+ *
+ * In a traced process the module is preloaded; its constructor attaches to
+ * the session's segment (named in PYDYN_SHM), checks that the segment was
+ * made for the same source checksum, registers the process, finds its probe
+ * sites in the loaded objects and arms them.  In the launcher the same
+ * (m64) module is dlopen'ed by cffi and driven through the pd_launcher_*
+ * entry points: begin/end probes and draining the output ring.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <sys/prctl.h>
+
+#include "pd_lock.h"
+#include "pd_runtime.h"
+
+static int prctl_get_name(char name[17])
+{
+    name[16] = 0;
+    return prctl(PR_GET_NAME, (unsigned long)name, 0, 0, 0);
+}
+
+/* ---- process state ------------------------------------------------------- */
+
+static uint8_t *pd_seg;               /* the mapped segment, NULL when inert */
+static struct pd_header *pd_hdr;
+static size_t pd_seg_size;
+static int pd_is_launcher;
+static struct pd_proc *pd_self;       /* this process's registry entry */
+
+struct pd_armed {
+    uintptr_t addr;                   /* runtime address of the patched nop */
+    uintptr_t bias;
+    const struct pd_site *site;
+    uint8_t saved[8];                 /* original bytes, for disarming */
+};
+static struct pd_armed *pd_armed;     /* sorted by addr */
+static uint32_t pd_narmed;
+
+static __thread int pd_in_handler;   /* reentrancy guard (signal inside a handler) */
+
+static uint64_t pd_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint8_t *pd_ring_data(void) { return pd_seg + pd_hdr->ring_off; }
+
+/* ---- output ring ------------------------------------------------------------
+ * A byte stream of records; positions are free-running u32 (atomic on every
+ * ABI).  Producers append under ring_lock; the launcher is the only consumer.
+ * Lossless: a producer that finds the ring full waits for space. */
+
+static int pd_launcher_alive(void)
+{
+    pid_t lp = pd_hdr->launcher_pid;
+    return lp <= 0 || kill(lp, 0) == 0 || errno != ESRCH;
+}
+
+static void pd_futex_wait(volatile uint32_t *word, uint32_t val, long timeout_ns)
+{
+    struct timespec ts = {timeout_ns / 1000000000L, timeout_ns % 1000000000L};
+    syscall(SYS_futex, word, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void pd_futex_wake(volatile uint32_t *word)
+{
+    syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void pd_ring_copy_in(uint32_t pos, const uint8_t *src, uint32_t len)
+{
+    uint32_t size = pd_hdr->ring_size, at = pos & (size - 1);
+    uint32_t first = len < size - at ? len : size - at;
+    memcpy(pd_ring_data() + at, src, first);
+    memcpy(pd_ring_data(), src + first, len - first);
+}
+
+/* Returns 0, or -1 if the launcher is gone (the bytes are then discarded and
+ * this process's probes go inert). */
+static int pd_ring_write(const uint8_t *buf, uint32_t len)
+{
+    uint32_t size = pd_hdr->ring_size;
+    if (len > size)
+        return -1;
+    for (;;) {
+        if (pd_lock(&pd_hdr->ring_lock) > 0)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+        uint32_t tail = pd_hdr->ring_tail;
+        uint32_t head = __atomic_load_n(&pd_hdr->ring_head, __ATOMIC_ACQUIRE);
+        if (size - (tail - head) >= len) {
+            pd_ring_copy_in(tail, buf, len);
+            __atomic_store_n(&pd_hdr->ring_tail, tail + len, __ATOMIC_RELEASE);
+            pd_unlock(&pd_hdr->ring_lock);
+            __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
+            if (PD_UNLIKELY(__atomic_load_n(&pd_hdr->flags, __ATOMIC_RELAXED) & 1))
+                pd_futex_wake(&pd_hdr->ring_data_seq);
+            return 0;
+        }
+        uint32_t seq = __atomic_load_n(&pd_hdr->ring_space_seq, __ATOMIC_ACQUIRE);
+        __atomic_add_fetch(&pd_hdr->ring_waiters, 1, __ATOMIC_RELAXED);
+        pd_unlock(&pd_hdr->ring_lock);
+        pd_futex_wake(&pd_hdr->ring_data_seq); /* the consumer may be asleep */
+        pd_futex_wait(&pd_hdr->ring_space_seq, seq, 20 * 1000 * 1000);
+        __atomic_sub_fetch(&pd_hdr->ring_waiters, 1, __ATOMIC_RELAXED);
+        if (!pd_launcher_alive()) {
+            __atomic_store_n(&pd_hdr->session_state, PD_SESSION_STOPPED, __ATOMIC_RELEASE);
+            return -1;
+        }
+    }
+}
+
+/* ---- records ------------------------------------------------------------- */
+
+/* Offset in c->out of the record being written (a handler has one context). */
+static __thread uint32_t pd_rec_open_at;
+
+static void pd_flush(struct pd_ctx *c)
+{
+    if (c->outlen && pd_seg)
+        pd_ring_write(c->out, c->outlen);
+    c->outlen = 0;
+}
+
+static int pd_out_reserve(struct pd_ctx *c, uint32_t n)
+{
+    if (c->outlen + n <= sizeof c->out)
+        return 1;
+    /* Flush the complete records before the open one, then retry. */
+    uint32_t open = pd_rec_open_at;
+    if (open > 0) {
+        if (pd_seg)
+            pd_ring_write(c->out, open);
+        memmove(c->out, c->out + open, c->outlen - open);
+        c->outlen -= open;
+        pd_rec_open_at = 0;
+    }
+    if (c->outlen + n <= sizeof c->out)
+        return 1;
+    pd_error(c, "output record larger than %u bytes", (unsigned)sizeof c->out);
+    return 0;
+}
+
+void pd_rec_open(struct pd_ctx *c, uint16_t kind, uint32_t fmt_id, uint16_t nargs)
+{
+    if (!pd_out_reserve(c, sizeof(struct pd_rec)))
+        return;
+    pd_rec_open_at = c->outlen;
+    struct pd_rec rec;
+    memset(&rec, 0, sizeof rec);
+    rec.kind = kind;
+    rec.nargs = nargs;
+    rec.fmt_id = fmt_id;
+    rec.pid = (int32_t)getpid();
+    memcpy(c->out + c->outlen, &rec, sizeof rec);
+    c->outlen += sizeof rec;
+}
+
+void pd_rec_i64(struct pd_ctx *c, int64_t v)
+{
+    if (!pd_out_reserve(c, 8))
+        return;
+    memcpy(c->out + c->outlen, &v, 8);
+    c->outlen += 8;
+}
+
+void pd_rec_str(struct pd_ctx *c, const char *s)
+{
+    uint32_t len = (uint32_t)strnlen(s, MAXSTRINGLEN);
+    uint32_t padded = (4 + len + 7) & ~7u;
+    if (!pd_out_reserve(c, padded))
+        return;
+    uint8_t *p = c->out + c->outlen;
+    memcpy(p, &len, 4);
+    memcpy(p + 4, s, len);
+    memset(p + 4 + len, 0, padded - 4 - len);
+    c->outlen += padded;
+}
+
+void pd_rec_close(struct pd_ctx *c)
+{
+    uint32_t len = c->outlen - pd_rec_open_at;
+    memcpy(c->out + pd_rec_open_at, &len, 4); /* pd_rec.len is the first field */
+    pd_rec_open_at = c->outlen;
+}
+
+static void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg)
+{
+    pd_rec_open(c, kind, 0, 1);
+    pd_rec_str(c, msg);
+    pd_rec_close(c);
+}
+
+void pd_error(struct pd_ctx *c, const char *fmt, ...)
+{
+    if (c->error)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+    c->error = 1;
+}
+
+/* ---- context built-ins --------------------------------------------------- */
+
+static int pd_read_user(struct pd_ctx *c, uintptr_t addr, void *dst, size_t n)
+{
+    /* process_vm_readv on ourselves: a bad pointer is an error, not a crash. */
+    struct iovec local = {dst, n}, remote = {(void *)addr, n};
+    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n)
+        return 0;
+    pd_error(c, "user memory read fault at 0x%lx (%u bytes)", (unsigned long)addr, (unsigned)n);
+    return -1;
+}
+
+static int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
+{
+    if (size >= 8)
+        return (int64_t)raw;
+    unsigned bits = size * 8;
+    uint64_t mask = (1ull << bits) - 1;
+    raw &= mask;
+    if (is_signed && (raw >> (bits - 1)))
+        raw |= ~mask;
+    return (int64_t)raw;
+}
+
+int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
+{
+    if (!c->site || index >= c->site->nargs) {
+        pd_error(c, "probe argument %u not available here", index + 1);
+        return 0;
+    }
+    const struct pd_argdesc *a = &c->site->args[index];
+    uint64_t raw = 0;
+    switch (a->kind) {
+    case PD_ARG_CONST:
+        return a->value;
+    case PD_ARG_REG:
+        raw = (uint64_t)pd_reg(c->regs, a->reg) >> a->shift;
+        break;
+    case PD_ARG_MEM: {
+        uintptr_t addr = (uintptr_t)a->value;
+        if (a->reg >= 0)
+            addr += (uintptr_t)pd_reg(c->regs, a->reg);
+        if (a->index >= 0)
+            addr += (uintptr_t)pd_reg(c->regs, a->index) * a->scale;
+        if (a->rel)
+            addr += c->bias;
+        if (a->seg == PD_SEG_TP)
+            addr += pd_thread_pointer();
+        if (pd_read_user(c, addr, &raw, a->size))
+            return 0;
+        break;
+    }
+    default:
+        pd_error(c, "bad argument descriptor");
+        return 0;
+    }
+    return pd_extend(raw, a->size, a->is_signed);
+}
+
+int64_t pd_pid(void) { return getpid(); }
+int64_t pd_tid(void) { return (int64_t)syscall(SYS_gettid); }
+int64_t pd_ppid(void) { return getppid(); }
+
+const char *pd_execname(void)
+{
+    static __thread char name[17];
+    if (!name[0] && prctl_get_name(name))
+        name[0] = '?';
+    return name;
+}
+
+int64_t pd_target(struct pd_ctx *c)
+{
+    (void)c;
+    return pd_hdr ? pd_hdr->target_pid : 0;
+}
+
+void pd_exit(struct pd_ctx *c)
+{
+    if (!pd_hdr)
+        return;
+    __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+    pd_rec_open(c, PD_REC_EXIT, 0, 0);
+    pd_rec_close(c);
+}
+
+int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
+{
+    if (b == 0) {
+        pd_error(c, "division by 0 near %s", where);
+        return 0;
+    }
+    if (b == -1)
+        return (int64_t)(0 - (uint64_t)a); /* INT64_MIN / -1 must not trap */
+    return a / b;
+}
+
+int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
+{
+    if (b == 0) {
+        pd_error(c, "division by 0 near %s", where);
+        return 0;
+    }
+    if (b == -1)
+        return 0;
+    return a % b;
+}
+
+/* ---- running a handler --------------------------------------------------- */
+
+static void pd_run(const struct pd_probe *p, const struct pd_site *site,
+                   const struct pd_regs *regs, uintptr_t bias)
+{
+    if (!pd_seg)
+        return;
+    uint32_t state = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
+    int launcher_probe = p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END ||
+                         p->kind == PD_PROBE_ERROR;
+    if (state != PD_SESSION_RUNNING && !(launcher_probe && pd_is_launcher))
+        return;
+    if (pd_in_handler) {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    pd_in_handler = 1;
+    int saved_errno = errno;
+
+    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+    c->probe = p;
+    c->site = site;
+    c->regs = regs;
+    c->bias = bias;
+    c->globals = pd_seg + pd_hdr->globals_off;
+    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->error = 0;
+    c->outlen = 0;
+    c->errmsg[0] = 0;
+    pd_rec_open_at = 0;
+
+    if (p->locks && pd_lock(&pd_hdr->globals_lock) > 0)
+        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    p->handler(c);
+    if (p->locks)
+        pd_unlock(&pd_hdr->globals_lock);
+
+    if (c->error) {
+        /* Output of the failed handler up to the error is kept, as stap does. */
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s (in probe %s)", c->errmsg, p->pp);
+        c->error = 0;
+        pd_rec_open_at = c->outlen;
+        pd_emit_text(c, PD_REC_ERROR, msg);
+        uint32_t n = __atomic_add_fetch(&pd_hdr->error_count, 1, __ATOMIC_RELAXED);
+        if (n > MAXERRORS) {
+            __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+            pd_rec_open(c, PD_REC_EXIT, 0, 0);
+            pd_rec_close(c);
+        }
+    }
+    pd_flush(c);
+    errno = saved_errno;
+    pd_in_handler = 0;
+}
+
+/* ---- traps --------------------------------------------------------------- */
+
+static struct sigaction pd_prev_sigtrap;
+
+static const struct pd_armed *pd_find_armed(uintptr_t addr)
+{
+    uint32_t lo = 0, hi = pd_narmed;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (pd_armed[mid].addr < addr)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < pd_narmed && pd_armed[lo].addr == addr ? &pd_armed[lo] : NULL;
+}
+
+static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    uintptr_t at = pd_trap_site_from_ip(pd_uc_get_ip(uc));
+    const struct pd_armed *a = pd_find_armed(at);
+    if (!a) {
+        /* Not ours: behave as if we were never installed. */
+        if (pd_prev_sigtrap.sa_flags & SA_SIGINFO && pd_prev_sigtrap.sa_sigaction) {
+            pd_prev_sigtrap.sa_sigaction(sig, si, ucv);
+        } else if (pd_prev_sigtrap.sa_handler != SIG_DFL &&
+                   pd_prev_sigtrap.sa_handler != SIG_IGN) {
+            pd_prev_sigtrap.sa_handler(sig);
+        } else if (pd_prev_sigtrap.sa_handler == SIG_DFL) {
+            signal(SIGTRAP, SIG_DFL);
+            raise(SIGTRAP);
+        }
+        return;
+    }
+    struct pd_regs regs;
+    pd_regs_from_ucontext(&regs, uc);
+    regs.r[PD_DWARF_IP] = (pd_ureg)at;
+    pd_run(&pd_probes[a->site->probe], a->site, &regs, a->bias);
+    /* The patched instruction is a nop: resuming after it is its emulation. */
+    pd_uc_set_ip(uc, at + a->site->nop_len);
+}
+
+static int pd_install_trap_handler(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = pd_sigtrap;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    return sigaction(SIGTRAP, &sa, &pd_prev_sigtrap);
+}
+
+/* ---- arming -------------------------------------------------------------- */
+
+static void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void pd_warn(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (pd_seg) {
+        struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+        c->outlen = 0;
+        c->error = 0;
+        pd_rec_open_at = 0;
+        pd_emit_text(c, PD_REC_WARNING, msg);
+        pd_flush(c);
+    } else {
+        fprintf(stderr, "pydyn: WARNING: %s\n", msg);
+    }
+}
+
+static int pd_is_nop(const uint8_t *p, unsigned len)
+{
+    if (len == 1)
+        return p[0] == 0x90;
+    /* multi-byte nops: [66]* 0f 1f ..., or 66 90 */
+    unsigned i = 0;
+    while (i < len && p[i] == 0x66)
+        i++;
+    return (i < len && p[i] == 0x90 && i + 1 == len) ||
+           (i + 1 < len && p[i] == 0x0f && p[i + 1] == 0x1f);
+}
+
+/* mprotect exactly the pages the instruction spans: the page after may not be
+ * mapped at all (ENOMEM), which is a layout accident, not a failure to report. */
+static int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *))
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t first = addr & ~(uintptr_t)(page - 1);
+    uintptr_t last = (addr + len - 1) & ~(uintptr_t)(page - 1);
+    size_t span = last - first + (size_t)page;
+    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+        pd_warn("cannot make 0x%lx writable (%lu bytes from page 0x%lx): %s",
+                (unsigned long)addr, (unsigned long)span, (unsigned long)first,
+                strerror(errno));
+        return -1;
+    }
+    write((uint8_t *)addr);
+    pd_flush_icache((void *)addr, (void *)(addr + len));
+    mprotect((void *)first, span, prot_after);
+    return 0;
+}
+
+static int pd_cmp_armed(const void *a, const void *b)
+{
+    uintptr_t x = ((const struct pd_armed *)a)->addr, y = ((const struct pd_armed *)b)->addr;
+    return x < y ? -1 : x > y;
+}
+
+static int pd_object_matches(const char *path, const char *loaded_name)
+{
+    char resolved[PATH_MAX];
+    const char *name = loaded_name;
+    if (!name || !name[0]) {
+        ssize_t n = readlink("/proc/self/exe", resolved, sizeof resolved - 1);
+        if (n <= 0)
+            return 0;
+        resolved[n] = 0;
+    } else if (!realpath(name, resolved)) {
+        return 0;
+    }
+    return strcmp(resolved, path) == 0;
+}
+
+static int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && vaddr >= ph->p_vaddr && vaddr < ph->p_vaddr + ph->p_memsz)
+            return ((ph->p_flags & PF_R) ? PROT_READ : 0) |
+                   ((ph->p_flags & PF_W) ? PROT_WRITE : 0) |
+                   ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
+    }
+    return -1;
+}
+
+static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    for (uint32_t o = 0; o < pd_module.nobjects; o++) {
+        if (pd_objects[o].abi != PD_ARCH_ABI || !pd_object_matches(pd_objects[o].path, info->dlpi_name))
+            continue;
+        for (uint32_t s = 0; s < pd_module.nsites; s++) {
+            const struct pd_site *site = &pd_sites[s];
+            if (site->object != o)
+                continue;
+            uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
+            int prot = pd_segment_prot(info, (uintptr_t)site->pc);
+            if (prot < 0 || !(prot & PROT_EXEC) || !pd_is_nop((const uint8_t *)addr, site->nop_len)) {
+                pd_warn("%s: probe %s:%s at 0x%lx is not a nop in memory; not armed",
+                        pd_objects[o].path, site->provider, site->name, (unsigned long)site->pc);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+            struct pd_armed *a = &pd_armed[pd_narmed];
+            a->addr = addr;
+            a->bias = (uintptr_t)info->dlpi_addr;
+            a->site = site;
+            memcpy(a->saved, (const void *)addr, site->nop_len);
+            if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
+                if (pd_self)
+                    pd_self->sites_failed++;
+                continue;
+            }
+            pd_narmed++;
+            if (site->sema)
+                __atomic_add_fetch((uint16_t *)(info->dlpi_addr + (uintptr_t)site->sema), 1,
+                                   __ATOMIC_RELAXED);
+            if (pd_self)
+                pd_self->sites_armed++;
+        }
+    }
+    return 0;
+}
+
+static void pd_arm_all(void)
+{
+    if (!pd_module.nsites)
+        return;
+    pd_armed = calloc(pd_module.nsites, sizeof *pd_armed);
+    if (!pd_armed)
+        return;
+    if (pd_install_trap_handler() != 0) {
+        pd_warn("cannot install the SIGTRAP handler: %s", strerror(errno));
+        return;
+    }
+    dl_iterate_phdr(pd_arm_object, NULL);
+    qsort(pd_armed, pd_narmed, sizeof *pd_armed, pd_cmp_armed);
+}
+
+/* ---- attaching and the process registry ---------------------------------- */
+
+enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_MISMATCH = -3 };
+
+static char pd_hex_buf[2 * PD_CHECKSUM_LEN + 1];
+static const char *pd_hex(const uint8_t *sum)
+{
+    for (int i = 0; i < 8; i++)
+        snprintf(pd_hex_buf + 2 * i, 3, "%02x", sum[i]);
+    return pd_hex_buf;
+}
+
+static int pd_map_segment(const char *name)
+{
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return PD_ATTACH_NOSHM;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct pd_header)) {
+        close(fd);
+        return PD_ATTACH_BADSEG;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return PD_ATTACH_NOSHM;
+    struct pd_header *h = m;
+    if (h->magic != PD_MAGIC || h->layout_version != PD_LAYOUT_VERSION ||
+        h->segment_size != (uint64_t)st.st_size) {
+        munmap(m, (size_t)st.st_size);
+        return PD_ATTACH_BADSEG;
+    }
+    pd_seg = m;
+    pd_hdr = h;
+    pd_seg_size = (size_t)st.st_size;
+    if (memcmp(h->checksum, pd_module.checksum, PD_CHECKSUM_LEN) != 0)
+        return PD_ATTACH_MISMATCH;
+    return PD_ATTACH_OK;
+}
+
+static void pd_unmap(void)
+{
+    if (pd_seg)
+        munmap(pd_seg, pd_seg_size);
+    pd_seg = NULL;
+    pd_hdr = NULL;
+}
+
+static struct pd_proc *pd_proc_at(uint32_t i)
+{
+    return (struct pd_proc *)(pd_seg + pd_hdr->proctab_off + (uint64_t)i * pd_hdr->proc_entry_size);
+}
+
+static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    memset(dst + n, 0, cap - n);
+}
+
+/* An exec'd image re-registers under the same pid: its old entry is marked
+ * EXECED, so the table keeps the history the launcher reports with -v. */
+static struct pd_proc *pd_register(uint32_t state)
+{
+    if (pd_lock(&pd_hdr->proctab_lock) > 0)
+        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    pid_t pid = getpid();
+    struct pd_proc *slot = NULL;
+    for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
+        struct pd_proc *p = pd_proc_at(i);
+        if (p->state == PD_PROC_ALIVE && p->pid == pid)
+            p->state = PD_PROC_EXECED;
+        if (!slot && p->state == PD_PROC_FREE)
+            slot = p;
+    }
+    if (slot) {
+        memset(slot, 0, sizeof *slot);
+        slot->pid = pid;
+        slot->ppid = getppid();
+        slot->abi = PD_ARCH_ABI;
+        slot->start_ns = pd_now_ns();
+        char comm[17] = {0};
+        prctl_get_name(comm);
+        pd_copy_name(slot->comm, sizeof slot->comm, comm);
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = 0;
+        pd_copy_name(slot->exe, sizeof slot->exe, exe);
+        __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
+    } else {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+    }
+    pd_unlock(&pd_hdr->proctab_lock);
+    return slot;
+}
+
+static void pd_fire_process_probes(uint32_t kind)
+{
+    for (uint32_t i = 0; i < pd_module.nprobes; i++) {
+        const struct pd_probe *p = &pd_probes[i];
+        if (p->kind != kind)
+            continue;
+        if (p->object >= 0 && !pd_object_matches(pd_objects[p->object].path, NULL))
+            continue;
+        pd_run(p, NULL, NULL, 0);
+    }
+}
+
+static void pd_atfork_child(void)
+{
+    if (!pd_seg || pd_is_launcher)
+        return;
+    pd_lock_forget_tid();
+    pd_self = pd_register(PD_PROC_ALIVE);
+    if (pd_self)
+        pd_self->sites_armed = pd_narmed;
+    pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
+}
+
+__attribute__((constructor)) static void pd_target_init(void)
+{
+    const char *name = getenv("PYDYN_SHM");
+    if (!name || !*name)
+        return; /* the launcher, or a process outside any session */
+    int rc = pd_map_segment(name);
+    if (rc == PD_ATTACH_NOSHM || rc == PD_ATTACH_BADSEG) {
+        /* The session is gone (or never was): stay inert, say nothing loud. */
+        pd_unmap();
+        return;
+    }
+    if (rc == PD_ATTACH_MISMATCH) {
+        fprintf(stderr,
+                "pydyn: error: probe module %s (" PD_ARCH_NAME ") was built from another "
+                "source (checksum %s) than this session's; probes not armed in pid %d\n",
+                "for this process", pd_hex(pd_module.checksum), (int)getpid());
+        __atomic_add_fetch(&pd_hdr->mismatch_count, 1, __ATOMIC_RELAXED);
+        pd_register(PD_PROC_REFUSED);
+        pd_unmap();
+        return;
+    }
+    if (__atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) > PD_SESSION_RUNNING) {
+        pd_unmap();
+        return;
+    }
+    pd_self = pd_register(PD_PROC_ALIVE);
+    pd_arm_all();
+    pthread_atfork(NULL, NULL, pd_atfork_child);
+    pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
+}
+
+__attribute__((destructor)) static void pd_target_fini(void)
+{
+    if (!pd_seg || pd_is_launcher)
+        return;
+    pd_fire_process_probes(PD_PROBE_PROCESS_END);
+    if (pd_self && pd_self->pid == getpid()) {
+        pd_self->end_ns = pd_now_ns();
+        __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+    }
+}
+
+/* ---- launcher entry points (called through cffi) -------------------------- */
+
+PD_EXPORT const struct pd_module_info *pd_launcher_module_info(void) { return &pd_module; }
+
+/* Maps the segment the launcher created and initialised from shmlayout. */
+PD_EXPORT int pd_launcher_attach(const char *name)
+{
+    pd_is_launcher = 1;
+    int rc = pd_map_segment(name);
+    if (rc != PD_ATTACH_OK)
+        pd_unmap();
+    return rc;
+}
+
+PD_EXPORT void pd_launcher_init_globals(void)
+{
+    if (pd_seg)
+        pd_init_globals(pd_seg + pd_hdr->globals_off);
+}
+
+/* Runs every probe of one kind (begin, end, error) in the launcher. */
+PD_EXPORT int pd_launcher_run(uint32_t kind)
+{
+    int ran = 0;
+    for (uint32_t i = 0; i < pd_module.nprobes; i++) {
+        if (pd_probes[i].kind == kind) {
+            pd_run(&pd_probes[i], NULL, NULL, 0);
+            ran++;
+        }
+    }
+    return ran;
+}
+
+/* Runs one probe by index (timers). */
+PD_EXPORT void pd_launcher_run_probe(uint32_t index)
+{
+    if (index < pd_module.nprobes)
+        pd_run(&pd_probes[index], NULL, NULL, 0);
+}
+
+/* Copies whole records from the ring into out (at most cap bytes) and frees
+ * their space.  Returns the number of bytes copied. */
+PD_EXPORT uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap)
+{
+    if (!pd_seg)
+        return 0;
+    uint32_t size = pd_hdr->ring_size;
+    uint32_t head = pd_hdr->ring_head;
+    uint32_t tail = __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE);
+    uint32_t done = 0;
+    while (head != tail) {
+        uint32_t len;
+        uint32_t at = head & (size - 1);
+        uint8_t lenbuf[4];
+        for (int i = 0; i < 4; i++)
+            lenbuf[i] = pd_ring_data()[(at + (uint32_t)i) & (size - 1)];
+        memcpy(&len, lenbuf, 4);
+        if (len < sizeof(struct pd_rec) || len > tail - head)
+            break; /* cannot happen with a committed record; never read garbage */
+        if (done + len > cap)
+            break;
+        uint32_t first = len < size - at ? len : size - at;
+        memcpy(out + done, pd_ring_data() + at, first);
+        memcpy(out + done + first, pd_ring_data(), len - first);
+        done += len;
+        head += len;
+    }
+    if (done) {
+        __atomic_store_n(&pd_hdr->ring_head, head, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&pd_hdr->ring_space_seq, 1, __ATOMIC_RELEASE);
+        if (__atomic_load_n(&pd_hdr->ring_waiters, __ATOMIC_RELAXED))
+            pd_futex_wake(&pd_hdr->ring_space_seq);
+    }
+    return done;
+}
+
+/* Sleeps until a producer commits a record or timeout_ms passes. */
+PD_EXPORT void pd_launcher_wait(uint32_t timeout_ms)
+{
+    if (!pd_seg)
+        return;
+    uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_ACQUIRE);
+    if (pd_hdr->ring_head != __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE))
+        return;
+    __atomic_or_fetch(&pd_hdr->flags, 1, __ATOMIC_SEQ_CST);
+    pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)timeout_ms * 1000000L);
+    __atomic_and_fetch(&pd_hdr->flags, ~1u, __ATOMIC_SEQ_CST);
+}
+
+PD_EXPORT void pd_launcher_detach(void) { pd_unmap(); }

@@ -1,0 +1,353 @@
+"""The one definition of pydyn's shared-memory segment.
+
+Every process of a session (the launcher, m64 and m32 targets, their children)
+maps the same POSIX shared-memory segment, so its layout must not depend on the
+ABI: only fixed-size integers, 64-bit fields aligned to 8 even on i386, explicit
+padding, 64-bit offsets instead of pointers, and locks that are plain 32-bit
+futex words (see runtime/pd_lock.h).  The C header (gen_c.py) and the Python
+view (view.py) are both derived from the data below; nothing else may restate it.
+
+Segment
+-------
+``pd_header`` at offset 0, then ``proctab_count`` ``pd_proc`` entries at
+``proctab_off``, then ``globals_size`` bytes of script globals at
+``globals_off``, then the output ring of ``ring_size`` bytes at ``ring_off``
+(see view.plan_segment for the alignment of each area).  All integers are
+little-endian (every supported ABI is).
+
+Output ring
+-----------
+``ring_head`` (consumer) and ``ring_tail`` (committed producer end) are
+free-running u32 byte positions; a position's offset in the ring is
+``pos & (ring_size - 1)`` and ``ring_tail - ring_head`` (mod 2**32) bytes are
+committed and unread.  ``ring_size`` is a power of two no larger than 2**31 so
+that difference is never ambiguous.  Each record starts at an 8-aligned
+position with a 16-byte ``pd_rec`` header; ``len`` counts header plus payload
+and is a multiple of 8.  A record never wraps: a producer that would cross the
+end of the ring first fills the rest with a ``PD_REC_PAD`` record, of which
+only ``len`` and ``kind`` (the first 8 bytes, which always fit) are meaningful.
+
+Record payload
+--------------
+``nargs`` arguments back to back, each starting 8-aligned (relative to the
+record, hence in the ring):
+
+* integer: i64, 8 bytes, little-endian two's complement;
+* string: u32 ``n`` (byte count, no terminating NUL), the ``n`` bytes, then
+  zero bytes up to the next multiple of 8, i.e. ``(n + 11) & ~7`` bytes in
+  total (an empty string takes 8).
+
+Arguments are not tagged: the reader knows each one's kind from the record's
+``kind`` and ``fmt_id`` (for ``PD_REC_PRINTF``, from the format string).
+record.py implements this encoding for the Python side.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """A fixed-size integer type usable in the segment."""
+
+    name: str
+    size: int
+    fmt: str  # struct-module code, used little-endian
+    ctype: str  # spelling in the generated C header
+
+    @property
+    def align(self) -> int:
+        # Natural alignment of the fixed-size type, on every ABI (8 for u64 even on i386).
+        return self.size
+
+
+TYPES: Final[dict[str, ScalarType]] = {
+    t.name: t
+    for t in (
+        ScalarType("u8", 1, "B", "uint8_t"),
+        ScalarType("u16", 2, "H", "uint16_t"),
+        ScalarType("u32", 4, "I", "uint32_t"),
+        ScalarType("u64", 8, "Q", "pd_u64"),
+        ScalarType("i32", 4, "i", "int32_t"),
+        ScalarType("i64", 8, "q", "pd_i64"),
+        # A lock word for pd_lock()/pd_unlock(): u32 so m32 and m64 share it.
+        ScalarType("futex", 4, "I", "uint32_t"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    """One member of a Struct.  ``count > 1`` (only for u8) makes a byte array."""
+
+    name: str
+    type: str
+    count: int = 1
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.type not in TYPES:
+            raise ValueError(f"field {self.name}: unknown type {self.type!r}")
+        if self.count < 1:
+            raise ValueError(f"field {self.name}: count must be >= 1")
+        if self.count > 1 and self.type != "u8":
+            raise ValueError(f"field {self.name}: only u8 may have a count (byte array)")
+
+    @property
+    def scalar(self) -> ScalarType:
+        return TYPES[self.type]
+
+    @property
+    def size(self) -> int:
+        return self.scalar.size * self.count
+
+    @property
+    def align(self) -> int:
+        return self.scalar.align
+
+    @property
+    def is_bytes(self) -> bool:
+        return self.count > 1
+
+
+@dataclass(frozen=True)
+class Member:
+    """A Field placed at an offset; ``is_pad`` for padding the layout inserted."""
+
+    field: Field
+    offset: int
+    is_pad: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.field.name
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.field.size
+
+
+def align_up(value: int, align: int) -> int:
+    return (value + align - 1) & ~(align - 1)
+
+
+@dataclass(frozen=True)
+class Struct:
+    """A C struct laid out with natural alignment and explicit padding.
+
+    Padding members are named ``_pad0``, ``_pad1``, ...; the size is rounded up
+    to a multiple of 8, or, when ``size`` is given, filled to exactly ``size``
+    with a ``_reserved`` tail (room to grow without moving anything).
+    """
+
+    name: str
+    fields: tuple[Field, ...]
+    size: int | None = None
+    doc: str = ""
+    members: tuple[Member, ...] = field(init=False, compare=False, repr=False)
+    sizeof: int = field(init=False, compare=False)
+    align: int = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.fields:
+            raise ValueError(f"struct {self.name}: no fields")
+        seen: set[str] = set()
+        members: list[Member] = []
+        off = 0
+        npad = 0
+        for f in self.fields:
+            if f.name.startswith("_"):
+                raise ValueError(f"struct {self.name}: field names starting with _ are reserved")
+            if f.name in seen:
+                raise ValueError(f"struct {self.name}: duplicate field {f.name}")
+            seen.add(f.name)
+            at = align_up(off, f.align)
+            if at > off:
+                members.append(Member(Field(f"_pad{npad}", "u8", at - off, "padding"), off, True))
+                npad += 1
+            members.append(Member(f, at))
+            off = at + f.size
+        if self.size is not None:
+            if self.size % 8:
+                raise ValueError(f"struct {self.name}: size {self.size} not a multiple of 8")
+            if off > self.size:
+                raise ValueError(f"struct {self.name}: fields need {off} bytes > size {self.size}")
+            if self.size > off:
+                tail = Field("_reserved", "u8", self.size - off, "room to grow; keep zero")
+                members.append(Member(tail, off, True))
+            end = self.size
+        else:
+            end = align_up(off, 8)
+            if end > off:
+                members.append(Member(Field(f"_pad{npad}", "u8", end - off, "padding"), off, True))
+        object.__setattr__(self, "members", tuple(members))
+        object.__setattr__(self, "sizeof", end)
+        object.__setattr__(self, "align", max(f.align for f in self.fields))
+
+    def member(self, name: str) -> Member:
+        for m in self.members:
+            if m.name == name:
+                return m
+        raise KeyError(f"{self.name} has no field {name!r}")
+
+    def offset(self, name: str) -> int:
+        return self.member(name).offset
+
+
+@dataclass(frozen=True)
+class Const:
+    name: str
+    value: int
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class ConstGroup:
+    """Constants that belong together (an enum, or one concern)."""
+
+    name: str
+    doc: str
+    consts: tuple[Const, ...]
+
+
+# --- constants -------------------------------------------------------------
+# Module-level ints for Python users; the Const entries below carry the same
+# names and values (tests check they agree) plus the docs for the C header.
+
+PD_MAGIC: Final = 0x4D48535F4E594450
+PD_LAYOUT_VERSION: Final = 1
+PD_CHECKSUM_LEN: Final = 32
+
+PD_SESSION_STARTING: Final = 0
+PD_SESSION_RUNNING: Final = 1
+PD_SESSION_STOPPING: Final = 2
+PD_SESSION_STOPPED: Final = 3
+
+PD_PROC_FREE: Final = 0
+PD_PROC_ALIVE: Final = 1
+PD_PROC_EXITED: Final = 2
+PD_PROC_KILLED: Final = 3
+PD_PROC_EXECED: Final = 4
+PD_PROC_REFUSED: Final = 5
+
+PD_ABI_X86_64: Final = 1
+PD_ABI_I386: Final = 2
+PD_ABI_AARCH64: Final = 3
+
+PD_REC_PAD: Final = 0
+PD_REC_PRINTF: Final = 1
+PD_REC_ERROR: Final = 2
+PD_REC_WARNING: Final = 3
+PD_REC_EXIT: Final = 4
+PD_REC_PROC: Final = 5
+PD_REC_TEXT: Final = 6
+
+PD_LOCK_WAITERS: Final = 0x80000000
+PD_LOCK_TID_MASK: Final = 0x3FFFFFFF
+
+CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
+    ConstGroup("segment", "segment identification", (
+        Const("PD_MAGIC", PD_MAGIC, 'pd_header.magic: "PDYN_SHM" little-endian'),
+        Const("PD_LAYOUT_VERSION", PD_LAYOUT_VERSION, "bumped on any layout change"),
+        Const("PD_CHECKSUM_LEN", PD_CHECKSUM_LEN, "bytes in pd_header.checksum (SHA-256)"),
+    )),
+    ConstGroup("session", "pd_header.session_state", (
+        Const("PD_SESSION_STARTING", PD_SESSION_STARTING, "segment set up, begin probes pending"),
+        Const("PD_SESSION_RUNNING", PD_SESSION_RUNNING, "probes fire"),
+        Const("PD_SESSION_STOPPING", PD_SESSION_STOPPING, "exit requested, end probes pending"),
+        Const("PD_SESSION_STOPPED", PD_SESSION_STOPPED, "no probe may fire any more"),
+    )),
+    ConstGroup("proc", "pd_proc.state", (
+        Const("PD_PROC_FREE", PD_PROC_FREE, "entry unused"),
+        Const("PD_PROC_ALIVE", PD_PROC_ALIVE, "process attached and running"),
+        Const("PD_PROC_EXITED", PD_PROC_EXITED, "exited normally, exit_status valid"),
+        Const("PD_PROC_KILLED", PD_PROC_KILLED, "killed by a signal, exit_status = signal"),
+        Const("PD_PROC_EXECED", PD_PROC_EXECED, "replaced by exec; the new image has a new entry"),
+        Const("PD_PROC_REFUSED", PD_PROC_REFUSED, "module not attached (layout/checksum mismatch)"),
+    )),
+    ConstGroup("abi", "pd_proc.abi", (
+        Const("PD_ABI_X86_64", PD_ABI_X86_64, "x86-64 (m64)"),
+        Const("PD_ABI_I386", PD_ABI_I386, "i386 (m32)"),
+        Const("PD_ABI_AARCH64", PD_ABI_AARCH64, "AArch64"),
+    )),
+    ConstGroup("rec", "pd_rec.kind", (
+        Const("PD_REC_PAD", PD_REC_PAD, "filler up to the end of the ring; skip len bytes"),
+        Const("PD_REC_PRINTF", PD_REC_PRINTF, "formatted output; fmt_id selects the format"),
+        Const("PD_REC_ERROR", PD_REC_ERROR, "runtime error message"),
+        Const("PD_REC_WARNING", PD_REC_WARNING, "runtime warning message"),
+        Const("PD_REC_EXIT", PD_REC_EXIT, "the script called exit()"),
+        Const("PD_REC_PROC", PD_REC_PROC, "process event (attach, exit, exec)"),
+        Const("PD_REC_TEXT", PD_REC_TEXT, "preformatted text"),
+    )),
+    ConstGroup("lock", "futex lock words (runtime/pd_lock.h)", (
+        Const("PD_LOCK_WAITERS", PD_LOCK_WAITERS, "set while someone sleeps on the word"),
+        Const("PD_LOCK_TID_MASK", PD_LOCK_TID_MASK, "holder TID bits of a held word"),
+    )),
+)
+
+CONSTANTS: Final[tuple[Const, ...]] = tuple(c for g in CONST_GROUPS for c in g.consts)
+
+
+# --- structs ---------------------------------------------------------------
+
+HEADER: Final = Struct("pd_header", (
+    Field("magic", "u64", doc="PD_MAGIC once the header is complete"),
+    Field("layout_version", "u32", doc="PD_LAYOUT_VERSION"),
+    Field("header_size", "u32", doc="sizeof(struct pd_header)"),
+    Field("checksum", "u8", PD_CHECKSUM_LEN, doc="digest of the generated probe source"),
+    Field("segment_size", "u64", doc="bytes in the whole segment"),
+    Field("proctab_off", "u64", doc="offset of the pd_proc table"),
+    Field("proctab_count", "u32", doc="entries in the pd_proc table"),
+    Field("proc_entry_size", "u32", doc="sizeof(struct pd_proc)"),
+    Field("globals_off", "u64", doc="offset of the script globals"),
+    Field("globals_size", "u64", doc="bytes of script globals"),
+    Field("ring_off", "u64", doc="offset of the output ring"),
+    Field("ring_size", "u32", doc="bytes in the ring, a power of two"),
+    Field("session_state", "u32", doc="PD_SESSION_*"),
+    Field("launcher_pid", "i32"),
+    Field("target_pid", "i32"),
+    Field("error_count", "u32", doc="runtime errors reported"),
+    Field("skipped_count", "u32", doc="probe hits skipped (lock busy, ring full, ...)"),
+    Field("mismatch_count", "u32", doc="processes refused for a layout/checksum mismatch"),
+    Field("attach_count", "u32", doc="processes that attached"),
+    Field("exit_requested", "u32", doc="nonzero once exit() was called"),
+    Field("ring_head", "u32", doc="consumer position, free-running mod 2^32"),
+    Field("ring_tail", "u32", doc="committed producer position, free-running mod 2^32"),
+    Field("ring_lock", "futex", doc="serialises producers"),
+    Field("globals_lock", "futex", doc="protects the script globals"),
+    Field("proctab_lock", "futex", doc="protects pd_proc allocation"),
+    Field("ring_space_seq", "u32", doc="futex: producers waiting for space sleep on it"),
+    Field("ring_data_seq", "u32", doc="futex: the consumer sleeps on it"),
+    Field("ring_waiters", "u32", doc="producers sleeping on ring_space_seq"),
+    Field("lock_recoveries", "u32", doc="locks taken over from a dead holder"),
+    Field("maxaction", "u32", doc="statement budget per probe hit"),
+    Field("flags", "u32"),
+    Field("start_ns", "u64", doc="CLOCK_MONOTONIC at session start"),
+), size=512, doc="segment header, at offset 0")
+
+PROC: Final = Struct("pd_proc", (
+    Field("pid", "i32"),
+    Field("ppid", "i32"),
+    Field("state", "u32", doc="PD_PROC_*"),
+    Field("abi", "u32", doc="PD_ABI_*"),
+    Field("sites_armed", "u32", doc="probe sites installed"),
+    Field("sites_failed", "u32", doc="probe sites that could not be installed"),
+    Field("exit_status", "i32", doc="exit code, or signal number when KILLED"),
+    Field("flags", "u32"),
+    Field("start_ns", "u64", doc="CLOCK_MONOTONIC at attach"),
+    Field("end_ns", "u64", doc="CLOCK_MONOTONIC at exit/exec, 0 while alive"),
+    Field("comm", "u8", 16, doc="NUL-padded"),
+    Field("exe", "u8", 192, doc="NUL-padded, truncated"),
+), size=256, doc="one process of the session, in the table at proctab_off")
+
+REC: Final = Struct("pd_rec", (
+    Field("len", "u32", doc="total bytes including this header, multiple of 8"),
+    Field("kind", "u16", doc="PD_REC_*"),
+    Field("nargs", "u16", doc="arguments in the payload"),
+    Field("fmt_id", "u32", doc="format index for PD_REC_PRINTF"),
+    Field("pid", "i32", doc="producing process"),
+), size=16, doc="header of one record in the output ring")
+
+STRUCTS: Final[tuple[Struct, ...]] = (HEADER, PROC, REC)
