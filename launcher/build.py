@@ -138,7 +138,7 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
         tmp = target.with_suffix(f".so.tmp{os.getpid()}")
         cmd = [tc.cc, *tc.flags, *COMMON_CFLAGS, *(f"-D{d}" for d in defines),
                "-I", str(out_dir), "-I", str(RUNTIME_DIR), "-o", str(tmp),
-               str(src), str(RUNTIME_DIR / "pd_runtime.c")]
+               str(src), *(str(p) for p in sorted(RUNTIME_DIR.glob("*.c")))]
         jobs.append((abi, target, subprocess.Popen(cmd, stdout=subprocess.PIPE,
                                                    stderr=subprocess.STDOUT)))
     modules: dict[str, Path] = {}

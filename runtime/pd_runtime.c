@@ -101,7 +101,10 @@ static int pd_ring_write(const uint8_t *buf, uint32_t len)
     if (len > size)
         return -1;
     for (;;) {
-        if (pd_lock(&pd_hdr->ring_lock) > 0)
+        int rc = pd_lock(&pd_hdr->ring_lock);
+        if (rc == PD_LOCK_DEADLOCK)
+            return -1;
+        if (rc == PD_LOCK_RECOVERED)
             __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
         uint32_t tail = pd_hdr->ring_tail;
         uint32_t head = __atomic_load_n(&pd_hdr->ring_head, __ATOMIC_ACQUIRE);
@@ -243,6 +246,19 @@ static int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
     return (int64_t)raw;
 }
 
+int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed)
+{
+    uint64_t raw = 0;
+    if (pd_read_user(c, (uintptr_t)addr, &raw, size))
+        return 0;
+    return pd_extend(raw, size, is_signed);
+}
+
+void pd_warn_probe(struct pd_ctx *c, const char *msg)
+{
+    pd_emit_text(c, PD_REC_WARNING, msg);
+}
+
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
 {
     if (!c->site || index >= c->site->nargs) {
@@ -354,12 +370,22 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->globals = pd_seg + pd_hdr->globals_off;
     c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
     c->error = 0;
+    c->nesting = 0;
     c->outlen = 0;
     c->errmsg[0] = 0;
     pd_rec_open_at = 0;
 
-    if (p->locks && pd_lock(&pd_hdr->globals_lock) > 0)
-        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    if (p->locks) {
+        int rc = pd_lock(&pd_hdr->globals_lock);
+        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
+            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            errno = saved_errno;
+            pd_in_handler = 0;
+            return;
+        }
+        if (rc == PD_LOCK_RECOVERED)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    }
     p->handler(c);
     if (p->locks)
         pd_unlock(&pd_hdr->globals_lock);
@@ -644,7 +670,7 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
  * EXECED, so the table keeps the history the launcher reports with -v. */
 static struct pd_proc *pd_register(uint32_t state)
 {
-    if (pd_lock(&pd_hdr->proctab_lock) > 0)
+    if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
         __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
     pid_t pid = getpid();
     struct pd_proc *slot = NULL;
@@ -693,7 +719,6 @@ static void pd_atfork_child(void)
 {
     if (!pd_seg || pd_is_launcher)
         return;
-    pd_lock_forget_tid();
     pd_self = pd_register(PD_PROC_ALIVE);
     if (pd_self)
         pd_self->sites_armed = pd_narmed;
@@ -725,6 +750,7 @@ __attribute__((constructor)) static void pd_target_init(void)
         pd_unmap();
         return;
     }
+    pd_lock_setup();
     pd_self = pd_register(PD_PROC_ALIVE);
     pd_arm_all();
     pthread_atfork(NULL, NULL, pd_atfork_child);

@@ -10,6 +10,10 @@
 #ifndef PD_RUNTIME_H
 #define PD_RUNTIME_H
 
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* REG_* names in <ucontext.h> */
+#endif
+
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -36,6 +40,9 @@
 #endif
 #ifndef MAXSTRINGLEN
 #define MAXSTRINGLEN 512
+#endif
+#ifndef MAXNESTING
+#define MAXNESTING 10
 #endif
 #ifndef PD_OUTBUF_SIZE
 #define PD_OUTBUF_SIZE 8192
@@ -125,6 +132,7 @@ struct pd_ctx {
     uint8_t *globals;             /* the segment's globals area */
     int64_t actions;              /* statements left before MAXACTION */
     int error;                    /* set: the handler unwinds to its end */
+    int nesting;                  /* user function call depth (MAXNESTING) */
     uint32_t outlen;
     char errmsg[160];
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
@@ -150,6 +158,68 @@ int64_t pd_target(struct pd_ctx *c);
 void pd_exit(struct pd_ctx *c);
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
+
+/* ---- arrays and statistics (pd_map.c) ------------------------------------ */
+
+enum pd_type { PD_T_LONG = 1, PD_T_STRING = 2, PD_T_STAT = 3 };
+#define PD_MAX_KEYS 9
+#define PD_HIST_LOG_BUCKETS 128
+#define PD_HIST_MAX_BUCKETS 128
+
+struct pd_mapdesc {
+    const char *name;
+    uint32_t capacity;     /* a power of two, > max_entries */
+    uint32_t max_entries;
+    uint32_t nkeys;
+    uint32_t key_size;
+    uint32_t value_size;
+    uint32_t entry_size;   /* 16 + key_size + value_size */
+    uint32_t value_type;   /* enum pd_type */
+    uint8_t key_types[PD_MAX_KEYS];
+    const struct pd_statdesc *stat;
+};
+
+/* Lives in the segment: only int64 members, so i386 and x86-64 agree. */
+struct pd_stat {
+    int64_t count, sum, min, max, sumsq;
+    int64_t hist[PD_HIST_MAX_BUCKETS];
+};
+_Static_assert(sizeof(struct pd_stat) == 8 * (5 + PD_HIST_MAX_BUCKETS), "pd_stat is arch-neutral");
+
+struct pd_statdesc {
+    uint8_t hist_log;
+    uint8_t hist_linear;
+    int64_t lo, hi, step;
+};
+
+enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
+
+void pd_key_i64(uint8_t *slot, int64_t v);
+void pd_key_str(uint8_t *slot, const char *s);
+void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
+                 const uint8_t *key, int create);
+void pd_map_delete(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key);
+void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d);
+uint32_t pd_map_count(const uint8_t *map);
+uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t **out,
+                       int column, int order);
+void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
+int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
+void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
+                       uint32_t fmt_id);
+
+/* ---- strings --------------------------------------------------------------- */
+char *pd_strcpy(char *dst, const char *src);
+char *pd_concat(char *dst, const char *a, const char *b);
+char *pd_sprintf(char *dst, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *pd_user_string(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen);
+char *pd_long_to_str(char *dst, int64_t v);
+int64_t pd_str_to_long(const char *s);
+int64_t pd_gettime_ns(int clock_realtime);
+char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
+char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
+int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
+void pd_warn_probe(struct pd_ctx *c, const char *msg);
 
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 

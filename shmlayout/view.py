@@ -93,6 +93,8 @@ class StructView:
             raise AttributeError(f"{self._struct.name} has no field {name!r}") from None
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):  # slots not set yet (copy/pickle) or padding: never a field
+            raise AttributeError(name)
         a = self._access(name)
         at = self._offset + a.offset
         if a.codec is None:

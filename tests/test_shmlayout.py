@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from pydyn import shmlayout
 from pydyn.shmlayout import (
     CONST_GROUPS,

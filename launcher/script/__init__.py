@@ -1,1 +1,8 @@
+"""The script front end: lexer, preprocessor, parser and syntax tree."""
 
+from __future__ import annotations
+
+from . import ast
+from .parser import parse_script
+
+__all__ = ["ast", "parse_script"]

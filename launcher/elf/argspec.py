@@ -1,0 +1,421 @@
+"""USDT argument descriptors: `-4@8(%ebp)` → where and how to read the value.
+
+A `.note.stapsdt` argument string holds one `[-]SIZE[f]@OPERAND` per argument,
+where OPERAND is whatever the compiler printed for the asm operand: a constant,
+a register or a memory reference in the target's assembler syntax.  This module
+turns each into an `ArgSpec` the C runtime can evaluate against a saved
+register context.  Registers become DWARF numbers; symbolic displacements are
+resolved here, offline, against the file's symbol table.  Whatever cannot be
+decoded exactly becomes an UNSUPPORTED spec that says why: a wrong value
+reported as right is worse than no value.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from .symbols import Symbol, SymbolTable
+
+
+class ArgKind(Enum):
+    CONST = "const"
+    REG = "reg"
+    MEM = "mem"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True)
+class ArgSpec:
+    """One probe argument: its size and type, and how to fetch it.
+
+    CONST: `value` (already masked to `size` and sign/zero-extended).
+    REG:   register `reg` (DWARF number) shifted right by `reg_shift`.
+    MEM:   `size` bytes at [segment base] + base + index*scale + disp
+           (+ the load bias when `disp_is_vaddr`).
+    A CONST with `disp_is_vaddr` is a symbol address (`$sym`): add the load bias.
+    """
+
+    text: str
+    size: int
+    signed: bool
+    is_float: bool
+    kind: ArgKind
+    value: int = 0
+    reg: int = -1
+    reg_shift: int = 0
+    base: int = -1
+    index: int = -1
+    scale: int = 1
+    disp: int = 0
+    disp_is_vaddr: bool = False
+    segment: str | None = None
+    error: str = ""
+    machine: str = ""
+
+    @property
+    def supported(self) -> bool:
+        return self.kind is not ArgKind.UNSUPPORTED
+
+    def describe(self) -> str:
+        """Plain-words description, e.g. 'signed 4-byte memory at ebp+8'."""
+        if self.kind is ArgKind.UNSUPPORTED:
+            return f"unsupported: {self.error}"
+        if self.is_float:
+            what = f"{self.size}-byte float"
+        else:
+            what = f"{'signed' if self.signed else 'unsigned'} {self.size}-byte"
+        names = _REG_NAMES.get(self.machine, ())
+
+        def rname(n: int) -> str:
+            return names[n] if 0 <= n < len(names) else f"dwarf{n}"
+
+        if self.kind is ArgKind.CONST:
+            if self.disp_is_vaddr:
+                return f"{what} address {self.value:#x} + load bias"
+            return f"{what} constant {self.value}"
+        if self.kind is ArgKind.REG:
+            shift = f" bits {self.reg_shift}-{self.reg_shift + 7}" if self.reg_shift else ""
+            return f"{what} register {rname(self.reg)}{shift}"
+        terms = []
+        if self.base >= 0:
+            terms.append(rname(self.base))
+        if self.index >= 0:
+            terms.append(f"{rname(self.index)}*{self.scale}")
+        if self.disp_is_vaddr:
+            terms.append(f"{self.disp:#x}+load bias")
+        elif self.disp or not terms:
+            terms.append(str(self.disp))
+        addr = "+".join(terms).replace("+-", "-")
+        if self.segment:
+            addr = f"{self.segment}:{addr}"
+        return f"{what} memory at {addr}"
+
+    def __str__(self) -> str:
+        return f"{self.text} [{self.describe()}]"
+
+
+# DWARF register numbers (System V psABI tables).  Sub-registers map to their parent.
+_X86_64_REGS: dict[str, tuple[int, int, int]] = {}   # name -> (dwarf, width, shift)
+_I386_REGS: dict[str, tuple[int, int, int]] = {}
+_AARCH64_REGS: dict[str, tuple[int, int, int]] = {}
+
+
+def _init_tables() -> None:
+    for num, (q, d, w, b, h) in enumerate([
+            ("rax", "eax", "ax", "al", "ah"), ("rdx", "edx", "dx", "dl", "dh"),
+            ("rcx", "ecx", "cx", "cl", "ch"), ("rbx", "ebx", "bx", "bl", "bh"),
+            ("rsi", "esi", "si", "sil", ""), ("rdi", "edi", "di", "dil", ""),
+            ("rbp", "ebp", "bp", "bpl", ""), ("rsp", "esp", "sp", "spl", "")]):
+        _X86_64_REGS.update({q: (num, 8, 0), d: (num, 4, 0), w: (num, 2, 0), b: (num, 1, 0)})
+        if h:
+            _X86_64_REGS[h] = (num, 1, 8)
+    for num in range(8, 16):
+        r = f"r{num}"
+        _X86_64_REGS.update({r: (num, 8, 0), r + "d": (num, 4, 0), r + "w": (num, 2, 0),
+                             r + "b": (num, 1, 0), r + "l": (num, 1, 0)})
+    _X86_64_REGS["rip"] = (16, 8, 0)
+    for num, (d, w, b, h) in enumerate([
+            ("eax", "ax", "al", "ah"), ("ecx", "cx", "cl", "ch"), ("edx", "dx", "dl", "dh"),
+            ("ebx", "bx", "bl", "bh"), ("esp", "sp", "", ""), ("ebp", "bp", "", ""),
+            ("esi", "si", "", ""), ("edi", "di", "", "")]):
+        _I386_REGS.update({d: (num, 4, 0), w: (num, 2, 0)})
+        if b:
+            _I386_REGS.update({b: (num, 1, 0), h: (num, 1, 8)})
+    _I386_REGS["eip"] = (8, 4, 0)
+    for num in range(31):
+        _AARCH64_REGS.update({f"x{num}": (num, 8, 0), f"w{num}": (num, 4, 0)})
+    _AARCH64_REGS.update({"fp": (29, 8, 0), "lr": (30, 8, 0), "sp": (31, 8, 0),
+                          "wsp": (31, 4, 0)})
+
+
+_init_tables()
+
+_REG_NAMES: dict[str, tuple[str, ...]] = {
+    "x86_64": ("rax", "rdx", "rcx", "rbx", "rsi", "rdi", "rbp", "rsp",
+               *(f"r{n}" for n in range(8, 16)), "rip"),
+    "i386": ("eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "eip"),
+    "aarch64": (*(f"x{n}" for n in range(31)), "sp"),
+}
+_X86_TABLES = {"x86_64": _X86_64_REGS, "i386": _I386_REGS}
+_RIP = {"x86_64": 16, "i386": 8}
+_NATIVE_SIZE = {"x86_64": 8, "i386": 4, "aarch64": 8}
+# Segments whose base is 0 in Linux user space: an override is a no-op.
+_FLAT_SEGMENTS = ("cs", "ds", "es", "ss")
+# The thread-pointer segment, and the relocation giving a variable's offset from it
+# (x86-64 @tpoff and i386 @ntpoff are both "variable minus thread pointer").
+_TLS_SEGMENT = {"x86_64": "fs", "i386": "gs"}
+_TLS_RELOC = {"x86_64": "tpoff", "i386": "ntpoff"}
+
+# An argument starts at the beginning or after a space with `[-]SIZE[f]@`.  Splitting on
+# every space or `@` would break `sym@GOTOFF(%ebx)` and aarch64's `[x0, 152]`.
+_ARG_START = re.compile(r"(?:^| )(-?)(\d+)(f?)@")
+_INT = r"(?:0[xX][0-9a-fA-F]+|\d+)"
+_INT_RE = re.compile(r"[+-]?" + _INT)
+_TERM_RE = re.compile(r"\s*([+-]?)\s*(" + _INT + r"|[A-Za-z_.$][\w.$]*(?:@[A-Za-z]+)?)\s*")
+_X86_MEM_RE = re.compile(r"(?:%([a-z]{2}):)?([^()]*)(?:\(([^()]*)\))?")
+_AARCH64_MEM_RE = re.compile(r"\[\s*([a-z0-9]+)\s*(?:,\s*(#?[^,\]]+?)\s*"
+                             r"(?:,\s*lsl\s+#?(\d+)\s*)?)?\]")
+
+
+class _Unsupported(Exception):
+    """Raised inside the parser; becomes an UNSUPPORTED ArgSpec."""
+
+
+def _mask(value: int, size: int, signed: bool) -> int:
+    bits = size * 8
+    value &= (1 << bits) - 1
+    if signed and value >> (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def _parse_int(text: str) -> int:
+    if not _INT_RE.fullmatch(text):
+        raise _Unsupported(f"bad number {text!r}")
+    return int(text, 0) if not re.fullmatch(r"[+-]?0\d+", text) else int(text, 10)
+
+
+def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
+    """Split an argument string into (size, signed, is_float, operand, arg_text) tuples.
+
+    size 0 marks a legacy operand without a `SIZE@` prefix (sdt.h v1/v2).
+    """
+    text = text.strip()
+    if not text:
+        return []
+    starts = list(_ARG_START.finditer(text))
+    if not starts or starts[0].start() != 0:
+        return [(0, False, False, op, op) for op in text.split()]
+    out = []
+    for i, m in enumerate(starts):
+        end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
+        arg = text[m.start():end].strip()
+        operand = text[m.end():end].strip()
+        out.append((int(m.group(2)), m.group(1) == "-", m.group(3) == "f", operand, arg))
+    return out
+
+
+def parse_sdt_args(text: str, machine: str, symbols: SymbolTable | None = None,
+                   tls: tuple[int, int, int] | None = None) -> tuple[ArgSpec, ...]:
+    """Decode a `.note.stapsdt` argument string for `machine` ('x86_64', 'i386', 'aarch64').
+
+    `symbols` resolves symbolic operands; `tls` is the executable's PT_TLS
+    (vaddr, memsz, align), needed for `%fs:sym@tpoff` (pass None for a library,
+    whose static-TLS offset is only known at run time).
+    """
+    return tuple(_parse_one(size, signed, is_float, operand, arg, machine, symbols, tls)
+                 for size, signed, is_float, operand, arg in split_sdt_args(text))
+
+
+def _parse_one(size: int, signed: bool, is_float: bool, operand: str, arg: str, machine: str,
+               symbols: SymbolTable | None, tls: tuple[int, int, int] | None) -> ArgSpec:
+    if size == 0:
+        # Legacy operand without a size: the old convention was an unsigned native long.
+        size = _NATIVE_SIZE.get(machine, 8)
+    base = ArgSpec(arg, size, signed, is_float, ArgKind.UNSUPPORTED, machine=machine)
+    try:
+        if size not in (1, 2, 4, 8):
+            raise _Unsupported(f"unsupported argument size {size}")
+        if is_float and size not in (4, 8):
+            raise _Unsupported(f"unsupported {size}-byte floating-point argument")
+        if machine in _X86_TABLES:
+            return _parse_x86(base, operand, machine, symbols, tls)
+        if machine == "aarch64":
+            return _parse_aarch64(base, operand)
+        raise _Unsupported(f"arguments on machine {machine} are not supported")
+    except _Unsupported as exc:
+        return replace(base, error=str(exc))
+
+
+def _const(spec: ArgSpec, value: int, *, vaddr: bool = False) -> ArgSpec:
+    if not vaddr and not -(1 << 64) < value < (1 << 64):
+        raise _Unsupported(f"constant {value} does not fit in 64 bits")
+    return replace(spec, kind=ArgKind.CONST, value=_mask(value, spec.size, spec.signed),
+                    disp_is_vaddr=vaddr)
+
+
+def _x86_reg(name: str, machine: str) -> tuple[int, int, int]:
+    if not name.startswith("%"):
+        raise _Unsupported(f"expected a register, got {name!r}")
+    reg = _X86_TABLES[machine].get(name[1:].lower())
+    if reg is None:
+        bare = name[1:].lower()
+        if re.fullmatch(r"[xyz]mm\d+|st(\(\d\))?|mm\d", bare):
+            raise _Unsupported(f"floating-point/vector register {name} is not supported")
+        raise _Unsupported(f"unknown register {name}")
+    return reg
+
+
+def _reg_spec(spec: ArgSpec, reg: tuple[int, int, int], name: str) -> ArgSpec:
+    num, width, shift = reg
+    if width < spec.size:
+        # e.g. i386 `-8@%eax`: the compiler printed only the low register of a pair,
+        # and the note does not say where the high half is.
+        raise _Unsupported(f"{spec.size}-byte argument in {width}-byte register {name} "
+                           "(the rest of the value is not recorded)")
+    return replace(spec, kind=ArgKind.REG, reg=num, reg_shift=shift)
+
+
+def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None,
+               tls: tuple[int, int, int] | None) -> ArgSpec:
+    if not op:
+        raise _Unsupported("empty operand")
+    if op.startswith("$"):
+        const, sym, reloc = _parse_disp(op[1:])
+        if sym is None:
+            return _const(spec, const)
+        if reloc is not None:
+            raise _Unsupported(f"immediate with relocation @{reloc} is not supported")
+        s = _lookup(sym, symbols)
+        return _const(spec, s.value + const, vaddr=s.section != "ABS")
+    m = _X86_MEM_RE.fullmatch(op)
+    if op.startswith("%") and ":" not in op and "(" not in op:
+        return _reg_spec(spec, _x86_reg(op, machine), op)
+    if m is None:
+        raise _Unsupported(f"cannot parse operand {op!r}")
+    seg, disp_text, inner = m.group(1), m.group(2).strip(), m.group(3)
+    if seg is not None and seg in _FLAT_SEGMENTS:
+        seg = None
+    elif seg is not None and seg not in ("fs", "gs"):
+        raise _Unsupported(f"unknown segment register %{seg}")
+    base = index = -1
+    scale = 1
+    if inner is not None:
+        parts = [p.strip() for p in inner.split(",")]
+        if len(parts) > 3 or (len(parts) == 1 and not parts[0]):
+            raise _Unsupported(f"cannot parse memory operand {op!r}")
+        if parts[0]:
+            base = _x86_reg(parts[0], machine)[0]
+        if len(parts) >= 2 and parts[1]:
+            if parts[1].lower() in ("%riz", "%eiz"):   # the "no index" pseudo-register
+                index = -1
+            else:
+                index = _x86_reg(parts[1], machine)[0]
+                if index == _RIP[machine]:
+                    raise _Unsupported(f"bad index register in {op!r}")
+        if len(parts) == 3:
+            scale = _parse_int(parts[2]) if parts[2] else 1
+            if scale not in (1, 2, 4, 8):
+                raise _Unsupported(f"bad scale {parts[2]} in {op!r}")
+    elif not disp_text:
+        raise _Unsupported(f"cannot parse operand {op!r}")
+    const, sym, reloc = _parse_disp(disp_text) if disp_text else (0, None, None)
+    rip = _RIP[machine]
+    mem = replace(spec, kind=ArgKind.MEM, base=base, index=index, scale=scale, segment=seg)
+    if sym is None:
+        if base == rip:
+            # Only the assembler knows the address of the next instruction.
+            raise _Unsupported(f"rip-relative operand without a symbol {op!r}")
+        return replace(mem, disp=const)
+    s = _lookup(sym, symbols)
+    if reloc is None:
+        if s.type == "TLS":
+            raise _Unsupported(f"thread-local symbol {sym} used without @{_TLS_RELOC[machine]}")
+        if base == rip:
+            if index >= 0:
+                raise _Unsupported(f"bad rip-relative operand {op!r}")
+            base = -1
+        return replace(mem, base=base, disp=s.value + const, disp_is_vaddr=s.section != "ABS")
+    reloc_l = reloc.lower()
+    if reloc_l == "gotoff":
+        got = symbols.get_got_address() if symbols is not None else None
+        if got is None:
+            raise _Unsupported(f"{sym}@GOTOFF: the file has no GOT address")
+        if base < 0 or base == rip:
+            raise _Unsupported(f"{sym}@GOTOFF needs a GOT base register in {op!r}")
+        return replace(mem, disp=s.value + const - got)
+    if reloc_l == _TLS_RELOC[machine]:
+        if seg != _TLS_SEGMENT[machine]:
+            raise _Unsupported(f"{sym}@{reloc} outside %{_TLS_SEGMENT[machine]}: in {op!r}")
+        if s.type != "TLS":
+            raise _Unsupported(f"{sym}@{reloc}: {sym} is not a thread-local symbol")
+        if tls is None:
+            raise _Unsupported(f"{sym}@{reloc} needs the executable's PT_TLS segment")
+        _vaddr, memsz, align = tls
+        align = max(align, 1)
+        # TLS variant II: the executable's block ends at the thread pointer, and a
+        # TLS symbol's st_value is its offset in the block.
+        block = (memsz + align - 1) // align * align
+        if base == rip:
+            raise _Unsupported(f"bad TLS operand {op!r}")
+        return replace(mem, disp=s.value - block + const)
+    raise _Unsupported(f"relocation @{reloc} in {op!r} is not supported")
+
+
+def _parse_disp(text: str) -> tuple[int, str | None, str | None]:
+    """`12+arr`, `arr-4`, `-8`, `sym@GOTOFF` → (constant sum, symbol, relocation)."""
+    pos = 0
+    const = 0
+    sym: str | None = None
+    reloc: str | None = None
+    first = True
+    while pos < len(text):
+        m = _TERM_RE.match(text, pos)
+        if m is None or m.end() == pos:
+            raise _Unsupported(f"cannot parse displacement {text!r}")
+        sign, term = m.group(1), m.group(2)
+        if not sign and not first:
+            raise _Unsupported(f"cannot parse displacement {text!r}")
+        first = False
+        pos = m.end()
+        if term[0].isdigit():
+            value = _parse_int(term)
+            const += -value if sign == "-" else value
+            continue
+        if sym is not None:
+            raise _Unsupported(f"more than one symbol in {text!r}")
+        if sign == "-":
+            raise _Unsupported(f"negated symbol in {text!r}")
+        sym, _, r = term.partition("@")
+        reloc = r or None
+    return const, sym, reloc
+
+
+def _lookup(name: str, symbols: SymbolTable | None) -> Symbol:
+    if symbols is None:
+        raise _Unsupported(f"symbol {name} cannot be resolved without a symbol table")
+    sym = symbols.get_symbol(name)
+    if sym is None:
+        if symbols.get_symbols(name):
+            raise _Unsupported(f"symbol {name} is ambiguous (defined more than once)")
+        raise _Unsupported(f"symbol {name} not found")
+    return sym
+
+
+def _parse_aarch64(spec: ArgSpec, op: str) -> ArgSpec:
+    if not op:
+        raise _Unsupported("empty operand")
+    lower = op.lower()
+    if lower.startswith("#"):
+        return _const(spec, _parse_int(lower[1:]))
+    if _INT_RE.fullmatch(lower):
+        return _const(spec, _parse_int(lower))
+    if lower in ("xzr", "wzr"):
+        return _const(spec, 0)
+    if lower in _AARCH64_REGS:
+        return _reg_spec(spec, _AARCH64_REGS[lower], op)
+    m = _AARCH64_MEM_RE.fullmatch(lower)
+    if m is None:
+        if re.fullmatch(r"[bhsdqv]\d+(\.\w+)?", lower):
+            raise _Unsupported(f"floating-point/vector register {op} is not supported")
+        raise _Unsupported(f"cannot parse operand {op!r}")
+    base_name, second, shift = m.groups()
+    if base_name not in _AARCH64_REGS or base_name.startswith("w") and base_name != "wsp":
+        raise _Unsupported(f"bad base register in {op!r}")
+    base = _AARCH64_REGS[base_name][0]
+    mem = replace(spec, kind=ArgKind.MEM, base=base)
+    if second is None:
+        return mem
+    if second in _AARCH64_REGS:
+        if second[0] == "w" or second in ("sp", "wsp"):
+            # A w index needs an extend (sxtw/uxtw) we do not decode; sp cannot index.
+            raise _Unsupported(f"unsupported index register in {op!r}")
+        scale = 1 << int(shift) if shift is not None else 1
+        if scale > 8:
+            raise _Unsupported(f"bad shift in {op!r}")
+        return replace(mem, index=_AARCH64_REGS[second][0], scale=scale)
+    if shift is not None:
+        raise _Unsupported(f"cannot parse operand {op!r}")
+    return replace(mem, disp=_parse_int(second.removeprefix("#")))

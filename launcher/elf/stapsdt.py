@@ -1,0 +1,268 @@
+"""USDT probe sites: `.note.stapsdt` entries from `<sys/sdt.h>`, checked against the file.
+
+Each STAP_PROBE expands to a `nop` at the probe site plus a note recording the
+site's address, the optional semaphore's address and an argument string.  The
+notes are decoded here with `struct` (pyelftools mislabels NT_STAPSDT and is
+slow on 20k notes) and every site is validated before pydyn would patch it: a
+note that points outside the code or at something other than a nop is
+reported as a SkippedSite, never armed.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .argspec import ArgSpec, parse_sdt_args
+from .notes import BadNote, iter_raw_notes
+from .reader import ElfHandle, ElfInfo, LoadSegment, open_elf, read_elf_info
+from .symbols import SymbolTable
+
+NT_STAPSDT = 3
+_STAPSDT_NAME = b"stapsdt"
+_NOTE_SECTION = ".note.stapsdt"
+_BASE_SECTION = ".stapsdt.base"
+_SEMAPHORE_SIZE = 2           # unsigned short, incremented by each tracer
+_MAX_X86_INSN = 15
+# Names end up in generated C and in script matching: keep them to what sdt.h can emit.
+_NAME_RE = re.compile(r"[A-Za-z0-9_.$-]+")
+_AARCH64_NOP = b"\x1f\x20\x03\xd5"
+
+
+@dataclass(frozen=True)
+class SdtNote:
+    """One decoded NT_STAPSDT note.
+
+    `pc` and `semaphore` are already adjusted for prelink: if the file has a
+    `.stapsdt.base` section, both are moved by `sh_addr - base` (semaphore only
+    when non-zero).  `base` is the note's raw base field.
+    """
+
+    provider: str
+    name: str
+    pc: int
+    base: int
+    semaphore: int
+    args: str
+
+    def __str__(self) -> str:
+        sema = f" sema={self.semaphore:#x}" if self.semaphore else ""
+        return f"{self.provider}:{self.name} pc={self.pc:#x}{sema} args={self.args!r}"
+
+
+@dataclass(frozen=True)
+class ProbeSite:
+    """A validated probe site: pydyn may patch the `nop_len`-byte nop at `pc`."""
+
+    path: str
+    provider: str
+    name: str
+    pc: int             # link-time vaddr; add the load bias at run time
+    semaphore: int      # link-time vaddr of the unsigned short, 0 if none
+    arg_text: str
+    args: tuple[ArgSpec, ...]
+    nop_len: int
+    machine: str
+    elf_class: int
+
+    def __str__(self) -> str:
+        sema = f" sema={self.semaphore:#x}" if self.semaphore else ""
+        return (f'process("{self.path}").provider("{self.provider}").mark("{self.name}") '
+                f'pc={self.pc:#x}{sema} args="{self.arg_text}"')
+
+
+@dataclass(frozen=True)
+class SkippedSite:
+    """A note pydyn will not arm, and why."""
+
+    path: str
+    provider: str
+    name: str
+    pc: int
+    reason: str
+
+    def __str__(self) -> str:
+        who = f"{self.provider}:{self.name}" if self.provider or self.name else "note"
+        return f"{self.path}: {who} at pc={self.pc:#x} skipped: {self.reason}"
+
+
+@dataclass(frozen=True)
+class SiteScan:
+    """All USDT notes of one file: the usable sites and the skipped ones."""
+
+    info: ElfInfo
+    sites: tuple[ProbeSite, ...]
+    skipped: tuple[SkippedSite, ...]
+
+    def __str__(self) -> str:
+        return f"{self.info.path}: {len(self.sites)} probe sites, {len(self.skipped)} skipped"
+
+
+@dataclass(frozen=True)
+class _Malformed:
+    pc: int
+    provider: str
+    name: str
+    reason: str
+
+
+def _decode_notes(data: bytes, elf_class: int, little_endian: bool,
+                  base_addr: int | None) -> Iterator[SdtNote | _Malformed]:
+    word = 8 if elf_class == 64 else 4
+    words = struct.Struct(("<" if little_endian else ">") + ("QQQ" if word == 8 else "III"))
+    mask = (1 << (word * 8)) - 1
+    for note in iter_raw_notes(data, little_endian):
+        if isinstance(note, BadNote):
+            yield _Malformed(0, "", "", f"malformed {_NOTE_SECTION} section: {note}")
+            return
+        if note.name != _STAPSDT_NAME or note.type != NT_STAPSDT:
+            continue
+        desc = note.desc
+        if len(desc) < words.size:
+            yield _Malformed(0, "", "", f"note at +{note.offset:#x} too short")
+            continue
+        pc, base, sema = words.unpack_from(desc)
+        strings = desc[words.size:]
+        parts = strings.split(b"\0", 3)
+        if len(parts) < 3:
+            yield _Malformed(pc, "", "", f"note at +{note.offset:#x} has unterminated strings")
+            continue
+        try:
+            provider, name, args = (p.decode("ascii") for p in parts[:3])
+        except UnicodeDecodeError:
+            yield _Malformed(pc, "", "", f"note at +{note.offset:#x} has non-ASCII text")
+            continue
+        if not _NAME_RE.fullmatch(provider) or not _NAME_RE.fullmatch(name):
+            yield _Malformed(pc, provider[:64], name[:64],
+                             f"note at +{note.offset:#x} has an invalid provider or name")
+            continue
+        if not args.isprintable():
+            yield _Malformed(pc, provider, name,
+                             f"note at +{note.offset:#x} has unprintable argument text")
+            continue
+        if base_addr is not None and base:
+            # The file was prelinked (moved) after the notes were written: the
+            # .stapsdt.base section moved with it while the note fields did not.
+            delta = base_addr - base
+            pc = (pc + delta) & mask
+            if sema:
+                sema = (sema + delta) & mask
+        yield SdtNote(provider, name, pc, base, sema, args)
+
+
+def _read_notes(h: ElfHandle, info: ElfInfo) -> list[SdtNote | _Malformed]:
+    section = h.get_section_bytes(_NOTE_SECTION)
+    if section is None:
+        return []
+    base_section = h.elffile.get_section_by_name(_BASE_SECTION)
+    base_addr = base_section["sh_addr"] if base_section is not None else None
+    return list(_decode_notes(section[1], info.elf_class, info.little_endian, base_addr))
+
+
+def iter_stapsdt_notes(path: str) -> Iterator[SdtNote]:
+    """The well-formed USDT notes of the file at `path` (malformed ones are left out)."""
+    with open_elf(path) as h:
+        notes = _read_notes(h, read_elf_info(h))
+    for note in notes:
+        if isinstance(note, SdtNote):
+            yield note
+
+
+def nop_length(code: bytes, machine: str) -> int:
+    """Length of the nop instruction at the start of `code`, 0 if it is not one."""
+    if machine in ("x86_64", "i386"):
+        return _x86_nop_length(code)
+    if machine == "aarch64":
+        return 4 if code[:4] == _AARCH64_NOP else 0
+    return 0
+
+
+def _x86_nop_length(code: bytes) -> int:
+    """`90`, `66 90`, and the `[66|2e]* 0f 1f /0` multi-byte nops compilers pad with."""
+    i = 0
+    while i < len(code) and code[i] in (0x66, 0x2E) and i < 8:
+        i += 1
+    if i < len(code) and code[i] == 0x90:
+        return i + 1 if all(b == 0x66 for b in code[:i]) else 0
+    if code[i:i + 2] != b"\x0f\x1f" or len(code) < i + 3:
+        return 0
+    modrm = code[i + 2]
+    if (modrm >> 3) & 7:
+        return 0          # 0f 1f is only a nop with reg field /0
+    mod, rm = modrm >> 6, modrm & 7
+    n = i + 3
+    if mod != 3 and rm == 4:
+        sib_base = code[n] & 7 if n < len(code) else 0
+        n += 1
+        if mod == 0 and sib_base == 5:
+            n += 4
+    if mod == 0 and rm == 5:
+        n += 4
+    elif mod == 1:
+        n += 1
+    elif mod == 2:
+        n += 4
+    return n if n <= min(len(code), _MAX_X86_INSN) else 0
+
+
+def _segment_for(segments: tuple[LoadSegment, ...], addr: int, size: int, *,
+                 executable: bool = False, writable: bool = False) -> LoadSegment | None:
+    for seg in segments:
+        if executable and not seg.executable or writable and not seg.writable:
+            continue
+        if seg.contains(addr, size):
+            return seg
+    return None
+
+
+def get_probe_sites(path: str) -> SiteScan:
+    """Every USDT probe site of the ELF file at `path`, validated (TargetError if unreadable)."""
+    with open_elf(path) as h:
+        info = read_elf_info(h)
+        notes = _read_notes(h, info)
+        symbols = SymbolTable.from_handle(h)
+        # A library's static-TLS offset is chosen by ld.so at run time, so @tpoff
+        # forms are only resolvable in an executable.
+        tls = None if info.is_shared_object else info.tls
+        parsed: dict[str, tuple[ArgSpec, ...]] = {}
+        sites: list[ProbeSite] = []
+        skipped: list[SkippedSite] = []
+        for note in notes:
+            if isinstance(note, _Malformed):
+                skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
+                                           note.reason))
+                continue
+            reason, nop_len = _check_site(h, info, note)
+            if reason:
+                skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
+                                           reason))
+                continue
+            args = parsed.get(note.args)
+            if args is None:
+                args = parsed[note.args] = parse_sdt_args(note.args, info.machine, symbols, tls)
+            sites.append(ProbeSite(info.path, note.provider, note.name, note.pc,
+                                   note.semaphore, note.args, args, nop_len,
+                                   info.machine, info.elf_class))
+    return SiteScan(info, tuple(sites), tuple(skipped))
+
+
+def _check_site(h: ElfHandle, info: ElfInfo, note: SdtNote) -> tuple[str, int]:
+    """(reason to skip, "") or ("", nop length)."""
+    if info.machine not in ("x86_64", "i386", "aarch64"):
+        return f"probe sites on machine {info.machine} are not supported", 0
+    seg = _segment_for(info.segments, note.pc, 1, executable=True)
+    offset = seg.file_offset(note.pc) if seg is not None else None
+    if seg is None or offset is None:
+        return "not inside an executable segment (dangling note, e.g. after --gc-sections)", 0
+    avail = seg.offset + seg.filesz - offset
+    code = h.read(offset, min(_MAX_X86_INSN, avail)) or b""
+    nop_len = nop_length(code, info.machine)
+    if not nop_len:
+        shown = code[:4].hex(" ") or "none"
+        return f"instruction at pc is not a nop ({shown})", 0
+    if note.semaphore and _segment_for(info.segments, note.semaphore, _SEMAPHORE_SIZE,
+                                       writable=True) is None:
+        return f"semaphore {note.semaphore:#x} is not inside a writable segment", 0
+    return "", nop_len

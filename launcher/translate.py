@@ -1,0 +1,1463 @@
+"""Pass 3: translate a resolved script into one C source for every ABI.
+
+Types are inferred first (long, string, statistics, arrays of them) to a
+fixpoint; then each probe becomes a C handler `static void probe_N(struct
+pd_ctx *c)` and the tables the runtime arms from (sites with their argument
+descriptors, objects, probes) are emitted.  Globals live at fixed offsets in
+the segment's globals area, computed here, so every ABI agrees on them.
+Output is a binary record (format id + values) that the launcher formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pydyn.launcher.build import runtime_digest
+from pydyn.launcher.elf.argspec import ArgKind, ArgSpec
+from pydyn.launcher.elf.stapsdt import ProbeSite
+from pydyn.launcher.errors import ScriptError, SourceLocation
+from pydyn.launcher.format import Conversion, FormatSpec, parse_format
+from pydyn.launcher.resolve import Resolution, ResolvedPoint
+from pydyn.launcher.script import ast
+
+LONG, STRING, STAT = "long", "string", "stat"
+MAXSTRINGLEN = 512
+MAXMAPENTRIES = 2048
+STAT_SIZE = 8 * (5 + 128)
+ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32"}
+PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386"}
+PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
+                "mark": "PD_PROBE_MARK", "process_begin": "PD_PROBE_PROCESS_BEGIN",
+                "process_end": "PD_PROBE_PROCESS_END", "timer": "PD_PROBE_TIMER"}
+STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
+            "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
+
+
+@dataclass(frozen=True)
+class HistFormat:
+    """A histogram record: its arguments are the bucket counts."""
+
+    kind: str  # "log" | "linear"
+    lo: int = 0
+    hi: int = 0
+    step: int = 1
+
+
+Format = FormatSpec | HistFormat
+
+
+@dataclass
+class Program:
+    """What translation produces: the C source and what the launcher needs to run it."""
+
+    c_source: str
+    checksum: bytes
+    formats: list[Format]
+    required_abis: frozenset[str]
+    globals_size: int
+    needs_wait: bool              # has probes that fire outside begin/end (marks, timers)
+    timers: list[tuple[int, int, int]] = field(default_factory=list)  # (probe, period, rand)
+    sites: list[ProbeSite] = field(default_factory=list)
+
+    @property
+    def checksum_hex(self) -> str:
+        return self.checksum.hex()[:16]
+
+
+@dataclass
+class ArrayType:
+    keys: list[str | None]
+    value: str | None
+
+
+@dataclass
+class GlobalVar:
+    decl: ast.Global | None
+    name: str
+    type: str | None = None          # scalar type
+    array: ArrayType | None = None
+    offset: int = 0
+    size: int = 0
+    read: bool = False
+    written: bool = False
+    hist_log: bool = False
+    hist_linear: tuple[int, int, int] | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.array is not None
+
+    @property
+    def cname(self) -> str:
+        return f"g_{self.name}"
+
+
+@dataclass
+class FuncInfo:
+    decl: ast.Function
+    params: list[str | None]
+    ret: str | None
+    locals: dict[str, str | None] = field(default_factory=dict)
+    uses_globals: bool = False
+
+
+def _err(msg: str, node: ast.Node | None, hint: str | None = None) -> ScriptError:
+    return ScriptError(msg, node.loc if node is not None else None, hint)
+
+
+def _c_string(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+    out = []
+    for b in data:
+        ch = chr(b)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= b < 127 and ch != "?":  # '?' escaped: no trigraphs
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _where(node: ast.Node) -> str:
+    loc = node.loc
+    return _c_string(f"{_describe(node)} at {loc.file}:{loc.line}:{loc.column}")
+
+
+def _describe(node: ast.Node) -> str:
+    if isinstance(node, ast.BinaryOp | ast.Assign | ast.Unary | ast.Comparison):
+        return f"operator '{node.op}'"
+    if isinstance(node, ast.Symbol):
+        return f"identifier '{node.name}'"
+    if isinstance(node, ast.Call):
+        return f"identifier '{node.name}'"
+    return "statement"
+
+
+def format_point(point: ast.ProbePoint) -> str:
+    parts = []
+    for comp in point.components:
+        if comp.arg is None:
+            parts.append(comp.name)
+        elif isinstance(comp.arg, int):
+            parts.append(f"{comp.name}({comp.arg})")
+        else:
+            parts.append(f"{comp.name}({json.dumps(comp.arg)})")
+    return ".".join(parts) + ("?" if point.optional else "")
+
+
+def _next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p <<= 1
+    return p
+
+
+def _type_size(t: str | None) -> int:
+    return {LONG: 8, STRING: MAXSTRINGLEN, STAT: STAT_SIZE}.get(t or LONG, 8)
+
+
+# Built-in functions: name -> (argument types, return type).  None = any.
+BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "pid": ((), LONG), "tid": ((), LONG), "ppid": ((), LONG), "uid": ((), LONG),
+    "euid": ((), LONG), "gid": ((), LONG), "cpu": ((), LONG), "target": ((), LONG),
+    "execname": ((), STRING), "pp": ((), STRING), "pn": ((), STRING),
+    "gettimeofday_s": ((), LONG), "gettimeofday_ms": ((), LONG),
+    "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
+    "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
+    "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
+    "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
+    "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
+    "str_replace": ((STRING, STRING, STRING), STRING),
+    "user_string": ((LONG,), STRING), "user_string_n": ((LONG, LONG), STRING),
+    "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
+    "user_long": ((LONG,), LONG), "user_int8": ((LONG,), LONG), "user_uint8": ((LONG,), LONG),
+    "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
+    "user_int32": ((LONG,), LONG), "user_uint32": ((LONG,), LONG),
+    "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
+    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
+    "abs": ((LONG,), LONG),
+}
+PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
+               "printdln"}
+USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
+              "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
+              "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
+              "user_uint32": (4, 0), "user_int64": (8, 1), "user_uint64": (8, 0),
+              "user_ushort": (2, 0), "user_uint": (4, 0)}
+
+
+class Scope:
+    """Locals of one probe or function."""
+
+    def __init__(self, kind: str, func: FuncInfo | None = None,
+                 sites: tuple[ProbeSite, ...] = (), probe_kinds: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self.func = func
+        self.locals: dict[str, str | None] = func.locals if func else {}
+        self.sites = sites
+        self.probe_kinds = probe_kinds
+        self.uses_globals = False
+
+
+class Translator:
+    def __init__(self, script: ast.Script, resolution: Resolution) -> None:
+        self.script = script
+        self.resolution = resolution
+        self.globals: dict[str, GlobalVar] = {}
+        self.funcs: dict[str, FuncInfo] = {}
+        self.formats: list[Format] = []
+        self._format_ids: dict[object, int] = {}
+        self.changed = False
+        for g in script.globals:
+            if g.name in self.globals:
+                raise _err(f"duplicate global '{g.name}'", g)
+            var = GlobalVar(g, g.name)
+            if g.init is not None:
+                var.type = STRING if isinstance(g.init, ast.StringLiteral) else LONG
+                var.written = True
+            if g.size is not None or g.wrap:
+                var.array = ArrayType([], None)
+            self.globals[g.name] = var
+        for f in script.functions:
+            if f.name in self.funcs:
+                raise _err(f"duplicate function '{f.name}'", f)
+            if f.name in BUILTINS or f.name in PRINT_FUNCS:
+                raise _err(f"function '{f.name}' redefines a built-in", f)
+            info = FuncInfo(f, [p.type for p in f.params], f.return_type)
+            for p in f.params:
+                info.locals[p.name] = p.type
+            self.funcs[f.name] = info
+        self.scopes: dict[int, Scope] = {}
+        for probe in script.probes:
+            points = resolution.points.get(id(probe), [])
+            sites = tuple(s for rp in points for s in rp.sites)
+            self.scopes[id(probe)] = Scope("probe", sites=sites,
+                                           probe_kinds=tuple(rp.kind for rp in points))
+        for f in script.functions:
+            self.scopes[id(f)] = Scope("function", self.funcs[f.name])
+
+    # ------------------------------------------------------------------ types
+    def _set(self, current: str | None, new: str | None, node: ast.Node, what: str) -> str | None:
+        if new is None or current == new:
+            return current
+        if current is None:
+            self.changed = True
+            return new
+        raise _err(f"type mismatch for {what}: {current} vs {new}", node)
+
+    def _var_kind(self, name: str, scope: Scope) -> str:
+        if name in scope.locals:
+            return "local"
+        if name in self.globals:
+            return "global"
+        return "local"
+
+    def infer(self) -> None:
+        for _ in range(50):
+            self.changed = False
+            for probe in self.script.probes:
+                self._infer_stmt(probe.body, self.scopes[id(probe)])
+            for f in self.script.functions:
+                self._infer_stmt(f.body, self.scopes[id(f)])
+            if not self.changed:
+                break
+        for name, var in self.globals.items():
+            if var.array is not None:
+                if var.array.value is None:
+                    raise _err(f"unresolved type for global array '{name}'", var.decl)
+                if any(k is None for k in var.array.keys) or not var.array.keys:
+                    raise _err(f"unresolved key types for global array '{name}'", var.decl)
+            elif var.type is None:
+                raise _err(f"unresolved type for global '{name}'", var.decl,
+                           "assign it a value somewhere in the script")
+        for f in self.script.functions:
+            info = self.funcs[f.name]
+            for p, t in zip(f.params, info.params, strict=True):
+                if t is None:
+                    raise _err(f"unresolved type for parameter '{p.name}'", p)
+
+    def _local_type(self, scope: Scope, sym: ast.Symbol, t: str | None) -> str | None:
+        cur = scope.locals.get(sym.name)
+        new = self._set(cur, t, sym, f"identifier '{sym.name}'")
+        scope.locals[sym.name] = new
+        return new
+
+    def _sym_type(self, sym: ast.Symbol, scope: Scope, t: str | None = None,
+                  write: bool = False) -> str | None:
+        if self._var_kind(sym.name, scope) == "global":
+            var = self.globals[sym.name]
+            scope.uses_globals = True
+            if var.is_array:
+                raise _err(f"array '{sym.name}' used without an index", sym)
+            if write:
+                var.written = True
+            else:
+                var.read = True
+            var.type = self._set(var.type, t, sym, f"global '{sym.name}'")
+            return var.type
+        return self._local_type(scope, sym, t)
+
+    def _array(self, base: ast.Expr, nkeys: int, scope: Scope, write: bool) -> GlobalVar:
+        if not isinstance(base, ast.Symbol):
+            raise _err("only global arrays can be indexed", base)
+        var = self.globals.get(base.name)
+        if var is None or base.name in scope.locals:
+            raise _err(f"'{base.name}' is not a global array", base,
+                       f"declare it: global {base.name}")
+        scope.uses_globals = True
+        if var.type is not None:
+            raise _err(f"'{base.name}' is a scalar, not an array", base)
+        if var.array is None:
+            var.array = ArrayType([None] * nkeys, None)
+            self.changed = True
+        if not var.array.keys:
+            var.array.keys = [None] * nkeys
+            self.changed = True
+        if len(var.array.keys) != nkeys:
+            raise _err(f"array '{base.name}' used with {nkeys} keys, elsewhere with "
+                       f"{len(var.array.keys)}", base)
+        if write:
+            var.written = True
+        else:
+            var.read = True
+        return var
+
+    def _index_type(self, node: ast.Index, scope: Scope, t: str | None = None,
+                    write: bool = False) -> str | None:
+        if isinstance(node.base, ast.HistOp):
+            self._infer(node.base.operand, scope)
+            for k in node.indexes:
+                self._expect(k, LONG, scope)
+            return LONG
+        var = self._array(node.base, len(node.indexes), scope, write)
+        assert var.array is not None
+        for i, k in enumerate(node.indexes):
+            if isinstance(k, ast.Wildcard):
+                raise _err("a wildcard index is only allowed in delete, in and foreach", k)
+            kt = self._infer(k, scope)
+            var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key {i + 1} of '{var.name}'")
+            if kt is None and var.array.keys[i] is not None:
+                self._infer(k, scope, var.array.keys[i])
+        var.array.value = self._set(var.array.value, t, node, f"array '{var.name}'")
+        return var.array.value
+
+    def _expect(self, e: ast.Expr, t: str, scope: Scope) -> None:
+        got = self._infer(e, scope, t)
+        if got is not None and got != t:
+            raise _err(f"type mismatch: expected {t}, found {got}", e)
+
+    def _infer(self, e: ast.Expr, scope: Scope, want: str | None = None) -> str | None:
+        """Infer e's type; `want` propagates a known type into untyped variables."""
+        if isinstance(e, ast.NumberLiteral):
+            return LONG
+        if isinstance(e, ast.StringLiteral):
+            return STRING
+        if isinstance(e, ast.Symbol):
+            return self._sym_type(e, scope, want)
+        if isinstance(e, ast.Index):
+            return self._index_type(e, scope, want)
+        if isinstance(e, ast.TargetSymbol):
+            return self._target_type(e, scope)
+        if isinstance(e, ast.BinaryOp):
+            t = STRING if e.op == "." else LONG
+            self._expect(e.left, t, scope)
+            self._expect(e.right, t, scope)
+            return t
+        if isinstance(e, ast.Comparison):
+            lt = self._infer(e.left, scope)
+            rt = self._infer(e.right, scope, lt)
+            if lt is None and rt is not None:
+                lt = self._infer(e.left, scope, rt)
+            if lt and rt and lt != rt:
+                raise _err(f"type mismatch: comparing {lt} with {rt}", e)
+            if STAT in (lt, rt):
+                raise _err("statistics cannot be compared; use @count, @sum...", e)
+            return LONG
+        if isinstance(e, ast.Logical):
+            self._expect(e.left, LONG, scope)
+            self._expect(e.right, LONG, scope)
+            return LONG
+        if isinstance(e, ast.Unary):
+            self._expect(e.operand, LONG, scope)
+            return LONG
+        if isinstance(e, ast.IncDec):
+            self._lvalue(e.operand, scope, LONG)
+            return LONG
+        if isinstance(e, ast.Assign):
+            return self._infer_assign(e, scope)
+        if isinstance(e, ast.Ternary):
+            self._expect(e.cond, LONG, scope)
+            a = self._infer(e.then, scope, want)
+            b = self._infer(e.else_, scope, a or want)
+            if a is None and b is not None:
+                a = self._infer(e.then, scope, b)
+            if a and b and a != b:
+                raise _err(f"type mismatch in ?: ({a} vs {b})", e)
+            return a or b
+        if isinstance(e, ast.ArrayIn):
+            var = self._array(e.array, len(e.keys), scope, write=False)
+            assert var.array is not None
+            for i, k in enumerate(e.keys):
+                if isinstance(k, ast.Wildcard):
+                    continue
+                kt = self._infer(k, scope, var.array.keys[i])
+                var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+            return LONG
+        if isinstance(e, ast.StatOp):
+            self._stat_operand(e.operand, scope, read=True)
+            return LONG
+        if isinstance(e, ast.HistOp):
+            var = self._stat_operand(e.operand, scope, read=True)
+            if e.kind == "log":
+                var.hist_log = True
+            else:
+                lo, hi, step = e.params
+                if step <= 0 or hi <= lo:
+                    raise _err("@hist_linear needs lo < hi and step > 0", e)
+                if (hi - lo) // step + 3 > 128:
+                    raise _err("@hist_linear has too many buckets (at most 125)", e)
+                if var.hist_linear not in (None, (lo, hi, step)):
+                    raise _err(f"'{var.name}' is used with two different @hist_linear", e)
+                var.hist_linear = (lo, hi, step)
+            if var.hist_log and var.hist_linear:
+                raise _err(f"'{var.name}' is used with both @hist_log and @hist_linear", e)
+            return "hist"
+        if isinstance(e, ast.Call):
+            return self._infer_call(e, scope)
+        if isinstance(e, ast.Defined):
+            return LONG
+        if isinstance(e, ast.Wildcard):
+            raise _err("unexpected '*'", e)
+        raise _err(f"{type(e).__name__} expressions are not supported yet", e)
+
+    def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
+        if isinstance(e, ast.Symbol):
+            var = self.globals.get(e.name)
+            if var is None or e.name in scope.locals:
+                raise _err(f"'{e.name}' is not a global statistic", e)
+            scope.uses_globals = True
+            var.type = self._set(var.type, STAT, e, f"global '{e.name}'")
+            var.read |= read
+            var.written |= not read
+            return var
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
+            self._index_type(e, scope, STAT, write=not read)
+            var = self.globals[e.base.name]
+            var.read |= read
+            return var
+        raise _err("aggregate operations need a global statistic", e)
+
+    def _lvalue(self, e: ast.Expr, scope: Scope, t: str | None) -> str | None:
+        if isinstance(e, ast.Symbol):
+            return self._sym_type(e, scope, t, write=True)
+        if isinstance(e, ast.Index):
+            return self._index_type(e, scope, t, write=True)
+        raise _err("cannot assign to this expression", e)
+
+    def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
+        if e.op == "<<<":
+            self._stat_operand(e.target, scope, read=False)
+            self._expect(e.value, LONG, scope)
+            return LONG
+        if e.op == "=":
+            vt = self._infer(e.value, scope)
+            tt = self._lvalue(e.target, scope, vt)
+            if vt is None and tt is not None:
+                self._infer(e.value, scope, tt)
+            if tt == STAT:
+                raise _err("use <<< to add a value to a statistic", e)
+            return tt or vt
+        t = STRING if e.op == ".=" else LONG
+        self._lvalue(e.target, scope, t)
+        if isinstance(e.target, ast.Symbol | ast.Index):
+            # compound assignment also reads the target
+            self._mark_read(e.target)
+        self._expect(e.value, t, scope)
+        return t
+
+    def _mark_read(self, target: ast.Expr) -> None:
+        name = target.name if isinstance(target, ast.Symbol) else (
+            target.base.name if isinstance(target, ast.Index) and
+            isinstance(target.base, ast.Symbol) else None)
+        if name in self.globals:
+            self.globals[name].read = True
+
+    def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        name = e.name
+        if e.components:
+            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
+        if name in ("$$name", "$$provider", "$$parms", "$$vars"):
+            if scope.kind != "probe" or not scope.sites:
+                raise _err(f"'{name}' is only available in process mark probes", e)
+            return STRING
+        if name.startswith("$arg") and name[4:].isdigit():
+            n = int(name[4:])
+            if scope.kind != "probe" or not scope.sites:
+                raise _err(f"'{name}' is only available in process mark probes", e)
+            for site in scope.sites:
+                if n < 1 or n > len(site.args):
+                    raise _err(f"'{name}' is not available: mark {site.provider}:{site.name} "
+                               f"in {site.path} has {len(site.args)} argument(s)", e)
+                spec = site.args[n - 1]
+                if spec.kind == ArgKind.UNSUPPORTED:
+                    raise _err(f"'{name}' of mark {site.provider}:{site.name} cannot be read: "
+                               f"operand '{spec.text}': {spec.error}", e)
+            return LONG
+        raise _err(f"unknown context variable '{name}'", e,
+                   "marks provide $arg1..$argN, $$name, $$provider, $$parms")
+
+    def _infer_call(self, e: ast.Call, scope: Scope) -> str | None:
+        name = e.name
+        if name in PRINT_FUNCS:
+            for a in e.args:
+                if not isinstance(a, ast.HistOp):
+                    self._infer(a, scope)
+                else:
+                    self._infer(a, scope)
+            if name in ("printf", "sprintf"):
+                fmt = e.args[0]
+                assert isinstance(fmt, ast.StringLiteral)
+                spec = parse_format(fmt.value, fmt.loc)
+                args = e.args[1:]
+                if len(args) != len(spec.arg_types):
+                    raise _err(f"format string expects {len(spec.arg_types)} argument(s), "
+                               f"{len(args)} given", e)
+                for a, t in zip(args, spec.arg_types, strict=True):
+                    self._expect(a, t, scope)
+            return STRING if name.startswith("s") else None
+        if name in BUILTINS:
+            params, ret = BUILTINS[name]
+            if name == "strtol" and len(e.args) == 1:
+                params = (STRING,)
+            if name == "substr" and len(e.args) == 2:
+                params = (STRING, LONG)
+            if name == "exit" and e.args:
+                raise _err("exit() takes no arguments", e)
+            if len(e.args) != len(params):
+                raise _err(f"{name}() takes {len(params)} argument(s), {len(e.args)} given", e)
+            for a, t in zip(e.args, params, strict=True):
+                self._expect(a, t, scope)
+            return ret
+        info = self.funcs.get(name)
+        if info is None:
+            import difflib
+            close = difflib.get_close_matches(name, [*self.funcs, *BUILTINS, *PRINT_FUNCS], 3)
+            raise _err(f"unresolved function '{name}'", e,
+                       f"did you mean {', '.join(close)}?" if close else None)
+        if len(e.args) != len(info.params):
+            raise _err(f"{name}() takes {len(info.params)} argument(s), {len(e.args)} given", e)
+        for i, a in enumerate(e.args):
+            t = self._infer(a, scope, info.params[i])
+            new = self._set(info.params[i], t, a, f"parameter {i + 1} of '{name}'")
+            if new != info.params[i]:
+                info.params[i] = new
+                info.locals[info.decl.params[i].name] = new
+        if info.uses_globals:
+            scope.uses_globals = True
+        return info.ret
+
+    def _infer_stmt(self, s: ast.Stmt, scope: Scope) -> None:
+        if isinstance(s, ast.Block):
+            for st in s.statements:
+                self._infer_stmt(st, scope)
+        elif isinstance(s, ast.ExprStatement):
+            self._infer(s.expr, scope)
+        elif isinstance(s, ast.If):
+            self._expect(s.cond, LONG, scope)
+            self._infer_stmt(s.then, scope)
+            if s.else_ is not None:
+                self._infer_stmt(s.else_, scope)
+        elif isinstance(s, ast.While):
+            self._expect(s.cond, LONG, scope)
+            self._infer_stmt(s.body, scope)
+        elif isinstance(s, ast.For):
+            if s.init is not None:
+                self._infer(s.init, scope)
+            if s.cond is not None:
+                self._expect(s.cond, LONG, scope)
+            if s.step is not None:
+                self._infer(s.step, scope)
+            self._infer_stmt(s.body, scope)
+        elif isinstance(s, ast.Foreach):
+            self._infer_foreach(s, scope)
+        elif isinstance(s, ast.Delete):
+            self._infer_delete(s, scope)
+        elif isinstance(s, ast.Return):
+            if scope.func is None:
+                raise _err("return outside a function", s, "use 'next' to leave a probe")
+            if s.value is not None:
+                t = self._infer(s.value, scope, scope.func.ret)
+                scope.func.ret = self._set(scope.func.ret, t, s, f"return of '{scope.func.decl.name}'")
+                if t is None and scope.func.ret is not None:
+                    self._infer(s.value, scope, scope.func.ret)
+        elif isinstance(s, ast.Try):
+            self._infer_stmt(s.body, scope)
+            if s.catch_var is not None:
+                self._local_type(scope, s.catch_var, STRING)
+            self._infer_stmt(s.handler, scope)
+        elif isinstance(s, ast.Next):
+            if scope.kind != "probe":
+                raise _err("next outside a probe", s)
+        elif isinstance(s, ast.Break | ast.Continue | ast.Empty):
+            pass
+        else:
+            raise _err(f"{type(s).__name__} statements are not supported", s)
+        if scope.func is not None and scope.uses_globals:
+            scope.func.uses_globals = True
+
+    def _infer_foreach(self, s: ast.Foreach, scope: Scope) -> None:
+        if isinstance(s.array, ast.HistOp):
+            raise _err("foreach over a histogram is not supported yet", s.array)
+        var = self._array(s.array, len(s.keys), scope, write=False)
+        assert var.array is not None
+        for i, k in enumerate(s.keys):
+            if k.name in self.globals:
+                raise _err(f"foreach key '{k.name}' shadows a global", k)
+            kt = self._local_type(scope, k, var.array.keys[i])
+            var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+        if s.value is not None:
+            vt = self._local_type(scope, s.value, var.array.value)
+            var.array.value = self._set(var.array.value, vt, s.value, f"array '{var.name}'")
+        if s.slice is not None:
+            raise _err("foreach over an array slice is not supported yet", s)
+        if s.limit is not None:
+            self._expect(s.limit, LONG, scope)
+        self._infer_stmt(s.body, scope)
+
+    def _infer_delete(self, s: ast.Delete, scope: Scope) -> None:
+        t = s.target
+        if isinstance(t, ast.Symbol):
+            var = self.globals.get(t.name)
+            if var is not None and t.name not in scope.locals:
+                scope.uses_globals = True
+                var.written = True
+                return
+            self._local_type(scope, t, None)
+            return
+        if isinstance(t, ast.Index):
+            var = self._array(t.base, len(t.indexes), scope, write=True)
+            assert var.array is not None
+            for i, k in enumerate(t.indexes):
+                if isinstance(k, ast.Wildcard):
+                    raise _err("delete with a wildcard index is not supported yet", k)
+                kt = self._infer(k, scope, var.array.keys[i])
+                var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+            return
+        raise _err("delete needs a variable or an array element", t)
+
+    # ----------------------------------------------------------------- layout
+    def layout_globals(self) -> int:
+        off = 0
+        for var in self.globals.values():
+            var.offset = off
+            if var.array is not None:
+                size_limit = (var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES)
+                cap = _next_pow2(size_limit + size_limit // 4 + 1)
+                var.size = 16 + cap * self._entry_size(var)
+            else:
+                var.size = _type_size(var.type)
+            off += (var.size + 63) & ~63
+        return off
+
+    def _key_size(self, var: GlobalVar) -> int:
+        assert var.array is not None
+        return sum(_type_size(k) for k in var.array.keys)
+
+    def _entry_size(self, var: GlobalVar) -> int:
+        assert var.array is not None
+        return 16 + self._key_size(var) + _type_size(var.array.value)
+
+    def format_id(self, fmt: Format) -> int:
+        key = (type(fmt).__name__, repr(fmt))
+        if key not in self._format_ids:
+            self._format_ids[key] = len(self.formats)
+            self.formats.append(fmt)
+        return self._format_ids[key]
+
+
+class Emitter:
+    """C code for one handler or function."""
+
+    def __init__(self, tr: Translator, scope: Scope, sites: tuple[ProbeSite, ...] = ()) -> None:
+        self.tr = tr
+        self.scope = scope
+        self.sites = sites
+        self.lines: list[str] = []
+        self.decls: list[str] = []
+        self.ntemp = 0
+        self.indent = 1
+        self.err_label = ["out"]
+
+    def temp(self, ctype: str, suffix: str = "") -> str:
+        self.ntemp += 1
+        name = f"t{self.ntemp}"
+        self.decls.append(f"    {ctype} {name}{suffix};")
+        return name
+
+    def strtemp(self) -> str:
+        return self.temp("char", "[MAXSTRINGLEN]")
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def check(self) -> None:
+        self.line(f"if (PD_UNLIKELY(c->error)) goto {self.err_label[-1]};")
+
+    # ------------------------------------------------------------ expressions
+    def type_of(self, e: ast.Expr) -> str | None:
+        return self.tr._infer(e, self.scope)
+
+    def local(self, name: str) -> str:
+        return f"l_{name}"
+
+    def is_global(self, name: str) -> bool:
+        return name not in self.scope.locals and name in self.tr.globals
+
+    def gptr(self, var: GlobalVar) -> str:
+        return f"(c->globals + {var.offset})"
+
+    def key_blob(self, var: GlobalVar, keys: tuple[ast.Expr, ...]) -> str:
+        assert var.array is not None
+        kb = self.temp("uint8_t", f"[{max(self.tr._key_size(var), 8)}]")
+        parts = []
+        at = 0
+        for k, kt in zip(keys, var.array.keys, strict=True):
+            if kt == STRING:
+                parts.append(f"pd_key_str({kb} + {at}, {self.expr(k)})")
+            else:
+                parts.append(f"pd_key_i64({kb} + {at}, {self.expr(k)})")
+            at += _type_size(kt)
+        return f"({', '.join(parts)}, {kb})"
+
+    def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool) -> str:
+        return (f"pd_map_get(c, {self.gptr(var)}, &md_{var.name}, "
+                f"{self.key_blob(var, keys)}, {int(create)})")
+
+    def ptr(self, e: ast.Expr, create: bool) -> tuple[str, str, bool]:
+        """(C pointer expression, type, may_be_null) of an lvalue."""
+        if isinstance(e, ast.Symbol):
+            if self.is_global(e.name):
+                var = self.tr.globals[e.name]
+                t = var.type or LONG
+                ctype = "char *" if t == STRING else "int64_t *"
+                return f"(({ctype}){self.gptr(var)})", t, False
+            t = self.scope.locals.get(e.name) or LONG
+            return (self.local(e.name) if t == STRING else f"&{self.local(e.name)}"), t, False
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
+            var = self.tr.globals[e.base.name]
+            assert var.array is not None
+            t = var.array.value or LONG
+            ctype = {STRING: "char *", STAT: "struct pd_stat *"}.get(t, "int64_t *")
+            return f"(({ctype}){self.map_get(var, e.indexes, create)})", t, True
+        raise _err("cannot assign to this expression", e)
+
+    def expr(self, e: ast.Expr) -> str:
+        if isinstance(e, ast.NumberLiteral):
+            v = e.value
+            return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
+        if isinstance(e, ast.StringLiteral):
+            return _c_string(e.as_bytes())
+        if isinstance(e, ast.Symbol):
+            p, t, _ = self.ptr(e, False)
+            return p if t == STRING else f"(*{p})"
+        if isinstance(e, ast.Index):
+            if isinstance(e.base, ast.HistOp):
+                raise _err("indexing a histogram is not supported yet", e)
+            p, t, _ = self.ptr(e, False)
+            if t == STRING:
+                return f"({{ char *p_ = {p}; p_ ? p_ : \"\"; }})"
+            return f"({{ int64_t *p_ = {p}; p_ ? *p_ : 0; }})"
+        if isinstance(e, ast.TargetSymbol):
+            return self.target(e)
+        if isinstance(e, ast.BinaryOp):
+            return self.binary(e)
+        if isinstance(e, ast.Comparison):
+            lt = self.type_of(e.left)
+            a, b = self.expr(e.left), self.expr(e.right)
+            if lt == STRING:
+                return f"(strcmp({a}, {b}) {e.op} 0)"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, ast.Logical):
+            return f"(int64_t)(({self.expr(e.left)}) {e.op} ({self.expr(e.right)}))"
+        if isinstance(e, ast.Unary):
+            inner = self.expr(e.operand)
+            if e.op == "-":
+                return f"(int64_t)(0 - (uint64_t)({inner}))"
+            if e.op == "+":
+                return inner
+            return f"(int64_t)({e.op}({inner}))"
+        if isinstance(e, ast.IncDec):
+            p, _, nullable = self.ptr(e.operand, True)
+            op = e.op
+            if e.prefix:
+                body = f"(*p_ = (int64_t)((uint64_t)*p_ {op[0]} 1))"
+            else:
+                body = f"({{ int64_t o_ = *p_; *p_ = (int64_t)((uint64_t)o_ {op[0]} 1); o_; }})"
+            guard = "p_ ? " + body + " : 0" if nullable else body
+            return f"({{ int64_t *p_ = {p}; {guard}; }})"
+        if isinstance(e, ast.Assign):
+            return self.assign(e)
+        if isinstance(e, ast.Ternary):
+            return f"(({self.expr(e.cond)}) ? ({self.expr(e.then)}) : ({self.expr(e.else_)}))"
+        if isinstance(e, ast.ArrayIn):
+            assert isinstance(e.array, ast.Symbol)
+            var = self.tr.globals[e.array.name]
+            if any(isinstance(k, ast.Wildcard) for k in e.keys):
+                raise _err("wildcard membership tests are not supported yet", e)
+            return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
+        if isinstance(e, ast.StatOp):
+            sp = self.stat_ptr(e.operand)
+            return (f"({{ struct pd_stat *s_ = {sp}; s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
+                    f": (pd_error(c, \"empty aggregate\"), 0); }})")
+        if isinstance(e, ast.Call):
+            return self.call(e)
+        if isinstance(e, ast.Defined):
+            return "1" if self._defined(e.operand) else "0"
+        raise _err(f"{type(e).__name__} is not supported here", e)
+
+    def _defined(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.TargetSymbol):
+            try:
+                self.tr._target_type(e, self.scope)
+                return True
+            except ScriptError:
+                return False
+        return True
+
+    def stat_ptr(self, e: ast.Expr) -> str:
+        if isinstance(e, ast.Symbol):
+            var = self.tr.globals[e.name]
+            return f"((struct pd_stat *){self.gptr(var)})"
+        assert isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol)
+        var = self.tr.globals[e.base.name]
+        return f"((struct pd_stat *){self.map_get(var, e.indexes, False)})"
+
+    def statdesc_of(self, e: ast.Expr) -> str:
+        name = e.name if isinstance(e, ast.Symbol) else (
+            e.base.name if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol) else "")
+        return f"&sd_{name}"
+
+    def binary(self, e: ast.BinaryOp) -> str:
+        if e.op == ".":
+            t = self.strtemp()
+            return f"pd_concat({t}, {self.expr(e.left)}, {self.expr(e.right)})"
+        a, b = self.expr(e.left), self.expr(e.right)
+        if e.op == "/":
+            return f"pd_div(c, {a}, {b}, {_where(e)})"
+        if e.op == "%":
+            return f"pd_mod(c, {a}, {b}, {_where(e)})"
+        if e.op in ("+", "-", "*"):
+            return f"(int64_t)((uint64_t)({a}) {e.op} (uint64_t)({b}))"
+        if e.op == "<<":
+            return f"(int64_t)((uint64_t)({a}) << (({b}) & 63))"
+        if e.op == ">>":
+            return f"(int64_t)(({a}) >> (({b}) & 63))"
+        if e.op == ">>>":
+            return f"(int64_t)((uint64_t)({a}) >> (({b}) & 63))"
+        if e.op in ("&", "|", "^"):
+            return f"(int64_t)(({a}) {e.op} ({b}))"
+        raise _err(f"unknown operator '{e.op}'", e)
+
+    def assign(self, e: ast.Assign) -> str:
+        if e.op == "<<<":
+            target = e.target
+            if isinstance(target, ast.Symbol):
+                sp = self.stat_ptr(target)
+            else:
+                p, _, _ = self.ptr(target, True)
+                sp = p
+            return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
+                    f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
+        p, t, nullable = self.ptr(e.target, True)
+        if t == STRING:
+            val = self.expr(e.value)
+            tmp = self.strtemp()
+            if e.op == ".=":
+                cur = self.expr(e.target)
+                val = f"pd_concat({tmp}, {cur}, {val})"
+            else:
+                val = f"pd_strcpy({tmp}, {val})"
+            return f"({{ const char *v_ = {val}; char *p_ = {p}; if (p_) pd_strcpy(p_, v_); v_; }})"
+        val = self.expr(e.value)
+        if e.op == "=":
+            upd = "*p_ = v_"
+        elif e.op in ("/=", "%="):
+            fn = "pd_div" if e.op == "/=" else "pd_mod"
+            upd = f"*p_ = {fn}(c, *p_, v_, {_where(e)})"
+        elif e.op in ("+=", "-=", "*="):
+            upd = f"*p_ = (int64_t)((uint64_t)*p_ {e.op[0]} (uint64_t)v_)"
+        elif e.op in ("<<=", ">>="):
+            upd = f"*p_ = (int64_t)(*p_ {e.op[:2]} (v_ & 63))"
+        elif e.op in ("&=", "|=", "^="):
+            upd = f"*p_ {e.op} v_"
+        else:
+            raise _err(f"unknown assignment operator '{e.op}'", e)
+        if nullable:
+            return f"({{ int64_t v_ = {val}; int64_t *p_ = {p}; p_ ? ({upd}) : 0; }})"
+        return f"({{ int64_t v_ = {val}; int64_t *p_ = {p}; {upd}; }})"
+
+    def target(self, e: ast.TargetSymbol) -> str:
+        name = e.name
+        if name == "$$name":
+            return "c->site->name"
+        if name == "$$provider":
+            return "c->site->provider"
+        if name in ("$$parms", "$$vars"):
+            t = self.strtemp()
+            n = min(len(s.args) for s in self.sites) if self.sites else 0
+            if n == 0:
+                return '""'
+            fmt = " ".join(f"$arg{i + 1}=%#llx" for i in range(n))
+            args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
+            return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
+        return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+
+    def call(self, e: ast.Call) -> str:
+        name = e.name
+        if name in PRINT_FUNCS:
+            return self.print_call(e)
+        args = [self.expr(a) for a in e.args]
+        simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
+                  "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
+                  "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
+                  "target": "pd_target(c)", "execname": "pd_execname()",
+                  "pp": "c->probe->pp", "pn": "c->probe->pp",
+                  "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
+                  "gettimeofday_ms": "(pd_gettime_ns(1) / 1000000)",
+                  "gettimeofday_us": "(pd_gettime_ns(1) / 1000)",
+                  "gettimeofday_ns": "pd_gettime_ns(1)",
+                  "local_clock_ns": "pd_gettime_ns(0)",
+                  "get_cycles": "(int64_t)__builtin_ia32_rdtsc()"}
+        if name in simple:
+            return simple[name]
+        if name == "exit":
+            return "(pd_exit(c), 0)"
+        if name == "error":
+            return f"(pd_error(c, \"%s\", {args[0]}), 0)"
+        if name == "warn":
+            return f"(pd_warn_probe(c, {args[0]}), 0)"
+        if name == "strlen":
+            return f"(int64_t)strlen({args[0]})"
+        if name == "abs":
+            return f"({{ int64_t a_ = {args[0]}; a_ < 0 ? (int64_t)(0 - (uint64_t)a_) : a_; }})"
+        if name == "substr":
+            t = self.strtemp()
+            ln = args[2] if len(args) > 2 else "MAXSTRINGLEN"
+            return f"pd_substr({t}, {args[0]}, {args[1]}, {ln})"
+        if name == "isinstr":
+            return f"(int64_t)(strstr({args[0]}, {args[1]}) != NULL)"
+        if name == "strtol":
+            base = args[1] if len(args) > 1 else "10"
+            return f"(int64_t)strtoll({args[0]}, NULL, (int)({base}))"
+        if name == "str_replace":
+            t = self.strtemp()
+            return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
+        if name in ("user_string", "user_string_n"):
+            t = self.strtemp()
+            n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
+            return f"pd_user_string(c, {t}, {args[0]}, {n})"
+        if name in USER_READS:
+            size, signed = USER_READS[name]
+            size_c = "sizeof(long)" if size == 0 else str(size)
+            return f"pd_user_read(c, {args[0]}, {size_c}, {signed})"
+        info = self.tr.funcs[name]
+        if info.ret == STRING:
+            t = self.strtemp()
+            return f"f_{name}(c, {t}{''.join(', ' + a for a in args)})"
+        return f"f_{name}(c{''.join(', ' + a for a in args)})"
+
+    def print_call(self, e: ast.Call) -> str:
+        name = e.name
+        if name in ("printf", "sprintf"):
+            fmt = e.args[0]
+            assert isinstance(fmt, ast.StringLiteral)
+            spec = parse_format(fmt.value, fmt.loc)
+            args = list(e.args[1:])
+        else:
+            args = list(e.args)
+            if name in ("printd", "printdln"):
+                if not args or not isinstance(args[0], ast.StringLiteral):
+                    raise _err(f"{name}() needs a literal delimiter first", e)
+                delim = args.pop(0)
+                assert isinstance(delim, ast.StringLiteral)
+                sep = delim.value.replace("%", "%%")
+            else:
+                sep = ""
+            if len(args) == 1 and isinstance(args[0], ast.HistOp):
+                return self.print_hist(args[0], newline=name.endswith("ln"))
+            pieces = [("%s" if self.type_of(a) == STRING else "%d") for a in args]
+            text = sep.join(pieces) + ("\n" if name.endswith("ln") else "")
+            spec = parse_format(text, e.loc)
+        if name.startswith("s"):
+            return self.sprintf(spec, args, e)
+        fid = self.tr.format_id(spec)
+        parts = [f"pd_rec_open(c, PD_REC_PRINTF, {fid}, {len(args)})"]
+        for a, t in zip(args, spec.arg_types, strict=True):
+            fn = "pd_rec_str" if t == STRING else "pd_rec_i64"
+            parts.append(f"{fn}(c, {self.expr(a)})")
+        parts.append("pd_rec_close(c)")
+        return "(" + ", ".join(parts) + ", 0)"
+
+    def print_hist(self, h: ast.HistOp, newline: bool) -> str:
+        var = self.tr.globals[h.operand.name] if isinstance(h.operand, ast.Symbol) else (
+            self.tr.globals[h.operand.base.name]
+            if isinstance(h.operand, ast.Index) and isinstance(h.operand.base, ast.Symbol)
+            else None)
+        if var is None:
+            raise _err("histograms need a global statistic", h)
+        fmt = (HistFormat("log") if h.kind == "log" else
+               HistFormat("linear", *h.params))
+        fid = self.tr.format_id(fmt)
+        sp = self.stat_ptr(h.operand)
+        return (f"({{ struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
+                f"&sd_{var.name}, {fid}); 0; }})")
+
+    def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
+        cfmt: list[str] = []
+        for piece in spec.pieces:
+            if isinstance(piece, str):
+                cfmt.append(piece.replace("%", "%%"))
+                continue
+            cfmt.append(_c_conversion(piece, e))
+        t = self.strtemp()
+        cargs = []
+        for a, at in zip(args, spec.arg_types, strict=True):
+            v = self.expr(a)
+            cargs.append(v if at == STRING else f"(long long)({v})")
+        tail = "".join(", " + a for a in cargs)
+        return f"pd_sprintf({t}, {_c_string(''.join(cfmt))}{tail})"
+
+    # ------------------------------------------------------------- statements
+    def stmt(self, s: ast.Stmt) -> None:
+        if isinstance(s, ast.Block):
+            for st in s.statements:
+                self.stmt(st)
+            return
+        if isinstance(s, ast.Empty):
+            return
+        self.line(f"PD_ACTION(c, {_where(s)});")
+        if isinstance(s, ast.ExprStatement):
+            self.line(f"(void)({self.expr(s.expr)});")
+            self.check()
+        elif isinstance(s, ast.If):
+            self.line(f"if ({self.expr(s.cond)}) {{")
+            self.block(s.then)
+            if s.else_ is not None:
+                self.line("} else {")
+                self.block(s.else_)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.While):
+            self.line("for (;;) {")
+            self.indent += 1
+            self.line(f"int64_t cond_ = {self.expr(s.cond)};")
+            self.check()
+            self.line("if (!cond_) break;")
+            self.indent -= 1
+            self.block(s.body)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.For):
+            if s.init is not None:
+                self.line(f"(void)({self.expr(s.init)});")
+                self.check()
+            step = f"(void)({self.expr(s.step)})" if s.step is not None else ""
+            self.line(f"for (;; {step}) {{")
+            self.indent += 1
+            self.line("PD_ACTION(c, \"for loop\");")
+            self.check()
+            if s.cond is not None:
+                self.line(f"if (!({self.expr(s.cond)})) break;")
+                self.check()
+            self.indent -= 1
+            self.block(s.body)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.Foreach):
+            self.foreach(s)
+        elif isinstance(s, ast.Delete):
+            self.delete(s)
+        elif isinstance(s, ast.Next):
+            self.line("goto out;")
+        elif isinstance(s, ast.Break):
+            self.line("break;")
+        elif isinstance(s, ast.Continue):
+            self.line("continue;")
+        elif isinstance(s, ast.Return):
+            if s.value is not None:
+                assert self.scope.func is not None
+                if self.scope.func.ret == STRING:
+                    self.line(f"pd_strcpy(ret, {self.expr(s.value)});")
+                else:
+                    self.line(f"ret = {self.expr(s.value)};")
+                self.check()
+            self.line("goto out;")
+        elif isinstance(s, ast.Try):
+            self.ntemp += 1
+            label = f"catch_{self.ntemp}"
+            self.line("{")
+            self.err_label.append(label)
+            self.block(s.body)
+            self.err_label.pop()
+            self.line(f"{label}:")
+            self.line("if (c->error) {")
+            self.indent += 1
+            self.line("c->error = 0;")
+            if s.catch_var is not None:
+                self.line(f"pd_strcpy({self.local(s.catch_var.name)}, c->errmsg);")
+            self.indent -= 1
+            self.block(s.handler)
+            self.line("}")
+            self.line("}")
+            self.check()
+        else:
+            raise _err(f"{type(s).__name__} is not supported", s)
+
+    def block(self, s: ast.Stmt) -> None:
+        self.indent += 1
+        self.stmt(s)
+        self.indent -= 1
+
+    def foreach(self, s: ast.Foreach) -> None:
+        assert isinstance(s.array, ast.Symbol)
+        var = self.tr.globals[s.array.name]
+        assert var.array is not None
+        max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
+        it = self.temp("uint8_t *", f"[{max_entries}]")
+        column, order = 0, 1
+        if s.sort is not None:
+            column = s.sort.column if s.sort.column > 0 else -1
+            if s.sort.column == 0 and var.array.value == STAT:
+                agg = s.sort.aggregate or "count"
+                column = -1 - ["count", "sum", "min", "max", "avg"].index(agg) \
+                    if agg in ("count", "sum", "min", "max", "avg") else -1
+            order = -1 if s.sort.descending else 1
+        n = self.temp("uint32_t")
+        i = self.temp("uint32_t")
+        lim = self.temp("int64_t")
+        self.line(f"{n} = pd_map_sorted({self.gptr(var)}, &md_{var.name}, {it}, {column}, {order});")
+        self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
+        self.check()
+        self.line(f"for ({i} = 0; {i} < {n} && ({lim} < 0 || {i} < {lim}); {i}++) {{")
+        self.indent += 1
+        at = 0
+        for k, kt in zip(s.keys, var.array.keys, strict=True):
+            if kt == STRING:
+                self.line(f"pd_strcpy({self.local(k.name)}, (const char *)({it}[{i}] + {at}));")
+            else:
+                self.line(f"memcpy(&{self.local(k.name)}, {it}[{i}] + {at}, 8);")
+            at += _type_size(kt)
+        if s.value is not None:
+            vt = var.array.value
+            if vt == STRING:
+                self.line(f"pd_strcpy({self.local(s.value.name)}, (const char *)({it}[{i}] + {at}));")
+            elif vt == LONG:
+                self.line(f"memcpy(&{self.local(s.value.name)}, {it}[{i}] + {at}, 8);")
+            else:
+                raise _err("foreach value variables over statistics are not supported", s.value)
+        self.indent -= 1
+        self.block(s.body)
+        self.line("}")
+        self.check()
+
+    def delete(self, s: ast.Delete) -> None:
+        t = s.target
+        if isinstance(t, ast.Symbol):
+            if self.is_global(t.name):
+                var = self.tr.globals[t.name]
+                if var.array is not None:
+                    self.line(f"pd_map_clear({self.gptr(var)}, &md_{var.name});")
+                else:
+                    self.line(f"memset({self.gptr(var)}, 0, {var.size});")
+            else:
+                lt = self.scope.locals.get(t.name)
+                self.line(f"{self.local(t.name)}[0] = 0;" if lt == STRING else
+                          f"{self.local(t.name)} = 0;")
+            return
+        assert isinstance(t, ast.Index) and isinstance(t.base, ast.Symbol)
+        var = self.tr.globals[t.base.name]
+        self.line(f"pd_map_delete({self.gptr(var)}, &md_{var.name}, "
+                  f"{self.key_blob(var, t.indexes)});")
+        self.check()
+
+    def local_decls(self, skip: set[str]) -> list[str]:
+        out = []
+        for name, t in self.scope.locals.items():
+            if name in skip:
+                continue
+            if t == STRING:
+                out.append(f"    char {self.local(name)}[MAXSTRINGLEN] = \"\";")
+            else:
+                out.append(f"    int64_t {self.local(name)} = 0;")
+        return out
+
+
+def _c_conversion(c: Conversion, node: ast.Node) -> str:
+    width = "*" if c.width == -1 else ("" if c.width is None else str(c.width))
+    prec = "" if c.precision is None else ("." + ("*" if c.precision == -1 else str(c.precision)))
+    conv = c.conv
+    if conv in ("d", "i", "u", "x", "X", "o"):
+        return f"%{c.flags}{width}{prec}ll{conv}"
+    if conv == "p":
+        return f"%#{width}llx"
+    if conv in ("s", "c"):
+        return f"%{c.flags}{width}{prec}{conv}"
+    if conv == "%":
+        return "%%"
+    raise _err(f"sprintf does not support '%{conv}'", node)
+
+
+def _arg_initializer(spec: ArgSpec) -> str:
+    if spec.kind == ArgKind.CONST:
+        return (f"{{INT64_C({spec.value}), PD_ARG_CONST, {spec.size}, {int(spec.signed)}, 0, "
+                "-1, -1, 1, 0, 0}")
+    if spec.kind == ArgKind.REG:
+        return (f"{{0, PD_ARG_REG, {spec.size}, {int(spec.signed)}, 0, {spec.reg}, -1, 1, "
+                f"{spec.reg_shift}, 0}}")
+    if spec.kind == ArgKind.MEM:
+        seg = "PD_SEG_TP" if spec.segment else "PD_SEG_NONE"
+        return (f"{{INT64_C({spec.disp}), PD_ARG_MEM, {spec.size}, {int(spec.signed)}, {seg}, "
+                f"{spec.base}, {spec.index}, {spec.scale}, 0, {int(spec.disp_is_vaddr)}}}")
+    # Never read: the translator refused any $argN that names it.
+    return "{0, PD_ARG_CONST, 8, 0, 0, -1, -1, 1, 0, 0}"
+
+
+def translate(script: ast.Script, resolution: Resolution, *,
+              defines: dict[str, str] | None = None) -> Program:
+    tr = Translator(script, resolution)
+    tr.infer()
+    globals_size = tr.layout_globals()
+    out: list[str] = ["/* Generated by pydyn: one source for every ABI. */",
+                      '#include "pd_runtime.h"', "#include <sched.h>", "#include <unistd.h>", ""]
+    # globals: array and statistic descriptors
+    for var in tr.globals.values():
+        if var.type == STAT or (var.array and var.array.value == STAT):
+            lo, hi, step = var.hist_linear or (0, 0, 1)
+            out.append(f"static const struct pd_statdesc sd_{var.name} = "
+                       f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
+                       f"{lo}, {hi}, {step}}};")
+        if var.array is not None:
+            max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
+            cap = _next_pow2(max_entries + max_entries // 4 + 1)
+            ktypes = ", ".join("PD_T_STRING" if k == STRING else "PD_T_LONG"
+                               for k in var.array.keys)
+            vt = {STRING: "PD_T_STRING", STAT: "PD_T_STAT"}.get(var.array.value or LONG,
+                                                               "PD_T_LONG")
+            sd = f"&sd_{var.name}" if var.array.value == STAT else "NULL"
+            out.append(f"static const struct pd_mapdesc md_{var.name} = {{"
+                       f"{_c_string(var.name)}, {cap}, {max_entries}, {len(var.array.keys)}, "
+                       f"{tr._key_size(var)}, {_type_size(var.array.value)}, "
+                       f"{tr._entry_size(var)}, {vt}, {{{ktypes}}}, {sd}}};")
+    out.append("")
+    # function prototypes and bodies
+    for f in script.functions:
+        out.append(_func_signature(tr.funcs[f.name]) + ";")
+    for f in script.functions:
+        out.extend(_emit_function(tr, f))
+    # probes
+    probe_rows: list[str] = []
+    site_rows: list[str] = []
+    arg_tables: list[str] = []
+    objects: dict[str, int] = {}
+    object_rows: list[str] = []
+    required: set[str] = set()
+    timers: list[tuple[int, int, int]] = []
+    needs_wait = False
+    all_sites: list[ProbeSite] = []
+
+    def object_index(path: str, abi: str) -> int:
+        if path not in objects:
+            objects[path] = len(objects)
+            object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
+        return objects[path]
+
+    for pi, probe in enumerate(script.probes):
+        scope = tr.scopes[id(probe)]
+        points = resolution.points.get(id(probe), [])
+        em = Emitter(tr, scope, scope.sites)
+        em.stmt(probe.body)
+        body = ["", f"static void probe_{pi}(struct pd_ctx *c)", "{", *em.local_decls(set()),
+                *em.decls, *em.lines, "out:", "    return;", "}"]
+        out.extend(body)
+        for rp in points:
+            pidx = len(probe_rows)
+            obj = -1
+            if rp.kind in ("process_begin", "process_end") and rp.object_path:
+                info = resolution.objects.get(rp.object_path)
+                abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
+                obj = object_index(rp.object_path, abi)
+                required.add(abi)
+            probe_rows.append(
+                f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
+                f"{int(scope.uses_globals)}, probe_{pi}, {_c_string(format_point(rp.point))}, "
+                f"{obj}, {rp.period_ns}}},")
+            if rp.kind in ("mark", "timer", "process_begin", "process_end"):
+                needs_wait = True
+            if rp.kind == "timer":
+                timers.append((pidx, rp.period_ns, rp.randomize_ns))
+            if rp.kind == "never":
+                probe_rows.pop()
+                continue
+            for site in rp.sites:
+                abi = ABI_OF_MACHINE.get(site.machine)
+                if abi is None:
+                    raise _err(f"{site.path}: {site.machine} targets are not supported yet",
+                               rp.point)
+                required.add(abi)
+                oi = object_index(site.path, abi)
+                ai = len(site_rows)
+                arg_tables.append(
+                    f"static const struct pd_argdesc args_{ai}[] = {{"
+                    + ", ".join(_arg_initializer(a) for a in site.args)
+                    + ("" if site.args else "{0}") + "};")
+                site_rows.append(
+                    f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
+                    f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
+                    f"{site.nop_len}, {len(site.args)}}},")
+                all_sites.append(site)
+    # the exit report: globals written but never read are printed after `end`
+    report = _exit_report(tr)
+    if report:
+        out.extend(["", "static void probe_exit_report(struct pd_ctx *c)", "{", *report,
+                    "}"])
+        probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
+    out.append("")
+    out.extend(arg_tables)
+    out.append("const struct pd_probe pd_probes[] = {")
+    out.extend(probe_rows or ["    {0, 0, NULL, NULL, -1, 0},"])
+    out.append("};")
+    out.append("const struct pd_site pd_sites[] = {")
+    out.extend(site_rows or ["    {0, 0, NULL, NULL, NULL, 0, 0, 0, 0},"])
+    out.append("};")
+    out.append("const struct pd_object pd_objects[] = {")
+    out.extend(object_rows or ['    {"", 0},'])
+    out.append("};")
+    out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
+    for var in tr.globals.values():
+        if var.decl is not None and var.decl.init is not None:
+            init = var.decl.init
+            if isinstance(init, ast.StringLiteral):
+                out.append(f"    pd_strcpy((char *)(g + {var.offset}), {_c_string(init.as_bytes())});")
+            else:
+                out.append(f"    *(int64_t *)(g + {var.offset}) = INT64_C({init.value});")
+    out.append("}")
+    body = "\n".join(out) + "\n"
+    digest = hashlib.sha256(body.encode() + runtime_digest()).digest()
+    trailer = (
+        "const struct pd_module_info pd_module = {\n"
+        f"    {{{', '.join(str(b) for b in digest)}}},\n"
+        f"    {globals_size}, {len(probe_rows)}, {len(site_rows)}, {len(object_rows)}, 0\n"
+        "};\n")
+    # Required ABIs: every binary named in a probe point; the -c target adds its own.
+    return Program(body + trailer, digest, tr.formats, frozenset(required), globals_size,
+                   needs_wait, timers, all_sites)
+
+
+def _func_signature(info: FuncInfo) -> str:
+    params = []
+    for p, t in zip(info.decl.params, info.params, strict=True):
+        params.append(f"const char *a_{p.name}" if t == STRING else f"int64_t a_{p.name}")
+    ret = "const char *" if info.ret == STRING else "int64_t "
+    first = "struct pd_ctx *c" + (", char *ret" if info.ret == STRING else "")
+    return f"static {ret}f_{info.decl.name}({', '.join([first, *params])})"
+
+
+def _emit_function(tr: Translator, f: ast.Function) -> list[str]:
+    info = tr.funcs[f.name]
+    scope = tr.scopes[id(f)]
+    em = Emitter(tr, scope)
+    em.stmt(f.body)
+    params = {p.name for p in f.params}
+    copies = []
+    for p, t in zip(f.params, info.params, strict=True):
+        if t == STRING:
+            copies.append(f"    char l_{p.name}[MAXSTRINGLEN]; pd_strcpy(l_{p.name}, a_{p.name});")
+        else:
+            copies.append(f"    int64_t l_{p.name} = a_{p.name};")
+    ret_init = ["    ret[0] = 0;"] if info.ret == STRING else ["    int64_t ret = 0;"]
+    nest = ["    if (++c->nesting > MAXNESTING) {",
+            f"        pd_error(c, \"MAXNESTING exceeded near identifier '{f.name}'\");",
+            "        goto out;", "    }"]
+    return ["", _func_signature(info), "{", *ret_init, *copies, *em.local_decls(params),
+            *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]
+
+
+def _exit_report(tr: Translator) -> list[str]:
+    """stap prints every global the script writes but never reads."""
+    lines: list[str] = []
+    n = 0
+    for var in tr.globals.values():
+        if var.read or not var.written:
+            continue
+        g = f"(c->globals + {var.offset})"
+        if var.array is None:
+            if var.type == STAT:
+                spec = parse_format(f"{var.name} @count=%d @min=%d @max=%d @sum=%d @avg=%d\n")
+                fid = tr.format_id(spec)
+                lines.append(f"    {{ struct pd_stat *s_ = (struct pd_stat *){g};")
+                lines.append(f"      pd_rec_open(c, PD_REC_PRINTF, {fid}, 5); "
+                             "pd_rec_i64(c, s_->count); pd_rec_i64(c, s_->count ? s_->min : 0); "
+                             "pd_rec_i64(c, s_->count ? s_->max : 0); pd_rec_i64(c, s_->sum); "
+                             "pd_rec_i64(c, s_->count ? s_->sum / s_->count : 0); "
+                             "pd_rec_close(c); }")
+            elif var.type == STRING:
+                fid = tr.format_id(parse_format(f'{var.name}="%s"\n'))
+                lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
+                             f"pd_rec_str(c, (const char *){g}); pd_rec_close(c);")
+            else:
+                fid = tr.format_id(parse_format(f"{var.name}=%d\n"))
+                lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
+                             f"pd_rec_i64(c, *(int64_t *){g}); pd_rec_close(c);")
+            continue
+        assert var.array is not None
+        n += 1
+        keyfmt = ",".join('"%s"' if k == STRING else "%d" for k in var.array.keys)
+        if var.array.value == STAT:
+            valfmt = " @count=%d @min=%d @max=%d @sum=%d @avg=%d"
+            nvals = 5
+        elif var.array.value == STRING:
+            valfmt, nvals = '="%s"', 1
+        else:
+            valfmt, nvals = "=%d", 1
+        fid = tr.format_id(parse_format(f"{var.name}[{keyfmt}]{valfmt}\n"))
+        max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
+        lines.append("    {")
+        lines.append(f"        static __thread uint8_t *it_[{max_entries}];")
+        lines.append(f"        uint32_t n_ = pd_map_sorted({g}, &md_{var.name}, it_, 0, 1);")
+        lines.append("        for (uint32_t i_ = 0; i_ < n_; i_++) {")
+        lines.append(f"            pd_rec_open(c, PD_REC_PRINTF, {fid}, "
+                     f"{len(var.array.keys) + nvals});")
+        at = 0
+        for k in var.array.keys:
+            if k == STRING:
+                lines.append(f"            pd_rec_str(c, (const char *)(it_[i_] + {at}));")
+            else:
+                lines.append(f"            {{ int64_t k_; memcpy(&k_, it_[i_] + {at}, 8); "
+                             "pd_rec_i64(c, k_); }")
+            at += _type_size(k)
+        if var.array.value == STAT:
+            lines.append(f"            struct pd_stat *s_ = (struct pd_stat *)(it_[i_] + {at});")
+            lines.append("            pd_rec_i64(c, s_->count); pd_rec_i64(c, s_->min); "
+                         "pd_rec_i64(c, s_->max); pd_rec_i64(c, s_->sum); "
+                         "pd_rec_i64(c, s_->count ? s_->sum / s_->count : 0);")
+        elif var.array.value == STRING:
+            lines.append(f"            pd_rec_str(c, (const char *)(it_[i_] + {at}));")
+        else:
+            lines.append(f"            {{ int64_t v_; memcpy(&v_, it_[i_] + {at}, 8); "
+                         "pd_rec_i64(c, v_); }")
+        lines.append("            pd_rec_close(c);")
+        lines.append("        }")
+        lines.append("    }")
+    return lines
+
+
+def iter_program_sites(program: Program) -> Iterator[ProbeSite]:
+    yield from program.sites
+
+
+__all__ = ["Program", "HistFormat", "translate", "format_point", "ResolvedPoint",
+           "SourceLocation"]

@@ -1,0 +1,71 @@
+"""Building C test programs: `build_c(src, out, m32=..., opt=..., extra=...)`.
+
+Imported by tests as `from cbuild import build_c` (conftest.py puts tests/ on
+sys.path).  A missing compiler or -m32 multilib skips the test; a compile
+error fails it with the compiler's message.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+CC = os.environ.get("CC", "gcc")
+PROGS = Path(__file__).resolve().parent / "progs"
+# Debian keeps <sys/sdt.h> (and other arch headers) under the x86_64 triplet only;
+# -idirafter lets an -m32 compile fall back to them after its own directories.
+MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
+
+Source = str | os.PathLike[str]
+
+
+def m32_cflags() -> tuple[str, ...]:
+    return ("-m32", "-idirafter", MULTIARCH_INCLUDE)
+
+
+@functools.lru_cache(maxsize=None)
+def have_cc() -> bool:
+    return shutil.which(CC) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def have_m32() -> bool:
+    """Whether CC can build and link an -m32 program (gcc-multilib installed)."""
+    if not have_cc():
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "hello.c")
+        src.write_text("#include <stdio.h>\nint main(void) { puts(\"hi\"); return 0; }\n")
+        res = subprocess.run([CC, *m32_cflags(), str(src), "-o", str(Path(tmp, "hello"))],
+                             capture_output=True)
+        return res.returncode == 0
+
+
+@functools.lru_cache(maxsize=None)
+def have_sdt_h() -> bool:
+    return have_cc() and (Path(MULTIARCH_INCLUDE, "sys", "sdt.h").exists() or
+            Path("/usr/include/sys/sdt.h").exists())
+
+
+def build_c(src: Source | Sequence[Source], out: Source, *, m32: bool = False,
+            opt: str = "-O2", extra: Sequence[str] = ()) -> Path:
+    """Compile and link `src` (one file or several) into `out`; returns `out` as a Path."""
+    if not have_cc():
+        pytest.skip(f"no C compiler ({CC})")
+    if m32 and not have_m32():
+        pytest.skip("no -m32 toolchain (gcc-multilib)")
+    sources = [src] if isinstance(src, (str, os.PathLike)) else list(src)
+    out = Path(out)
+    cmd = [CC, *(m32_cflags() if m32 else ()), opt, "-g0", "-Wall",
+           *(str(s) for s in sources), *extra, "-o", str(out)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"compile failed: {' '.join(cmd)}\n{res.stderr}", pytrace=False)
+    return out
