@@ -46,7 +46,15 @@ demo: examples
 	pydyn examples/count.stp -c './examples/bin/counter 1000'
 	pydyn examples/jobs.stp -c './examples/bin/server 4 500'
 
-lint: py-deps
+# mypy resolves modules by file path; this tree of links gives it the
+# installed names (pydyn.launcher -> launcher/, ...).
+.mypy-tree/pydyn:
+	mkdir -p .mypy-tree/pydyn
+	ln -sfn ../../launcher .mypy-tree/pydyn/launcher
+	ln -sfn ../../shmlayout .mypy-tree/pydyn/shmlayout
+	ln -sfn ../../runtime .mypy-tree/pydyn/runtime
+
+lint: py-deps .mypy-tree/pydyn
 	ruff check launcher shmlayout runtime tests bench
 	mypy
 

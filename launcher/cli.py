@@ -81,8 +81,7 @@ def run(argv: Sequence[str]) -> int:
     from pydyn.launcher.build import build_modules
     from pydyn.launcher.resolve import Resolver
     from pydyn.launcher.script import parse_script
-    from pydyn.launcher.session import Session, SessionOptions, check_command_target, \
-        split_command
+    from pydyn.launcher.session import Session, SessionOptions, check_command_target, split_command
     from pydyn.launcher.translate import translate
 
     opts = _parser().parse_args(argv)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from pydyn.launcher.format import FormatSpec, format_values
+from pydyn.launcher.stats import format_hist_linear, format_hist_log
 from pydyn.shmlayout import (
     PD_REC_ERROR,
     PD_REC_EXIT,
@@ -39,7 +40,7 @@ def _text(raw: int | bytes) -> int | str:
 class OutputSink:
     """Turns drained ring bytes into stdout/stderr text and counts what it saw."""
 
-    formats: Sequence[FormatSpec]
+    formats: Sequence[Any]  # FormatSpec, or a translate.HistFormat for histograms
     stdout: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)
     stderr: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
     errors: int = 0
@@ -56,6 +57,8 @@ class OutputSink:
             try:
                 hdr = unpack_header(buf, at)
                 end = at + hdr.len
+                if hdr.len < REC_HEADER_SIZE or end > len(buf):
+                    raise LayoutError(f"record length {hdr.len} out of bounds")
                 self._handle(hdr.kind, hdr.fmt_id, buf, at + REC_HEADER_SIZE, end)
             except (LayoutError, IndexError, ValueError):
                 # A record the launcher cannot decode is counted, never fatal.
@@ -65,7 +68,13 @@ class OutputSink:
         self.stdout.flush()
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
-        if kind == PD_REC_PRINTF:
+        if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
+            hist = self.formats[fmt_id]
+            buckets = [int(b) for b in decode_args(buf, start, end, "i" * ((end - start) // 8))]
+            text = (format_hist_log(buckets) if hist.kind == "log" else
+                    format_hist_linear(buckets, hist.lo, hist.hi, hist.step))
+            self._write(self.stdout, text)
+        elif kind == PD_REC_PRINTF:
             spec = self.formats[fmt_id]
             args = [_text(a) for a in decode_args(buf, start, end, _kinds(spec))]
             self._write(self.stdout, format_values(spec, args))

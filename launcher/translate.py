@@ -104,8 +104,9 @@ class FuncInfo:
     uses_globals: bool = False
 
 
-def _err(msg: str, node: ast.Node | None, hint: str | None = None) -> ScriptError:
-    return ScriptError(msg, node.loc if node is not None else None, hint)
+def _err(msg: str, node: object, hint: str | None = None) -> ScriptError:
+    """A ScriptError at `node` (any AST object with a `loc`)."""
+    return ScriptError(msg, getattr(node, "loc", None), hint)
 
 
 def _c_string(text: str | bytes) -> str:
@@ -551,8 +552,8 @@ class Translator:
         if len(e.args) != len(info.params):
             raise _err(f"{name}() takes {len(info.params)} argument(s), {len(e.args)} given", e)
         for i, a in enumerate(e.args):
-            t = self._infer(a, scope, info.params[i])
-            new = self._set(info.params[i], t, a, f"parameter {i + 1} of '{name}'")
+            arg_t = self._infer(a, scope, info.params[i])
+            new = self._set(info.params[i], arg_t, a, f"parameter {i + 1} of '{name}'")
             if new != info.params[i]:
                 info.params[i] = new
                 info.locals[info.decl.params[i].name] = new
@@ -591,7 +592,8 @@ class Translator:
                 raise _err("return outside a function", s, "use 'next' to leave a probe")
             if s.value is not None:
                 t = self._infer(s.value, scope, scope.func.ret)
-                scope.func.ret = self._set(scope.func.ret, t, s, f"return of '{scope.func.decl.name}'")
+                what = f"return of '{scope.func.decl.name}'"
+                scope.func.ret = self._set(scope.func.ret, t, s, what)
                 if t is None and scope.func.ret is not None:
                     self._infer(s.value, scope, scope.func.ret)
         elif isinstance(s, ast.Try):
@@ -1139,7 +1141,8 @@ class Emitter:
         n = self.temp("uint32_t")
         i = self.temp("uint32_t")
         lim = self.temp("int64_t")
-        self.line(f"{n} = pd_map_sorted({self.gptr(var)}, &md_{var.name}, {it}, {column}, {order});")
+        self.line(f"{n} = pd_map_sorted({self.gptr(var)}, &md_{var.name}, {it}, "
+                  f"{column}, {order});")
         self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
         self.check()
         self.line(f"for ({i} = 0; {i} < {n} && ({lim} < 0 || {i} < {lim}); {i}++) {{")
@@ -1154,7 +1157,8 @@ class Emitter:
         if s.value is not None:
             vt = var.array.value
             if vt == STRING:
-                self.line(f"pd_strcpy({self.local(s.value.name)}, (const char *)({it}[{i}] + {at}));")
+                self.line(f"pd_strcpy({self.local(s.value.name)}, "
+                          f"(const char *)({it}[{i}] + {at}));")
             elif vt == LONG:
                 self.line(f"memcpy(&{self.local(s.value.name)}, {it}[{i}] + {at}, 8);")
             else:
@@ -1303,12 +1307,12 @@ def translate(script: ast.Script, resolution: Resolution, *,
                 probe_rows.pop()
                 continue
             for site in rp.sites:
-                abi = ABI_OF_MACHINE.get(site.machine)
-                if abi is None:
+                site_abi = ABI_OF_MACHINE.get(site.machine)
+                if site_abi is None:
                     raise _err(f"{site.path}: {site.machine} targets are not supported yet",
                                rp.point)
-                required.add(abi)
-                oi = object_index(site.path, abi)
+                required.add(site_abi)
+                oi = object_index(site.path, site_abi)
                 ai = len(site_rows)
                 arg_tables.append(
                     f"static const struct pd_argdesc args_{ai}[] = {{"
@@ -1341,19 +1345,20 @@ def translate(script: ast.Script, resolution: Resolution, *,
         if var.decl is not None and var.decl.init is not None:
             init = var.decl.init
             if isinstance(init, ast.StringLiteral):
-                out.append(f"    pd_strcpy((char *)(g + {var.offset}), {_c_string(init.as_bytes())});")
+                out.append(f"    pd_strcpy((char *)(g + {var.offset}), "
+                           f"{_c_string(init.as_bytes())});")
             else:
                 out.append(f"    *(int64_t *)(g + {var.offset}) = INT64_C({init.value});")
     out.append("}")
-    body = "\n".join(out) + "\n"
-    digest = hashlib.sha256(body.encode() + runtime_digest()).digest()
+    source = "\n".join(out) + "\n"
+    digest = hashlib.sha256(source.encode() + runtime_digest()).digest()
     trailer = (
         "const struct pd_module_info pd_module = {\n"
         f"    {{{', '.join(str(b) for b in digest)}}},\n"
         f"    {globals_size}, {len(probe_rows)}, {len(site_rows)}, {len(object_rows)}, 0\n"
         "};\n")
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
-    return Program(body + trailer, digest, tr.formats, frozenset(required), globals_size,
+    return Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
                    needs_wait, timers, all_sites)
 
 
@@ -1386,48 +1391,47 @@ def _emit_function(tr: Translator, f: ast.Function) -> list[str]:
             *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]
 
 
+STAT_EXIT_FIELDS = " @count=%#d @min=%#d @max=%#d @sum=%#d @avg=%#d"
+
+
 def _exit_report(tr: Translator) -> list[str]:
-    """stap prints every global the script writes but never reads."""
+    """stap prints every global the script writes but never reads, in its formats
+    (elaborate.cxx add_global_var_display): longs %#x, strings quoted, stats
+    fields %#d, arrays sorted by value, largest first (stats by @count)."""
     lines: list[str] = []
-    n = 0
     for var in tr.globals.values():
         if var.read or not var.written:
             continue
         g = f"(c->globals + {var.offset})"
         if var.array is None:
             if var.type == STAT:
-                spec = parse_format(f"{var.name} @count=%d @min=%d @max=%d @sum=%d @avg=%d\n")
-                fid = tr.format_id(spec)
-                lines.append(f"    {{ struct pd_stat *s_ = (struct pd_stat *){g};")
-                lines.append(f"      pd_rec_open(c, PD_REC_PRINTF, {fid}, 5); "
-                             "pd_rec_i64(c, s_->count); pd_rec_i64(c, s_->count ? s_->min : 0); "
-                             "pd_rec_i64(c, s_->count ? s_->max : 0); pd_rec_i64(c, s_->sum); "
-                             "pd_rec_i64(c, s_->count ? s_->sum / s_->count : 0); "
-                             "pd_rec_close(c); }")
+                fid = tr.format_id(parse_format(f"{var.name}{STAT_EXIT_FIELDS}\n"))
+                empty = tr.format_id(parse_format(f"{var.name} @count=0x0\n"))
+                lines += [f"    {{ struct pd_stat *s_ = (struct pd_stat *){g};",
+                          f"      if (!s_->count) {{ pd_rec_open(c, PD_REC_PRINTF, {empty}, 0); "
+                          "pd_rec_close(c); }",
+                          f"      else {{ pd_rec_open(c, PD_REC_PRINTF, {fid}, 5); "
+                          "pd_rec_i64(c, s_->count); pd_rec_i64(c, s_->min); "
+                          "pd_rec_i64(c, s_->max); pd_rec_i64(c, s_->sum); "
+                          "pd_rec_i64(c, s_->sum / s_->count); pd_rec_close(c); } }"]
             elif var.type == STRING:
-                fid = tr.format_id(parse_format(f'{var.name}="%s"\n'))
+                fid = tr.format_id(parse_format(f'{var.name}="%#s"\n'))
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
                              f"pd_rec_str(c, (const char *){g}); pd_rec_close(c);")
             else:
-                fid = tr.format_id(parse_format(f"{var.name}=%d\n"))
+                fid = tr.format_id(parse_format(f"{var.name}=%#x\n"))
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
                              f"pd_rec_i64(c, *(int64_t *){g}); pd_rec_close(c);")
             continue
         assert var.array is not None
-        n += 1
-        keyfmt = ",".join('"%s"' if k == STRING else "%d" for k in var.array.keys)
-        if var.array.value == STAT:
-            valfmt = " @count=%d @min=%d @max=%d @sum=%d @avg=%d"
-            nvals = 5
-        elif var.array.value == STRING:
-            valfmt, nvals = '="%s"', 1
-        else:
-            valfmt, nvals = "=%d", 1
+        keyfmt = ",".join('"%#s"' if k == STRING else "%#d" for k in var.array.keys)
+        valfmt, nvals = {STAT: (STAT_EXIT_FIELDS, 5), STRING: ('="%#s"', 1)}.get(
+            var.array.value or LONG, ("=%#x", 1))
         fid = tr.format_id(parse_format(f"{var.name}[{keyfmt}]{valfmt}\n"))
         max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
         lines.append("    {")
         lines.append(f"        static __thread uint8_t *it_[{max_entries}];")
-        lines.append(f"        uint32_t n_ = pd_map_sorted({g}, &md_{var.name}, it_, 0, 1);")
+        lines.append(f"        uint32_t n_ = pd_map_sorted({g}, &md_{var.name}, it_, -1, -1);")
         lines.append("        for (uint32_t i_ = 0; i_ < n_; i_++) {")
         lines.append(f"            pd_rec_open(c, PD_REC_PRINTF, {fid}, "
                      f"{len(var.array.keys) + nvals});")

@@ -315,6 +315,10 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id)
 {
+    if (s->count == 0) {
+        pd_error(c, "empty aggregate");
+        return;
+    }
     uint32_t n = d->hist_log ? PD_HIST_LOG_BUCKETS
                              : (uint32_t)((d->hi - d->lo) / d->step + 3);
     if (n > PD_HIST_MAX_BUCKETS)

@@ -13,7 +13,7 @@ reported as right is worse than no value.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from enum import Enum
 
 from .symbols import Symbol, SymbolTable
@@ -151,9 +151,11 @@ _TLS_RELOC = {"x86_64": "tpoff", "i386": "ntpoff"}
 # An argument starts at the beginning or after a space with `[-]SIZE[f]@`.  Splitting on
 # every space or `@` would break `sym@GOTOFF(%ebx)` and aarch64's `[x0, 152]`.
 _ARG_START = re.compile(r"(?:^| )(-?)(\d+)(f?)@")
+_SIZED_WORD = re.compile(r"(-?)(\d+)(f?)@(\S+)")
 _INT = r"(?:0[xX][0-9a-fA-F]+|\d+)"
 _INT_RE = re.compile(r"[+-]?" + _INT)
 _TERM_RE = re.compile(r"\s*([+-]?)\s*(" + _INT + r"|[A-Za-z_.$][\w.$]*(?:@[A-Za-z]+)?)\s*")
+_X86_SIMPLE_MEM_RE = re.compile(r"(-?\d*)\(%([a-z0-9]+)\)")
 _X86_MEM_RE = re.compile(r"(?:%([a-z]{2}):)?([^()]*)(?:\(([^()]*)\))?")
 _AARCH64_MEM_RE = re.compile(r"\[\s*([a-z0-9]+)\s*(?:,\s*(#?[^,\]]+?)\s*"
                              r"(?:,\s*lsl\s+#?(\d+)\s*)?)?\]")
@@ -174,7 +176,8 @@ def _mask(value: int, size: int, signed: bool) -> int:
 def _parse_int(text: str) -> int:
     if not _INT_RE.fullmatch(text):
         raise _Unsupported(f"bad number {text!r}")
-    return int(text, 0) if not re.fullmatch(r"[+-]?0\d+", text) else int(text, 10)
+    # int(x, 0) rejects "010"; gas never prints octal, so digits are decimal.
+    return int(text, 16) if "x" in text or "X" in text else int(text, 10)
 
 
 def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
@@ -197,6 +200,70 @@ def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
     return out
 
 
+class ArgParser:
+    """Parses argument strings of one file, caching each distinct argument.
+
+    A binary with thousands of probes repeats the same few operands
+    (`-4@%edi`, `8@%rsi`, ...), so get_probe_sites keeps one parser per file.
+    """
+
+    def __init__(self, machine: str, symbols: SymbolTable | None = None,
+                 tls: tuple[int, int, int] | None = None) -> None:
+        self.machine = machine
+        self.symbols = symbols
+        self.tls = tls
+        self._cache: dict[str, ArgSpec] = {}
+
+    def parse(self, text: str) -> tuple[ArgSpec, ...]:
+        specs = self._fast_parse(text)
+        if specs is not None:
+            return specs
+        out = []
+        for size, signed, is_float, operand, arg in split_sdt_args(text):
+            spec = self._cache.get(arg) if size else None
+            if spec is None:
+                spec = self._parse_one(size, signed, is_float, operand, arg)
+                if size:
+                    self._cache[arg] = spec
+            out.append(spec)
+        return tuple(out)
+
+    def _fast_parse(self, text: str) -> tuple[ArgSpec, ...] | None:
+        """The common case, x86 operands without spaces: one `SIZE@op` per word."""
+        out = []
+        for word in text.split():
+            spec = self._cache.get(word)
+            if spec is None:
+                m = _SIZED_WORD.fullmatch(word)
+                if m is None:
+                    return None      # aarch64 `[x0, 8]` or legacy operands: split properly
+                spec = self._parse_one(int(m[2]), m[1] == "-", m[3] == "f", m[4], word)
+                self._cache[word] = spec
+            out.append(spec)
+        return tuple(out)
+
+    def _parse_one(self, size: int, signed: bool, is_float: bool, operand: str,
+                   arg: str) -> ArgSpec:
+        machine = self.machine
+        if size == 0:
+            # Legacy operand without a size: the old convention was an unsigned native long.
+            size = _NATIVE_SIZE.get(machine, 8)
+        a = _Arg(arg, size, signed, is_float, machine)
+        try:
+            if size not in (1, 2, 4, 8):
+                raise _Unsupported(f"unsupported argument size {size}")
+            if is_float and size not in (4, 8):
+                raise _Unsupported(f"unsupported {size}-byte floating-point argument")
+            if machine in _X86_TABLES:
+                return _parse_x86(a, operand, self.symbols, self.tls)
+            if machine == "aarch64":
+                return _parse_aarch64(a, operand)
+            raise _Unsupported(f"arguments on machine {machine} are not supported")
+        except _Unsupported as exc:
+            return ArgSpec(arg, size, signed, is_float, ArgKind.UNSUPPORTED, error=str(exc),
+                           machine=machine)
+
+
 def parse_sdt_args(text: str, machine: str, symbols: SymbolTable | None = None,
                    tls: tuple[int, int, int] | None = None) -> tuple[ArgSpec, ...]:
     """Decode a `.note.stapsdt` argument string for `machine` ('x86_64', 'i386', 'aarch64').
@@ -205,74 +272,76 @@ def parse_sdt_args(text: str, machine: str, symbols: SymbolTable | None = None,
     (vaddr, memsz, align), needed for `%fs:sym@tpoff` (pass None for a library,
     whose static-TLS offset is only known at run time).
     """
-    return tuple(_parse_one(size, signed, is_float, operand, arg, machine, symbols, tls)
-                 for size, signed, is_float, operand, arg in split_sdt_args(text))
+    return ArgParser(machine, symbols, tls).parse(text)
 
 
-def _parse_one(size: int, signed: bool, is_float: bool, operand: str, arg: str, machine: str,
-               symbols: SymbolTable | None, tls: tuple[int, int, int] | None) -> ArgSpec:
-    if size == 0:
-        # Legacy operand without a size: the old convention was an unsigned native long.
-        size = _NATIVE_SIZE.get(machine, 8)
-    base = ArgSpec(arg, size, signed, is_float, ArgKind.UNSUPPORTED, machine=machine)
-    try:
-        if size not in (1, 2, 4, 8):
-            raise _Unsupported(f"unsupported argument size {size}")
-        if is_float and size not in (4, 8):
-            raise _Unsupported(f"unsupported {size}-byte floating-point argument")
-        if machine in _X86_TABLES:
-            return _parse_x86(base, operand, machine, symbols, tls)
-        if machine == "aarch64":
-            return _parse_aarch64(base, operand)
-        raise _Unsupported(f"arguments on machine {machine} are not supported")
-    except _Unsupported as exc:
-        return replace(base, error=str(exc))
+@dataclass(frozen=True)
+class _Arg:
+    """The parts of an argument known before its operand is decoded."""
 
+    text: str
+    size: int
+    signed: bool
+    is_float: bool
+    machine: str
 
-def _const(spec: ArgSpec, value: int, *, vaddr: bool = False) -> ArgSpec:
-    if not vaddr and not -(1 << 64) < value < (1 << 64):
-        raise _Unsupported(f"constant {value} does not fit in 64 bits")
-    return replace(spec, kind=ArgKind.CONST, value=_mask(value, spec.size, spec.signed),
-                    disp_is_vaddr=vaddr)
+    def const(self, value: int, *, vaddr: bool = False) -> ArgSpec:
+        if not vaddr and not -(1 << 64) < value < (1 << 64):
+            raise _Unsupported(f"constant {value} does not fit in 64 bits")
+        return ArgSpec(self.text, self.size, self.signed, self.is_float, ArgKind.CONST,
+                       value=_mask(value, self.size, self.signed), disp_is_vaddr=vaddr,
+                       machine=self.machine)
+
+    def reg(self, reg: tuple[int, int, int], name: str) -> ArgSpec:
+        num, width, shift = reg
+        if width < self.size:
+            # e.g. i386 `-8@%eax`: the compiler printed only the low register of a pair,
+            # and the note does not say where the high half is.
+            raise _Unsupported(f"{self.size}-byte argument in {width}-byte register {name} "
+                               "(the rest of the value is not recorded)")
+        return ArgSpec(self.text, self.size, self.signed, self.is_float, ArgKind.REG,
+                       reg=num, reg_shift=shift, machine=self.machine)
+
+    def mem(self, base: int = -1, index: int = -1, scale: int = 1, disp: int = 0,
+            disp_is_vaddr: bool = False, segment: str | None = None) -> ArgSpec:
+        return ArgSpec(self.text, self.size, self.signed, self.is_float, ArgKind.MEM,
+                       base=base, index=index, scale=scale, disp=disp,
+                       disp_is_vaddr=disp_is_vaddr, segment=segment, machine=self.machine)
 
 
 def _x86_reg(name: str, machine: str) -> tuple[int, int, int]:
-    if not name.startswith("%"):
-        raise _Unsupported(f"expected a register, got {name!r}")
-    reg = _X86_TABLES[machine].get(name[1:].lower())
+    reg = _X86_TABLES[machine].get(name[1:].lower()) if name.startswith("%") else None
     if reg is None:
-        bare = name[1:].lower()
-        if re.fullmatch(r"[xyz]mm\d+|st(\(\d\))?|mm\d", bare):
+        if not name.startswith("%"):
+            raise _Unsupported(f"expected a register, got {name!r}")
+        if re.fullmatch(r"[xyz]mm\d+|st(\(\d\))?|mm\d", name[1:].lower()):
             raise _Unsupported(f"floating-point/vector register {name} is not supported")
         raise _Unsupported(f"unknown register {name}")
     return reg
 
 
-def _reg_spec(spec: ArgSpec, reg: tuple[int, int, int], name: str) -> ArgSpec:
-    num, width, shift = reg
-    if width < spec.size:
-        # e.g. i386 `-8@%eax`: the compiler printed only the low register of a pair,
-        # and the note does not say where the high half is.
-        raise _Unsupported(f"{spec.size}-byte argument in {width}-byte register {name} "
-                           "(the rest of the value is not recorded)")
-    return replace(spec, kind=ArgKind.REG, reg=num, reg_shift=shift)
-
-
-def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None,
+def _parse_x86(a: _Arg, op: str, symbols: SymbolTable | None,
                tls: tuple[int, int, int] | None) -> ArgSpec:
+    machine = a.machine
     if not op:
         raise _Unsupported("empty operand")
-    if op.startswith("$"):
+    if op[0] == "$":
         const, sym, reloc = _parse_disp(op[1:])
         if sym is None:
-            return _const(spec, const)
+            return a.const(const)
         if reloc is not None:
             raise _Unsupported(f"immediate with relocation @{reloc} is not supported")
         s = _lookup(sym, symbols)
-        return _const(spec, s.value + const, vaddr=s.section != "ABS")
+        return a.const(s.value + const, vaddr=s.section != "ABS")
+    if op[0] == "%" and ":" not in op and "(" not in op:
+        return a.reg(_x86_reg(op, machine), op)
+    m = _X86_SIMPLE_MEM_RE.fullmatch(op)
+    if m is not None:
+        # Fast path for the most common form, `-20(%rbp)`.
+        reg = _X86_TABLES[machine].get(m[2])
+        if reg is not None and reg[0] != _RIP[machine]:
+            return a.mem(reg[0], disp=int(m[1]) if m[1] else 0)
     m = _X86_MEM_RE.fullmatch(op)
-    if op.startswith("%") and ":" not in op and "(" not in op:
-        return _reg_spec(spec, _x86_reg(op, machine), op)
     if m is None:
         raise _Unsupported(f"cannot parse operand {op!r}")
     seg, disp_text, inner = m.group(1), m.group(2).strip(), m.group(3)
@@ -288,27 +357,29 @@ def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None
             raise _Unsupported(f"cannot parse memory operand {op!r}")
         if parts[0]:
             base = _x86_reg(parts[0], machine)[0]
-        if len(parts) >= 2 and parts[1]:
-            if parts[1].lower() in ("%riz", "%eiz"):   # the "no index" pseudo-register
-                index = -1
-            else:
-                index = _x86_reg(parts[1], machine)[0]
-                if index == _RIP[machine]:
-                    raise _Unsupported(f"bad index register in {op!r}")
+        if len(parts) >= 2 and parts[1] and parts[1].lower() not in ("%riz", "%eiz"):
+            # (%riz/%eiz is the assembler's "no index" pseudo-register.)
+            index = _x86_reg(parts[1], machine)[0]
+            if index == _RIP[machine]:
+                raise _Unsupported(f"bad index register in {op!r}")
         if len(parts) == 3:
             scale = _parse_int(parts[2]) if parts[2] else 1
             if scale not in (1, 2, 4, 8):
                 raise _Unsupported(f"bad scale {parts[2]} in {op!r}")
     elif not disp_text:
         raise _Unsupported(f"cannot parse operand {op!r}")
-    const, sym, reloc = _parse_disp(disp_text) if disp_text else (0, None, None)
+    if not disp_text:
+        const, sym, reloc = 0, None, None
+    elif _INT_RE.fullmatch(disp_text):
+        const, sym, reloc = _parse_int(disp_text), None, None
+    else:
+        const, sym, reloc = _parse_disp(disp_text)
     rip = _RIP[machine]
-    mem = replace(spec, kind=ArgKind.MEM, base=base, index=index, scale=scale, segment=seg)
     if sym is None:
         if base == rip:
             # Only the assembler knows the address of the next instruction.
             raise _Unsupported(f"rip-relative operand without a symbol {op!r}")
-        return replace(mem, disp=const)
+        return a.mem(base, index, scale, const, segment=seg)
     s = _lookup(sym, symbols)
     if reloc is None:
         if s.type == "TLS":
@@ -316,8 +387,8 @@ def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None
         if base == rip:
             if index >= 0:
                 raise _Unsupported(f"bad rip-relative operand {op!r}")
-            base = -1
-        return replace(mem, base=base, disp=s.value + const, disp_is_vaddr=s.section != "ABS")
+            base = -1     # sym(%rip) is the symbol's own address
+        return a.mem(base, index, scale, s.value + const, s.section != "ABS", seg)
     reloc_l = reloc.lower()
     if reloc_l == "gotoff":
         got = symbols.get_got_address() if symbols is not None else None
@@ -325,7 +396,7 @@ def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None
             raise _Unsupported(f"{sym}@GOTOFF: the file has no GOT address")
         if base < 0 or base == rip:
             raise _Unsupported(f"{sym}@GOTOFF needs a GOT base register in {op!r}")
-        return replace(mem, disp=s.value + const - got)
+        return a.mem(base, index, scale, s.value + const - got, segment=seg)
     if reloc_l == _TLS_RELOC[machine]:
         if seg != _TLS_SEGMENT[machine]:
             raise _Unsupported(f"{sym}@{reloc} outside %{_TLS_SEGMENT[machine]}: in {op!r}")
@@ -333,14 +404,14 @@ def _parse_x86(spec: ArgSpec, op: str, machine: str, symbols: SymbolTable | None
             raise _Unsupported(f"{sym}@{reloc}: {sym} is not a thread-local symbol")
         if tls is None:
             raise _Unsupported(f"{sym}@{reloc} needs the executable's PT_TLS segment")
+        if base == rip:
+            raise _Unsupported(f"bad TLS operand {op!r}")
         _vaddr, memsz, align = tls
         align = max(align, 1)
         # TLS variant II: the executable's block ends at the thread pointer, and a
         # TLS symbol's st_value is its offset in the block.
         block = (memsz + align - 1) // align * align
-        if base == rip:
-            raise _Unsupported(f"bad TLS operand {op!r}")
-        return replace(mem, disp=s.value - block + const)
+        return a.mem(base, index, scale, s.value - block + const, segment=seg)
     raise _Unsupported(f"relocation @{reloc} in {op!r} is not supported")
 
 
@@ -350,15 +421,13 @@ def _parse_disp(text: str) -> tuple[int, str | None, str | None]:
     const = 0
     sym: str | None = None
     reloc: str | None = None
-    first = True
     while pos < len(text):
         m = _TERM_RE.match(text, pos)
         if m is None or m.end() == pos:
             raise _Unsupported(f"cannot parse displacement {text!r}")
         sign, term = m.group(1), m.group(2)
-        if not sign and not first:
+        if not sign and pos:
             raise _Unsupported(f"cannot parse displacement {text!r}")
-        first = False
         pos = m.end()
         if term[0].isdigit():
             value = _parse_int(term)
@@ -384,18 +453,18 @@ def _lookup(name: str, symbols: SymbolTable | None) -> Symbol:
     return sym
 
 
-def _parse_aarch64(spec: ArgSpec, op: str) -> ArgSpec:
+def _parse_aarch64(a: _Arg, op: str) -> ArgSpec:
     if not op:
         raise _Unsupported("empty operand")
     lower = op.lower()
     if lower.startswith("#"):
-        return _const(spec, _parse_int(lower[1:]))
+        return a.const(_parse_int(lower[1:]))
     if _INT_RE.fullmatch(lower):
-        return _const(spec, _parse_int(lower))
+        return a.const(_parse_int(lower))
     if lower in ("xzr", "wzr"):
-        return _const(spec, 0)
+        return a.const(0)
     if lower in _AARCH64_REGS:
-        return _reg_spec(spec, _AARCH64_REGS[lower], op)
+        return a.reg(_AARCH64_REGS[lower], op)
     m = _AARCH64_MEM_RE.fullmatch(lower)
     if m is None:
         if re.fullmatch(r"[bhsdqv]\d+(\.\w+)?", lower):
@@ -405,9 +474,8 @@ def _parse_aarch64(spec: ArgSpec, op: str) -> ArgSpec:
     if base_name not in _AARCH64_REGS or base_name.startswith("w") and base_name != "wsp":
         raise _Unsupported(f"bad base register in {op!r}")
     base = _AARCH64_REGS[base_name][0]
-    mem = replace(spec, kind=ArgKind.MEM, base=base)
     if second is None:
-        return mem
+        return a.mem(base)
     if second in _AARCH64_REGS:
         if second[0] == "w" or second in ("sp", "wsp"):
             # A w index needs an extend (sxtw/uxtw) we do not decode; sp cannot index.
@@ -415,7 +483,7 @@ def _parse_aarch64(spec: ArgSpec, op: str) -> ArgSpec:
         scale = 1 << int(shift) if shift is not None else 1
         if scale > 8:
             raise _Unsupported(f"bad shift in {op!r}")
-        return replace(mem, index=_AARCH64_REGS[second][0], scale=scale)
+        return a.mem(base, _AARCH64_REGS[second][0], scale)
     if shift is not None:
         raise _Unsupported(f"cannot parse operand {op!r}")
-    return replace(mem, disp=_parse_int(second.removeprefix("#")))
+    return a.mem(base, disp=_parse_int(second.removeprefix("#")))

@@ -43,14 +43,11 @@ class BadNote:
         return f"bad note at +{self.offset:#x}: {self.reason}"
 
 
-def _align4(n: int) -> int:
-    return (n + 3) & ~3
-
-
-def iter_raw_notes(data: bytes | memoryview, little_endian: bool = True,
-                   ) -> Iterator[RawNote | BadNote]:
-    """Walk the note records in `data`; a BadNote is always the last item yielded."""
+def iter_note_spans(data: bytes | memoryview, little_endian: bool = True,
+                    ) -> Iterator[tuple[int, bytes, int, int, int] | BadNote]:
+    """Like iter_raw_notes but yields (offset, name, type, desc_start, desc_end), no copies."""
     header = struct.Struct("<III" if little_endian else ">III")
+    unpack_from = header.unpack_from
     end = len(data)
     off = 0
     while off < end:
@@ -59,15 +56,23 @@ def iter_raw_notes(data: bytes | memoryview, little_endian: bool = True,
             if any(data[off:end]):
                 yield BadNote(off, "truncated note header")
             return
-        namesz, descsz, ntype = header.unpack_from(data, off)
+        namesz, descsz, ntype = unpack_from(data, off)
         name_off = off + _HEADER_SIZE
-        desc_off = _align4(name_off + namesz)
-        next_off = _align4(desc_off + descsz)
+        desc_off = (name_off + namesz + 3) & ~3
         if namesz > _MAX_NAME or desc_off + descsz > end:
             yield BadNote(off, f"note size out of bounds (namesz {namesz}, descsz {descsz})")
             return
-        name = bytes(data[name_off:name_off + namesz])
-        if name.endswith(b"\0"):
-            name = name[:-1]
-        yield RawNote(off, name, ntype, bytes(data[desc_off:desc_off + descsz]))
-        off = next_off
+        name = bytes(data[name_off:name_off + namesz]).rstrip(b"\0")
+        yield off, name, ntype, desc_off, desc_off + descsz
+        off = (desc_off + descsz + 3) & ~3
+
+
+def iter_raw_notes(data: bytes | memoryview, little_endian: bool = True,
+                   ) -> Iterator[RawNote | BadNote]:
+    """Walk the note records in `data`; a BadNote is always the last item yielded."""
+    for item in iter_note_spans(data, little_endian):
+        if isinstance(item, BadNote):
+            yield item
+            return
+        off, name, ntype, start, end = item
+        yield RawNote(off, name, ntype, bytes(data[start:end]))

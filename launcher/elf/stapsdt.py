@@ -15,8 +15,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .argspec import ArgSpec, parse_sdt_args
-from .notes import BadNote, iter_raw_notes
+from .argspec import ArgParser, ArgSpec
+from .notes import BadNote, iter_note_spans
 from .reader import ElfHandle, ElfInfo, LoadSegment, open_elf, read_elf_info
 from .symbols import SymbolTable
 
@@ -112,35 +112,38 @@ def _decode_notes(data: bytes, elf_class: int, little_endian: bool,
                   base_addr: int | None) -> Iterator[SdtNote | _Malformed]:
     word = 8 if elf_class == 64 else 4
     words = struct.Struct(("<" if little_endian else ">") + ("QQQ" if word == 8 else "III"))
+    unpack_from, fixed = words.unpack_from, words.size
     mask = (1 << (word * 8)) - 1
-    for note in iter_raw_notes(data, little_endian):
-        if isinstance(note, BadNote):
-            yield _Malformed(0, "", "", f"malformed {_NOTE_SECTION} section: {note}")
+    name_ok = _NAME_RE.fullmatch
+    for item in iter_note_spans(data, little_endian):
+        if isinstance(item, BadNote):
+            yield _Malformed(0, "", "", f"malformed {_NOTE_SECTION} section: {item}")
             return
-        if note.name != _STAPSDT_NAME or note.type != NT_STAPSDT:
+        off, note_name, note_type, start, end = item
+        if note_name != _STAPSDT_NAME or note_type != NT_STAPSDT:
             continue
-        desc = note.desc
-        if len(desc) < words.size:
-            yield _Malformed(0, "", "", f"note at +{note.offset:#x} too short")
+        if end - start < fixed:
+            yield _Malformed(0, "", "", f"note at +{off:#x} too short")
             continue
-        pc, base, sema = words.unpack_from(desc)
-        strings = desc[words.size:]
-        parts = strings.split(b"\0", 3)
-        if len(parts) < 3:
-            yield _Malformed(pc, "", "", f"note at +{note.offset:#x} has unterminated strings")
+        pc, base, sema = unpack_from(data, start)
+        parts = data[start + fixed:end].split(b"\0", 3)
+        if len(parts) < 4:
+            # provider, name and args each end in a NUL; the rest is padding.
+            yield _Malformed(pc, "", "", f"note at +{off:#x} has unterminated strings")
             continue
         try:
-            provider, name, args = (p.decode("ascii") for p in parts[:3])
+            provider, name, args = parts[0].decode("ascii"), parts[1].decode("ascii"), \
+                parts[2].decode("ascii")
         except UnicodeDecodeError:
-            yield _Malformed(pc, "", "", f"note at +{note.offset:#x} has non-ASCII text")
+            yield _Malformed(pc, "", "", f"note at +{off:#x} has non-ASCII text")
             continue
-        if not _NAME_RE.fullmatch(provider) or not _NAME_RE.fullmatch(name):
+        if not name_ok(provider) or not name_ok(name):
             yield _Malformed(pc, provider[:64], name[:64],
-                             f"note at +{note.offset:#x} has an invalid provider or name")
+                             f"note at +{off:#x} has an invalid provider or name")
             continue
         if not args.isprintable():
-            yield _Malformed(pc, provider, name,
-                             f"note at +{note.offset:#x} has unprintable argument text")
+            yield _Malformed(pc, provider, name, f"note at +{off:#x} has unprintable "
+                                                 "argument text")
             continue
         if base_addr is not None and base:
             # The file was prelinked (moved) after the notes were written: the
@@ -226,7 +229,9 @@ def get_probe_sites(path: str) -> SiteScan:
         # A library's static-TLS offset is chosen by ld.so at run time, so @tpoff
         # forms are only resolvable in an executable.
         tls = None if info.is_shared_object else info.tls
-        parsed: dict[str, tuple[ArgSpec, ...]] = {}
+        parser = ArgParser(info.machine, symbols, tls)
+        machine_ok = info.machine in ("x86_64", "i386", "aarch64")
+        code_segments = tuple(s for s in info.segments if s.executable)
         sites: list[ProbeSite] = []
         skipped: list[SkippedSite] = []
         for note in notes:
@@ -234,33 +239,34 @@ def get_probe_sites(path: str) -> SiteScan:
                 skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
                                            note.reason))
                 continue
-            reason, nop_len = _check_site(h, info, note)
+            if not machine_ok:
+                reason, nop_len = f"probe sites on machine {info.machine} are not supported", 0
+            else:
+                reason, nop_len = _check_site(h, info, code_segments, note)
             if reason:
                 skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
                                            reason))
                 continue
-            args = parsed.get(note.args)
-            if args is None:
-                args = parsed[note.args] = parse_sdt_args(note.args, info.machine, symbols, tls)
             sites.append(ProbeSite(info.path, note.provider, note.name, note.pc,
-                                   note.semaphore, note.args, args, nop_len,
+                                   note.semaphore, note.args, parser.parse(note.args), nop_len,
                                    info.machine, info.elf_class))
     return SiteScan(info, tuple(sites), tuple(skipped))
 
 
-def _check_site(h: ElfHandle, info: ElfInfo, note: SdtNote) -> tuple[str, int]:
-    """(reason to skip, "") or ("", nop length)."""
-    if info.machine not in ("x86_64", "i386", "aarch64"):
-        return f"probe sites on machine {info.machine} are not supported", 0
-    seg = _segment_for(info.segments, note.pc, 1, executable=True)
-    offset = seg.file_offset(note.pc) if seg is not None else None
-    if seg is None or offset is None:
+def _check_site(h: ElfHandle, info: ElfInfo, code_segments: tuple[LoadSegment, ...],
+                note: SdtNote) -> tuple[str, int]:
+    """(reason to skip, 0) or ("", nop length)."""
+    pc = note.pc
+    for seg in code_segments:
+        if seg.vaddr <= pc < seg.vaddr + seg.filesz:
+            break
+    else:
         return "not inside an executable segment (dangling note, e.g. after --gc-sections)", 0
-    avail = seg.offset + seg.filesz - offset
-    code = h.read(offset, min(_MAX_X86_INSN, avail)) or b""
+    offset = seg.offset + (pc - seg.vaddr)
+    code = h.data[offset:min(offset + _MAX_X86_INSN, seg.offset + seg.filesz, len(h.data))]
     nop_len = nop_length(code, info.machine)
     if not nop_len:
-        shown = code[:4].hex(" ") or "none"
+        shown = bytes(code[:4]).hex(" ") or "none"
         return f"instruction at pc is not a nop ({shown})", 0
     if note.semaphore and _segment_for(info.segments, note.semaphore, _SEMAPHORE_SIZE,
                                        writable=True) is None:

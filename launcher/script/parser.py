@@ -398,12 +398,12 @@ class Parser:
 
     def statement(self) -> ast.Stmt:
         t = self._tok
+        if t.is_op("{"):
+            return self.block()  # which counts the nesting itself
         with self.nest(t):
             if t.is_op(";"):
                 self.advance()
                 return ast.Empty(t.loc)
-            if t.is_op("{"):
-                return self.block()
             if t.is_kw("if"):
                 return self.if_statement()
             if t.is_kw("while"):
