@@ -56,6 +56,7 @@ class ModuleSet:
     directory: Path
     checksum_hex: str
     modules: dict[str, Path] = field(default_factory=dict)
+    from_cache: bool = False
 
     @property
     def preload_entry(self) -> str:
@@ -123,10 +124,13 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
                   required: Iterable[str], defines: Iterable[str] = ()) -> ModuleSet:
     """Compile `c_source` for every ABI the host can build; the `required` ones must build."""
     required = set(required)
-    require_toolchains(required)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     src = out_dir / f"pydyn_{checksum_hex}.c"
     header = out_dir / "pd_shm.h"
+    cached = _cached_modules(out_dir, checksum_hex, c_source)
+    if cached is not None and required <= set(cached):
+        return ModuleSet(out_dir, checksum_hex, cached, from_cache=True)
+    require_toolchains(required)
     src.write_text(c_source)
     header.write_text(render_c_header())
     jobs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
@@ -157,6 +161,18 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
             raise BuildError("\n".join(failures) or f"no {abi} module was built")
     link_lib_dirs(out_dir, checksum_hex, modules)
     return ModuleSet(out_dir, checksum_hex, modules)
+
+
+def _cached_modules(out_dir: Path, checksum_hex: str, c_source: str) -> dict[str, Path] | None:
+    """Modules built earlier from exactly this source (the name carries its checksum)."""
+    src = out_dir / f"pydyn_{checksum_hex}.c"
+    try:
+        if src.read_text() != c_source:
+            return None
+    except OSError:
+        return None
+    found = {abi: out_dir / f"pydyn_{checksum_hex}_{abi}.so" for abi in ABIS}
+    return {abi: p for abi, p in found.items() if p.is_file()} or None
 
 
 def link_lib_dirs(out_dir: Path, checksum_hex: str, modules: dict[str, Path]) -> None:

@@ -132,7 +132,9 @@ def run(argv: Sequence[str]) -> int:
     t0 = time.monotonic()
     out_dir = cache_dir(opts.cache_dir) / program.checksum_hex
     modules = build_modules(program.c_source, program.checksum_hex, out_dir, required, defines)
-    step(4, f"compiled {', '.join(sorted(modules.modules, reverse=True))} modules", t0)
+    built = ", ".join(sorted(modules.modules, reverse=True))
+    step(4, f"using cached {built} modules" if modules.from_cache else f"compiled {built} modules",
+         t0)
     if opts.pass_ == 4:
         for abi in ("m64", "m32"):
             path = modules.get_module(abi)

@@ -32,8 +32,13 @@ from pydyn.launcher.errors import SessionError, TargetError
 from pydyn.launcher.output import OutputSink
 from pydyn.launcher.translate import Program
 from pydyn.shmlayout import (
+    PD_ABI_I386,
+    PD_ABI_X86_64,
     PD_PROC_ALIVE,
+    PD_PROC_EXECED,
+    PD_PROC_EXITED,
     PD_PROC_KILLED,
+    PD_PROC_REFUSED,
     PD_SESSION_RUNNING,
     PD_SESSION_STOPPED,
     PD_SESSION_STOPPING,
@@ -41,6 +46,16 @@ from pydyn.shmlayout import (
     init_header,
     plan_segment,
 )
+
+ABI_NAMES = {PD_ABI_X86_64: "m64", PD_ABI_I386: "m32"}
+PROC_STATE_NAMES = {PD_PROC_ALIVE: "still running", PD_PROC_EXITED: "exited",
+                    PD_PROC_KILLED: "killed", PD_PROC_EXECED: "exec'd",
+                    PD_PROC_REFUSED: "refused"}
+
+
+def _cstr(raw: bytes) -> str:
+    return raw.split(b"\0", 1)[0].decode(errors="replace")
+
 
 # Probe kinds as the runtime numbers them (runtime/pd_runtime.h).
 PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR = 1, 2, 3
@@ -136,6 +151,7 @@ class Session:
         self.sink = sink or OutputSink(program.formats)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
+        self._seen_procs: set[int] = set()
         self._drain_error: BaseException | None = None
 
     # -- segment -------------------------------------------------------------
@@ -278,6 +294,19 @@ class Session:
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
 
+    def _report_new_processes(self) -> None:
+        """-v: one line per process as it attaches."""
+        for i, proc in enumerate(self.view.procs()):
+            if proc.state == 0 or i in self._seen_procs:
+                continue
+            self._seen_procs.add(i)
+            abi = ABI_NAMES.get(proc.abi, "?")
+            module = self.modules.get_module(abi)
+            state = "refused (checksum mismatch)" if proc.state == PD_PROC_REFUSED else "attached"
+            self.log(f"pydyn: {state} pid {proc.pid} (ppid {proc.ppid}) {abi} "
+                     f"{_cstr(proc.exe)} module {module.name if module else '?'}, "
+                     f"{proc.sites_armed} site(s) armed")
+
     def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
         header = self.view.header
         last_scan = time.monotonic()
@@ -287,6 +316,8 @@ class Session:
             if child is None and not self.program.needs_wait:
                 return
             time.sleep(0.02)
+            if self.options.verbose:
+                self._report_new_processes()
             if time.monotonic() - last_scan > 0.5:
                 self._mark_dead_processes(child)
                 last_scan = time.monotonic()
@@ -307,4 +338,12 @@ class Session:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
         procs = [p.as_dict() for p in self.view.procs() if p.state != 0]
+        if self.options.verbose:
+            self._report_new_processes()
+            states: dict[str, int] = {}
+            for p in procs:
+                name = PROC_STATE_NAMES.get(int(p["state"]), "?")
+                states[name] = states.get(name, 0) + 1
+            summary = ", ".join(f"{n} {k}" for k, n in sorted(states.items()))
+            self.log(f"pydyn: {len(procs)} process image(s) in the session: {summary}")
         return SessionResult(1 if errors else 0, errors, skipped, status, procs)

@@ -751,6 +751,7 @@ __attribute__((constructor)) static void pd_target_init(void)
         return;
     }
     pd_lock_setup();
+    pd_follow_init();
     pd_self = pd_register(PD_PROC_ALIVE);
     pd_arm_all();
     pthread_atfork(NULL, NULL, pd_atfork_child);

@@ -220,6 +220,7 @@ char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
 char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
+void pd_follow_init(void);
 
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 

@@ -30,12 +30,12 @@ def m32_cflags() -> tuple[str, ...]:
     return ("-m32", "-idirafter", MULTIARCH_INCLUDE)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def have_cc() -> bool:
     return shutil.which(CC) is not None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def have_m32() -> bool:
     """Whether CC can build and link an -m32 program (gcc-multilib installed)."""
     if not have_cc():
@@ -48,7 +48,7 @@ def have_m32() -> bool:
         return res.returncode == 0
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def have_sdt_h() -> bool:
     return have_cc() and (Path(MULTIARCH_INCLUDE, "sys", "sdt.h").exists() or
             Path("/usr/include/sys/sdt.h").exists())

@@ -25,8 +25,8 @@ SYMS = SymbolTable.from_symbols([
 ])
 
 
-def one(text: str, machine: str = "x86_64", **kw: object) -> ArgSpec:
-    specs = parse_sdt_args(text, machine, SYMS, TLS, **kw)  # type: ignore[arg-type]
+def one(text: str, machine: str = "x86_64") -> ArgSpec:
+    specs = parse_sdt_args(text, machine, SYMS, TLS)
     assert len(specs) == 1, specs
     return specs[0]
 
@@ -285,6 +285,10 @@ def test_aarch64_several_args() -> None:
     ("4@-g(%rip)", "x86_64", "negated symbol"),
     ("4@%fs:(%rax", "x86_64", "cannot parse"),
     ("4@%fq:8", "x86_64", "unknown segment register %fq"),
+    ("4@8(%eax)", "x86_64", "32-bit address register %eax"),
+    ("4@(%rax,%ecx,2)", "x86_64", "32-bit address register %ecx"),
+    ("4@(%bx)", "i386", "16-bit address register %bx"),
+    ("4@8(%rax)", "i386", "unknown register %rax"),
     ("8@$99999999999999999999", "x86_64", "does not fit in 64 bits"),
     ("4@[w0, 8]", "aarch64", "bad base register"),
     ("4@[x0, w1]", "aarch64", "unsupported index register"),

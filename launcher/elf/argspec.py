@@ -275,15 +275,18 @@ def parse_sdt_args(text: str, machine: str, symbols: SymbolTable | None = None,
     return ArgParser(machine, symbols, tls).parse(text)
 
 
-@dataclass(frozen=True)
 class _Arg:
     """The parts of an argument known before its operand is decoded."""
 
-    text: str
-    size: int
-    signed: bool
-    is_float: bool
-    machine: str
+    __slots__ = ("text", "size", "signed", "is_float", "machine")
+
+    def __init__(self, text: str, size: int, signed: bool, is_float: bool,
+                 machine: str) -> None:
+        self.text = text
+        self.size = size
+        self.signed = signed
+        self.is_float = is_float
+        self.machine = machine
 
     def const(self, value: int, *, vaddr: bool = False) -> ArgSpec:
         if not vaddr and not -(1 << 64) < value < (1 << 64):
@@ -320,6 +323,16 @@ def _x86_reg(name: str, machine: str) -> tuple[int, int, int]:
     return reg
 
 
+def _x86_address_reg(name: str, machine: str) -> int:
+    num, width, _shift = _x86_reg(name, machine)
+    if width != _NATIVE_SIZE[machine]:
+        # `(%eax)` on x86-64 truncates the address to 32 bits (an address-size
+        # override); `(%bx)` on i386 is 16-bit addressing.  Compilers do not emit
+        # either for sdt.h operands, and reading the full register would be wrong.
+        raise _Unsupported(f"{width * 8}-bit address register {name} is not supported")
+    return num
+
+
 def _parse_x86(a: _Arg, op: str, symbols: SymbolTable | None,
                tls: tuple[int, int, int] | None) -> ArgSpec:
     machine = a.machine
@@ -339,7 +352,7 @@ def _parse_x86(a: _Arg, op: str, symbols: SymbolTable | None,
     if m is not None:
         # Fast path for the most common form, `-20(%rbp)`.
         reg = _X86_TABLES[machine].get(m[2])
-        if reg is not None and reg[0] != _RIP[machine]:
+        if reg is not None and reg[0] != _RIP[machine] and reg[1] == _NATIVE_SIZE[machine]:
             return a.mem(reg[0], disp=int(m[1]) if m[1] else 0)
     m = _X86_MEM_RE.fullmatch(op)
     if m is None:
@@ -356,10 +369,10 @@ def _parse_x86(a: _Arg, op: str, symbols: SymbolTable | None,
         if len(parts) > 3 or (len(parts) == 1 and not parts[0]):
             raise _Unsupported(f"cannot parse memory operand {op!r}")
         if parts[0]:
-            base = _x86_reg(parts[0], machine)[0]
+            base = _x86_address_reg(parts[0], machine)
         if len(parts) >= 2 and parts[1] and parts[1].lower() not in ("%riz", "%eiz"):
             # (%riz/%eiz is the assembler's "no index" pseudo-register.)
-            index = _x86_reg(parts[1], machine)[0]
+            index = _x86_address_reg(parts[1], machine)
             if index == _RIP[machine]:
                 raise _Unsupported(f"bad index register in {op!r}")
         if len(parts) == 3:

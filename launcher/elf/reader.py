@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from elftools.common.exceptions import ELFError
 from elftools.construct.core import ConstructError
+from elftools.elf.dynamic import DynamicSegment
 from elftools.elf.elffile import ELFFile
 
 from ..errors import TargetError
@@ -29,6 +30,8 @@ PF_W = 2
 PF_R = 4
 
 _DF_1_PIE = 0x08000000
+_STRING_TAGS = {"DT_NEEDED": "needed", "DT_RPATH": "rpath", "DT_RUNPATH": "runpath",
+                "DT_SONAME": "soname"}
 _NT_GNU_BUILD_ID = 3
 
 _MACHINES = {"EM_X86_64": "x86_64", "EM_386": "i386", "EM_AARCH64": "aarch64"}
@@ -74,7 +77,8 @@ class LoadSegment:
     def __str__(self) -> str:
         perms = "".join(c if self.flags & f else "-" for c, f in
                         (("r", PF_R), ("w", PF_W), ("x", PF_X)))
-        return f"LOAD {self.vaddr:#x}-{self.end:#x} {perms} (file {self.offset:#x}+{self.filesz:#x})"
+        return (f"LOAD {self.vaddr:#x}-{self.end:#x} {perms} "
+                f"(file {self.offset:#x}+{self.filesz:#x})")
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,7 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
     segments: list[LoadSegment] = []
     tls: tuple[int, int, int] | None = None
     build_id: str | None = None
-    dynamic = None
+    dynamic: DynamicSegment | None = None
     for seg in elf.iter_segments():
         ptype = seg["p_type"]
         if ptype == "PT_LOAD":
@@ -249,7 +253,7 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
             tls = (seg["p_vaddr"], seg["p_memsz"], seg["p_align"])
         elif ptype == "PT_NOTE" and build_id is None:
             build_id = _find_build_id(h, seg["p_offset"], seg["p_filesz"], elf.little_endian)
-        elif ptype == "PT_DYNAMIC":
+        elif ptype == "PT_DYNAMIC" and isinstance(seg, DynamicSegment):
             dynamic = seg
 
     needed: list[str] = []
@@ -260,14 +264,17 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
     if dynamic is not None:
         for tag in dynamic.iter_tags():
             d_tag = tag.entry.d_tag
+            attr = _STRING_TAGS.get(d_tag)
+            # pyelftools sets the decoded string as an attribute named after the tag.
+            text = str(getattr(tag, attr)) if attr else ""
             if d_tag == "DT_NEEDED":
-                needed.append(tag.needed)
+                needed.append(text)
             elif d_tag == "DT_RPATH":
-                rpath.extend(p for p in tag.rpath.split(":") if p)
+                rpath.extend(p for p in text.split(":") if p)
             elif d_tag == "DT_RUNPATH":
-                runpath.extend(p for p in tag.runpath.split(":") if p)
+                runpath.extend(p for p in text.split(":") if p)
             elif d_tag == "DT_SONAME":
-                soname = tag.soname
+                soname = text
             elif d_tag == "DT_FLAGS_1":
                 flags_1 = tag.entry.d_val
 

@@ -15,6 +15,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..errors import TargetError
 from .argspec import ArgParser, ArgSpec
 from .notes import BadNote, iter_note_spans
 from .reader import ElfHandle, ElfInfo, LoadSegment, open_elf, read_elf_info
@@ -156,7 +157,11 @@ def _decode_notes(data: bytes, elf_class: int, little_endian: bool,
 
 
 def _read_notes(h: ElfHandle, info: ElfInfo) -> list[SdtNote | _Malformed]:
-    section = h.get_section_bytes(_NOTE_SECTION)
+    try:
+        section = h.get_section_bytes(_NOTE_SECTION)
+    except TargetError as exc:
+        # A lying section header loses the notes, not the rest of the file.
+        return [_Malformed(0, "", "", f"malformed {_NOTE_SECTION} section: {exc.reason}")]
     if section is None:
         return []
     base_section = h.elffile.get_section_by_name(_BASE_SECTION)

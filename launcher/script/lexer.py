@@ -166,16 +166,14 @@ class _Lexer:
         return SourceLocation(self.filename, line, col, self.lines[line - 1])
 
     def advance(self, n: int = 1) -> None:
-        text = self.text
-        for _ in range(n):
-            if self.pos >= len(text):
-                return
-            if text[self.pos] == "\n":
-                self.line += 1
-                self.col = 1
-            else:
-                self.col += 1
-            self.pos += 1
+        end = min(self.pos + n, len(self.text))
+        newlines = self.text.count("\n", self.pos, end)
+        if newlines:
+            self.line += newlines
+            self.col = end - self.text.rindex("\n", self.pos, end)
+        else:
+            self.col += end - self.pos
+        self.pos = end
 
     def peek(self, k: int = 0) -> str:
         i = self.pos + k

@@ -24,7 +24,7 @@ from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .preprocess import Config, Preprocessor
 
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
-_FRAMES_PER_NESTING = 14  # Python frames one nesting level can take (measured: <= 12)
+_FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
 
 _ASSIGN_OPS = frozenset({"=", "<<<", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=",
                          "|=", ".="})
