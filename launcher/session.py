@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import random
 import secrets
 import shlex
 import shutil
@@ -152,6 +153,7 @@ class Session:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
         self._seen_procs: set[int] = set()
+        self._stop_timers = threading.Event()
         self._drain_error: BaseException | None = None
 
     # -- segment -------------------------------------------------------------
@@ -197,6 +199,21 @@ class Session:
         except BaseException as exc:  # surfaced by run(), never lost in a thread
             self._drain_error = exc
 
+    # -- timers --------------------------------------------------------------
+    def _timer_loop(self, module: _Module, index: int, period_ns: int, rand_ns: int) -> None:
+        """timer.* probes run in the launcher, as in stapdyn, on their own thread."""
+        rng = random.Random()
+        deadline = time.monotonic_ns()
+        while not self._stop_timers.is_set():
+            jitter = rng.randint(-rand_ns, rand_ns) if rand_ns else 0
+            deadline += max(period_ns + jitter, 1000)
+            delay = (deadline - time.monotonic_ns()) / 1e9
+            if delay > 0 and self._stop_timers.wait(delay):
+                return
+            if self.view.header.session_state != PD_SESSION_RUNNING:
+                return
+            module.lib.pd_launcher_run_probe(index)
+
     # -- processes -----------------------------------------------------------
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -239,6 +256,7 @@ class Session:
         child: subprocess.Popen[bytes] | None = None
         drain = threading.Thread(target=self._drain_loop, args=(module,), daemon=True)
         interrupted = False
+        timers: list[threading.Thread] = []
         try:
             rc = module.lib.pd_launcher_attach(shm.name.encode())
             if rc != 0:
@@ -257,11 +275,19 @@ class Session:
                     header.target_pid = child.pid
                     if self.options.verbose:
                         self.log(f"pydyn: started {argv[0]} as pid {child.pid}")
+                for index, period, rand in self.program.timers:
+                    t = threading.Thread(target=self._timer_loop,
+                                         args=(module, index, period, rand), daemon=True)
+                    t.start()
+                    timers.append(t)
             try:
                 self._wait(child)
             except KeyboardInterrupt:
                 interrupted = True
             header.session_state = PD_SESSION_STOPPING
+            self._stop_timers.set()
+            for t in timers:
+                t.join()
             if child is not None and child.poll() is None and (interrupted or
                                                                header.exit_requested):
                 child.terminate()
@@ -281,6 +307,7 @@ class Session:
                 raise self._drain_error
             return self._result(child)
         finally:
+            self._stop_timers.set()
             self._stop_drain.set()
             if drain.is_alive():
                 drain.join(timeout=5)
@@ -338,7 +365,7 @@ class Session:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
         procs = [p.as_dict() for p in self.view.procs() if p.state != 0]
-        if self.options.verbose:
+        if self.options.verbose and procs:
             self._report_new_processes()
             states: dict[str, int] = {}
             for p in procs:
