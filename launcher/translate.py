@@ -1217,8 +1217,9 @@ def _c_conversion(c: Conversion, node: ast.Node) -> str:
 
 def _arg_initializer(spec: ArgSpec) -> str:
     if spec.kind == ArgKind.CONST:
+        # `$sym` immediates are link-time addresses: the runtime adds the load bias.
         return (f"{{INT64_C({spec.value}), PD_ARG_CONST, {spec.size}, {int(spec.signed)}, 0, "
-                "-1, -1, 1, 0, 0}")
+                f"-1, -1, 1, 0, {int(spec.disp_is_vaddr)}}}")
     if spec.kind == ArgKind.REG:
         return (f"{{0, PD_ARG_REG, {spec.size}, {int(spec.signed)}, 0, {spec.reg}, -1, 1, "
                 f"{spec.reg_shift}, 0}}")

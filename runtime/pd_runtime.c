@@ -269,7 +269,7 @@ int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
     uint64_t raw = 0;
     switch (a->kind) {
     case PD_ARG_CONST:
-        return a->value;
+        return a->rel ? (int64_t)((uint64_t)a->value + c->bias) : a->value;
     case PD_ARG_REG:
         raw = (uint64_t)pd_reg(c->regs, a->reg) >> a->shift;
         break;

@@ -459,7 +459,8 @@ def test_macros() -> None:
            "probe begin { y = @twice(@ONE * 3) z = @add(f(1, 2), k in arr) }")
     stmts = body(src)
     mul = f"BinaryOp('*', {n(1)}, {n(3)})"
-    assert ast.dump(stmts[0]) == f"ExprStatement(Assign('=', {a('y')}, BinaryOp('+', {mul}, {mul})))"
+    assert ast.dump(stmts[0]) == (
+        f"ExprStatement(Assign('=', {a('y')}, BinaryOp('+', {mul}, {mul})))")
     assert ast.dump(stmts[1]) == (
         # Expansion is textual: `(f(1, 2) + k in arr)`.
         f"ExprStatement(Assign('=', {a('z')}, ArrayIn((BinaryOp('+', Call('f', ({n(1)}, {n(2)})), "
@@ -593,6 +594,9 @@ def test_deep_nesting_parses_up_to_the_limit() -> None:
     assert parse(blocks).probes
     ifs = "probe begin { " + "if (a) " * depth + "x = 1 }"
     assert parse(ifs).probes
+    # The most Python frames per level: every binary precedence level is open.
+    worst = "a || a && a | a ^ a & a == a << a . a + a * -!++("
+    assert parse("probe begin { x = " + worst * depth + "1" + ")" * depth + " }").probes
 
 
 @pytest.mark.parametrize("src", [

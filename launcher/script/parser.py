@@ -927,7 +927,7 @@ def _frame_depth() -> int:
 def _recursion_headroom() -> Iterator[None]:
     """Make room for MAX_NESTING levels of recursive descent.
 
-    Python's default limit (1000 frames) would allow only ~80 levels; real
+    Python's default limit (1000 frames) would allow only ~45 levels; real
     scripts nest far less than MAX_NESTING, but fuzzed ones must not turn into
     a RecursionError.  Python-to-Python calls do not use the C stack (3.11).
     """

@@ -1,0 +1,152 @@
+"""Session-level behaviour on real processes: passes, -v, refusal of a module
+built from another source, Ctrl-C, a missing toolchain, segment hygiene."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cbuild import build_c
+
+ROOT = Path(__file__).resolve().parent.parent
+COUNTER = ROOT / "examples" / "src" / "counter.c"
+
+LOOP_C = r"""
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/sdt.h>
+int main(int argc, char **argv) {
+    (void)argc; (void)argv;
+    for (long i = 0;; i++) { DTRACE_PROBE1(pydyn_test, spin, i); usleep(1000); }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def counter(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> Path:
+    return build_c(COUNTER, tmp_path_factory.mktemp("bin") / "counter")
+
+
+@pytest.fixture(scope="module")
+def counter32(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object,
+              have_m32: bool) -> Path:
+    if not have_m32:
+        pytest.skip("gcc -m32 unavailable: apt-get install gcc-12-multilib libc6-dev-i386")
+    return build_c(COUNTER, tmp_path_factory.mktemp("bin32") / "counter32", m32=True)
+
+
+def pydyn(args: list[str], cache: Path, **kw: object) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYDYN_CACHE_DIR": str(cache)}
+    env.update(kw.pop("env", {}))  # type: ignore[call-overload]
+    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=120, **kw)
+
+
+def count_script(binary: Path) -> str:
+    return (f'global hits, total\nprobe process("{binary}").mark("tick") '
+            "{ hits++; total += $arg1 }\n"
+            'probe end { printf("hits=%d total=%d\\n", hits, total) }\n')
+
+
+def segments_of(launcher_pid: int) -> set[str]:
+    """Segment names carry the launcher's pid."""
+    return {p.name for p in Path("/dev/shm").glob(f"pydyn.{launcher_pid}.*")}
+
+
+def test_passes_print_what_they_made(counter: Path, cache: Path) -> None:
+    script = count_script(counter)
+    p2 = pydyn(["-p2", "-e", script], cache)
+    assert p2.returncode == 0, p2.stderr
+    assert 'mark("tick")' in p2.stdout or "tick" in p2.stdout
+    p3 = pydyn(["-p3", "-e", script], cache)
+    assert p3.returncode == 0
+    assert '#include "pd_runtime.h"' in p3.stdout and "pd_module" in p3.stdout
+    p4 = pydyn(["-p4", "-e", script], cache)
+    paths = p4.stdout.split()
+    assert paths[0].endswith("_m64.so") and Path(paths[0]).is_file()
+    if len(paths) > 1:
+        assert paths[1].endswith("_m32.so") and Path(paths[1]).is_file()
+    # The names carry the source checksum, the same for both ABIs.
+    assert len({Path(p).name.split("_")[1] for p in paths}) == 1
+
+
+def test_verbose_reports_passes_processes_and_cache(counter32: Path, cache: Path) -> None:
+    script = count_script(counter32)
+    first = pydyn(["-v", "-e", script, "-c", f"{counter32} 100"], cache)
+    assert first.returncode == 0, first.stderr
+    assert "hits=100 total=4950" in first.stdout
+    for n in (1, 2, 3, 4):
+        assert f"Pass {n}:" in first.stderr
+    assert "m32" in first.stderr and f"{counter32}" in first.stderr
+    assert "site(s) armed" in first.stderr
+    again = pydyn(["-v", "-e", script, "-c", f"{counter32} 100"], cache)
+    assert "Pass 4: using cached" in again.stderr
+    assert "hits=100 total=4950" in again.stdout
+
+
+def test_module_from_another_source_refuses_to_attach(counter: Path, cache: Path) -> None:
+    other = pydyn(["-p4", "-e", 'probe begin { println("other") }'], cache)
+    other_m64 = other.stdout.split()[0]
+    # The inner LD_PRELOAD names a module of another script; pydyn's own entry is
+    # put back first by the runtime, so both load and only the foreign one refuses.
+    cmd = f"env LD_PRELOAD={other_m64} {counter} 50"
+    res = pydyn(["-e", count_script(counter), "-c", cmd], cache)
+    assert res.returncode == 0, res.stderr
+    assert "hits=50 total=1225" in res.stdout
+    refusals = [line for line in res.stderr.splitlines() if "built from another source" in line]
+    assert refusals, res.stderr
+    assert "probes not armed" in refusals[0]
+    assert "refused the session" in res.stderr  # counted in the segment, reported at exit
+
+
+def test_ctrl_c_ends_the_session_in_order(tmp_path: Path, cache: Path,
+                                          sdt_cflags: object) -> None:
+    src = tmp_path / "loop.c"
+    src.write_text(LOOP_C)
+    loop = build_c(src, tmp_path / "loop")
+    script = (f'global n\nprobe process("{loop}").mark("spin") {{ n++ }}\n'
+              'probe end { printf("end ran, n>0=%d\\n", n > 0) }\n')
+    env = {**os.environ, "PYDYN_CACHE_DIR": str(cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-e", script,
+                             "-c", str(loop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    time.sleep(2.5)  # compile, start, let some probes fire
+    assert segments_of(proc.pid), "the session's segment should exist while it runs"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert "end ran, n>0=1" in out, err
+    assert "Traceback" not in err
+    assert not segments_of(proc.pid)
+
+
+def test_missing_m32_toolchain_is_one_clear_error(tmp_path: Path, counter32: Path,
+                                                  cache: Path) -> None:
+    fake = tmp_path / "gcc"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do [ "$a" = -m32 ] && exit 1; done\n'
+                    'exec gcc "$@"\n')
+    fake.chmod(0o755)
+    script = count_script(counter32) + "probe begin { println(1) }\n"  # a fresh source
+    res = pydyn(["-e", script, "-c", str(counter32)], tmp_path / "fresh-cache",
+                env={"CC": str(fake)})
+    assert res.returncode == 1
+    assert "no m32 toolchain" in res.stderr and "libc6-dev-i386" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in res.stderr
+
+
+def test_no_segment_left_behind(counter: Path, cache: Path) -> None:
+    before = {p.name for p in Path("/dev/shm").glob("pydyn.*")}
+    res = pydyn(["-e", count_script(counter), "-c", f"{counter} 10"], cache)
+    assert res.returncode == 0
+    after = {p.name for p in Path("/dev/shm").glob("pydyn.*")}
+    assert after <= before
