@@ -120,8 +120,11 @@ def test_ctrl_c_ends_the_session_in_order(tmp_path: Path, cache: Path,
     proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-e", script,
                              "-c", str(loop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
-    time.sleep(2.5)  # compile, start, let some probes fire
+    deadline = time.monotonic() + 60  # compiling may be slow on a loaded machine
+    while not segments_of(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert segments_of(proc.pid), "the session's segment should exist while it runs"
+    time.sleep(0.5)  # let some probes fire
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert "end ran, n>0=1" in out, err

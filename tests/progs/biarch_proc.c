@@ -13,10 +13,13 @@
  *     -s         children/exec get the environment {"FOO=1"} only
  *     -b         barrier: children wait until all of them are ready
  *     -k I:MS    SIGKILL child I (0-based, in -c/-x order) MS ms after it starts
+ *     -n NAME    after the -m marks, rename this thread (prctl PR_SET_NAME)
  *
  * Every mark is DTRACE_PROBE2(biarch, hit, j, bits) with j the running index
  * (0, 1, 2, ...) of this process's marks.  Each process reports itself on
- * stdout with one write(2): "proc pid=P ppid=Q bits=B marks=N role=R".
+ * stdout with one write(2):
+ *   "proc pid=P ppid=Q bits=B marks=N role=R foo=F t0=NS t1=NS"
+ * (foo: whether FOO is set; t0/t1: CLOCK_MONOTONIC around the -m marks).
  * The exit status is 0 when every child exited 0 (or died of the SIGKILL
  * this process sent it).
  */
@@ -26,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/sdt.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -36,6 +40,14 @@
 
 static long nmarks;
 static const char *role = "main";
+static long long t_first, t_last; /* CLOCK_MONOTONIC ns around the -m loop */
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
 
 static void hit(long n)
 {
@@ -49,9 +61,11 @@ static void hit(long n)
 
 static void report(void)
 {
-    char line[160];
-    int len = snprintf(line, sizeof line, "proc pid=%d ppid=%d bits=%d marks=%ld role=%s\n",
-                       (int)getpid(), (int)getppid(), (int)(8 * sizeof(void *)), nmarks, role);
+    char line[256];
+    int len = snprintf(line, sizeof line,
+                       "proc pid=%d ppid=%d bits=%d marks=%ld role=%s foo=%d t0=%lld t1=%lld\n",
+                       (int)getpid(), (int)getppid(), (int)(8 * sizeof(void *)), nmarks, role,
+                       getenv("FOO") != NULL, t_first, t_last);
     if (write(1, line, (size_t)len) < 0)
         _exit(3);
 }
@@ -88,12 +102,7 @@ static void barrier_wait(void)
     close(gfd);
 }
 
-static long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
+static long now_ms(void) { return (long)(now_ns() / 1000000); }
 
 int main(int argc, char **argv)
 {
@@ -102,6 +111,7 @@ int main(int argc, char **argv)
     long first = 0, post = 0, forked = -1;
     int kill_idx[MAXCHILD], kill_ms[MAXCHILD], nkill = 0;
     char **exec_argv = NULL;
+    const char *new_name = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -111,6 +121,8 @@ int main(int argc, char **argv)
             post = atol(argv[++i]);
         } else if (!strcmp(a, "-f") && i + 1 < argc) {
             forked = atol(argv[++i]);
+        } else if (!strcmp(a, "-n") && i + 1 < argc) {
+            new_name = argv[++i];
         } else if (!strcmp(a, "-s")) {
             scrub = 1;
         } else if (!strcmp(a, "-b")) {
@@ -138,7 +150,11 @@ int main(int argc, char **argv)
 
     if (!barrier)
         barrier_wait(); /* a child of a -b parent */
+    t_first = now_ns();
     hit(first);
+    t_last = now_ns();
+    if (new_name)
+        prctl(PR_SET_NAME, (unsigned long)new_name, 0, 0, 0);
 
     int ready[2] = {-1, -1}, go[2] = {-1, -1};
     if (barrier && nchild) {
@@ -186,7 +202,9 @@ int main(int argc, char **argv)
         if (fork_child == 0) {
             role = "forked";
             nmarks = 0;
+            t_first = now_ns();
             hit(forked);
+            t_last = now_ns();
             report();
             exit(0); /* exit, not _exit: the destructors (process.end) run */
         }
