@@ -20,8 +20,10 @@ deb-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
+# Reinstall unless pydyn is importable from *this* checkout with all its deps
+# (an editable install of another clone would otherwise be tested instead).
 py-deps:
-	@$(PYTHON) -c "import pydyn.launcher.cli, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis" 2>/dev/null || \
+	@$(PYTHON) -c "import sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; sys.exit(not c.__file__.startswith('$(CURDIR)/'))" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q -e '.[test]'
 
 examples/bin/counter: examples/src/counter.c
@@ -55,7 +57,7 @@ demo: examples
 	ln -sfn ../../runtime .mypy-tree/pydyn/runtime
 
 lint: py-deps .mypy-tree/pydyn
-	ruff check launcher shmlayout runtime tests bench
+	ruff check launcher shmlayout runtime tests
 	mypy
 
 test: examples lint

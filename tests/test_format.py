@@ -9,6 +9,7 @@ staptree.cxx `print_format::string_to_components`; each test says which.
 from __future__ import annotations
 
 import pytest
+
 from pydyn.launcher.errors import ScriptError, SourceLocation
 from pydyn.launcher.format import Conversion, format_printf, format_values, parse_format
 

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from pydyn.shmlayout import PD_LOCK_TID_MASK, PD_LOCK_WAITERS, render_c_header
 
 RUNTIME = Path(__file__).resolve().parent.parent / "runtime"

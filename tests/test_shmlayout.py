@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from pydyn import shmlayout
 from pydyn.shmlayout import (
     CONST_GROUPS,

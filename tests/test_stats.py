@@ -11,6 +11,7 @@ that agrees with the Welford code in runtime/stat-common.c.
 from __future__ import annotations
 
 import pytest
+
 from pydyn.launcher.stats import (
     HIST_LOG_BUCKET0,
     HIST_LOG_BUCKETS,
