@@ -153,3 +153,14 @@ def test_no_segment_left_behind(counter: Path, cache: Path) -> None:
     assert res.returncode == 0
     after = {p.name for p in Path("/dev/shm").glob("pydyn.*")}
     assert after <= before
+
+
+def test_output_is_lossless_when_the_ring_fills(counter: Path, cache: Path) -> None:
+    # 150k lines of ~20 bytes through a 1 MiB ring: producers must wait, never drop.
+    n = 150_000
+    script = (f'probe process("{counter}").mark("tick") {{ printf("line %d\\n", $arg1) }}\n')
+    res = pydyn(["-s", "1", "-e", script, "-c", f"{counter} {n}"], cache)
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stdout.splitlines() if line.startswith("line ")]
+    assert lines == [f"line {i}" for i in range(n)]
+    assert "WARNING" not in res.stderr
