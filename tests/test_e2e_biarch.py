@@ -370,17 +370,24 @@ def test_process_begin_end_in_target_context(progs: Progs, cache_dir: Path) -> N
     c2, = [p for p in procs if p.ppid == a64.pid and p.bits == 64]
     c2f, = by_role(procs, "forked")
     assert c2f.ppid == c2.pid and a32.bits == 32 and a64.ppid == run.pid
-    begins = Counter(re.findall(r"^begin (\d+) (\d+) (\S+)$", run.out, re.M))
-    want = Counter([(a64.pid, run.pid, "biarch64"), (a32.pid, run.pid, "biarch32"),
-                    (c1.pid, a64.pid, "biarch32"), (c2.pid, a64.pid, "biarch64"),
-                    (c2f.pid, c2.pid, "biarch64")])
-    assert begins == Counter({(str(p), str(pp), n): k for (p, pp, n), k in want.items()}), \
-        run.describe()
-    # process.end: at exit, once per process (an image that execs does not end).
-    ends = Counter(re.findall(r"^end (\d+) (\S+)$", run.out, re.M))
-    assert ends == Counter([(str(a32.pid), "biarch32"), (str(c1.pid), "biarch32"),
-                            (str(c2.pid), "biarch64"), (str(c2f.pid), "biarch64")]), \
-        run.describe()
+    # process.begin fires once per process image, as stap's does: in a forked
+    # child at fork (still the parent's image), and in every image an exec starts.
+    begins = Counter(tuple(int(x) if x.isdigit() else x for x in m)
+                     for m in re.findall(r"^begin (\d+) (\d+) (\S+)$", run.out, re.M))
+    assert begins == Counter([
+        (a64.pid, run.pid, "biarch64"), (a32.pid, run.pid, "biarch32"),
+        (c1.pid, a64.pid, "biarch64"), (c1.pid, a64.pid, "biarch32"),
+        (c2.pid, a64.pid, "biarch64"), (c2.pid, a64.pid, "biarch64"),
+        (c2f.pid, c2.pid, "biarch64")]), run.describe()
+    assert run.pid not in {p for p, _, _ in begins}   # never the launcher's context
+    # process.end: exactly once at exit, in the final image.  (stap also ends an
+    # image that execs away; that extra line is allowed, not required.)
+    ends = Counter(tuple(int(x) if x.isdigit() else x for x in m)
+                   for m in re.findall(r"^end (\d+) (\S+)$", run.out, re.M))
+    finals = Counter([(a32.pid, "biarch32"), (c1.pid, "biarch32"), (c2.pid, "biarch64"),
+                      (c2f.pid, "biarch64")])
+    exec_ends = Counter([(a64.pid, "biarch64"), (c1.pid, "biarch64"), (c2.pid, "biarch64")])
+    assert finals <= ends <= finals + exec_ends, run.describe()
     # process("PATH").begin/.end only in processes of that binary.
     assert sorted(re.findall(r"^begin32 (\d+)$", run.out, re.M)) == \
         sorted([str(a32.pid), str(c1.pid)]), run.describe()
