@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -120,7 +121,8 @@ def run(argv: Sequence[str]) -> int:
                     print(site)
         return 0
     t0 = time.monotonic()
-    program = translate(script, resolution)
+    program = translate(script, resolution,
+                        defines=dict(d.split("=", 1) for d in defines))
     step(3, "translated to C", t0)
     if opts.pass_ == 3:
         sys.stdout.write(program.c_source)
@@ -150,7 +152,14 @@ def run(argv: Sequence[str]) -> int:
     return result.exit_status
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    # SIGTERM/SIGHUP end the session the same orderly way as Ctrl-C.
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGHUP, _interrupt)
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except ScriptError as exc:

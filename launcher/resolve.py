@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import json
 import os
 import shutil
 import sys
@@ -27,6 +28,18 @@ TIMER_UNITS_NS = {"s": 1_000_000_000, "sec": 1_000_000_000, "ms": 1_000_000, "ms
                   "us": 1_000, "usec": 1_000, "ns": 1, "nsec": 1}
 
 
+def format_point(point: ast.ProbePoint) -> str:
+    parts = []
+    for comp in point.components:
+        if comp.arg is None:
+            parts.append(comp.name)
+        elif isinstance(comp.arg, int):
+            parts.append(f"{comp.name}({comp.arg})")
+        else:
+            parts.append(f"{comp.name}({json.dumps(comp.arg)})")
+    return ".".join(parts) + ("?" if point.optional else "")
+
+
 @dataclass(frozen=True)
 class ResolvedPoint:
     """One probe point of a probe, with what it covers."""
@@ -39,7 +52,7 @@ class ResolvedPoint:
     randomize_ns: int = 0
 
     def __str__(self) -> str:
-        return f"{self.point} -> {self.kind} ({len(self.sites)} sites)"
+        return f"{format_point(self.point)} -> {self.kind} ({len(self.sites)} sites)"
 
 
 @dataclass
@@ -124,7 +137,7 @@ class Resolver:
             return self._process(point)
         known = ["begin", "end", "error", "never", "timer", "process"]
         close = difflib.get_close_matches(head, known, n=3)
-        raise _pp_error(point, f"unknown probe point '{point}'",
+        raise _pp_error(point, f"unknown probe point '{format_point(point)}'",
                         f"did you mean {', '.join(close)}?" if close else None)
 
     def _timer(self, point: ast.ProbePoint) -> ResolvedPoint:
@@ -182,7 +195,7 @@ class Resolver:
             provider = rest[0].arg
             rest = rest[1:]
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
-            raise _pp_error(point, f"unsupported process probe point '{point}'",
+            raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",
                             "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "
                             ".library(\"LIB\"), .begin, .end")
         return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
@@ -205,5 +218,5 @@ class Resolver:
             hint = (f"did you mean {', '.join(close)}?" if close else
                     f"{binary} has marks: {', '.join(names[:10])}" if names else
                     f"{binary} has no usable USDT marks")
-            raise _pp_error(point, f"probe point '{point}' matches no mark", hint)
+            raise _pp_error(point, f"probe point '{format_point(point)}' matches no mark", hint)
         return sites

@@ -288,8 +288,9 @@ class Session:
             self._stop_timers.set()
             for t in timers:
                 t.join()
-            if child is not None and child.poll() is None and (interrupted or
-                                                               header.exit_requested):
+            # Interrupted: the user wants everything stopped.  exit() or an error
+            # only ends the session; the target runs on with its probes inert.
+            if child is not None and child.poll() is None and interrupted:
                 child.terminate()
                 try:
                     child.wait(timeout=5)

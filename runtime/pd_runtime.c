@@ -199,6 +199,10 @@ void pd_rec_str(struct pd_ctx *c, const char *s)
 
 void pd_rec_close(struct pd_ctx *c)
 {
+    if (c->error) { /* an error aborts the statement: its record is dropped */
+        c->outlen = pd_rec_open_at;
+        return;
+    }
     uint32_t len = c->outlen - pd_rec_open_at;
     memcpy(c->out + pd_rec_open_at, &len, 4); /* pd_rec.len is the first field */
     pd_rec_open_at = c->outlen;
@@ -298,11 +302,12 @@ int64_t pd_pid(void) { return getpid(); }
 int64_t pd_tid(void) { return (int64_t)syscall(SYS_gettid); }
 int64_t pd_ppid(void) { return getppid(); }
 
+/* Read each time: a process may rename itself (PR_SET_NAME) at any point. */
 const char *pd_execname(void)
 {
     static __thread char name[17];
-    if (!name[0] && prctl_get_name(name))
-        name[0] = '?';
+    if (prctl_get_name(name) != 0)
+        strcpy(name, "?");
     return name;
 }
 
@@ -371,6 +376,7 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
     c->error = 0;
     c->nesting = 0;
+    c->where = NULL;
     c->outlen = 0;
     c->errmsg[0] = 0;
     pd_rec_open_at = 0;
@@ -393,7 +399,10 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     if (c->error) {
         /* Output of the failed handler up to the error is kept, as stap does. */
         char msg[256];
-        snprintf(msg, sizeof msg, "%s (in probe %s)", c->errmsg, p->pp);
+        if (c->where && !strstr(c->errmsg, " near "))
+            snprintf(msg, sizeof msg, "%s near %s (in probe %s)", c->errmsg, c->where, p->pp);
+        else
+            snprintf(msg, sizeof msg, "%s (in probe %s)", c->errmsg, p->pp);
         c->error = 0;
         pd_rec_open_at = c->outlen;
         pd_emit_text(c, PD_REC_ERROR, msg);

@@ -133,6 +133,7 @@ struct pd_ctx {
     int64_t actions;              /* statements left before MAXACTION */
     int error;                    /* set: the handler unwinds to its end */
     int nesting;                  /* user function call depth (MAXNESTING) */
+    const char *where;            /* the statement running, for error messages */
     uint32_t outlen;
     char errmsg[160];
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
@@ -225,10 +226,11 @@ void pd_follow_init(void);
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 
 /* A statement: count it against MAXACTION. */
-#define PD_ACTION(c, where)                                                   \
+#define PD_ACTION(c, where_)                                                  \
     do {                                                                      \
+        (c)->where = (where_);                                                \
         if (PD_UNLIKELY(--(c)->actions < 0)) {                                \
-            pd_error((c), "MAXACTION exceeded near %s", (where));             \
+            pd_error((c), "MAXACTION exceeded near %s", (where_));            \
         }                                                                     \
     } while (0)
 
