@@ -13,6 +13,7 @@
  *     -s         children/exec get the environment {"FOO=1"} only
  *     -b         barrier: children wait until all of them are ready
  *     -k I:MS    SIGKILL child I (0-based, in -c/-x order) MS ms after it starts
+ *                (after the barrier opens, with -b)
  *     -n NAME    after the -m marks, rename this thread (prctl PR_SET_NAME)
  *
  * Every mark is DTRACE_PROBE2(biarch, hit, j, bits) with j the running index
@@ -193,6 +194,8 @@ int main(int argc, char **argv)
             if (read(ready[0], &b, 1) != 1)
                 return 7;
         close(go[1]); /* everyone goes at once */
+        for (int c = 0; c < nchild; c++)
+            started[c] = now_ms(); /* -k counts from here */
     }
 
     pid_t fork_child = -1;
