@@ -2,9 +2,10 @@
 
 Argument fetching is checked without hand-kept expectations: the C programs
 (tests/progs/e2e_*.c) print the value of every mark argument themselves
-(`expect NAME V1 V2 ...`), the scripts print what pydyn fetched
-(`got NAME V1 V2 ...`), and the tests compare the two.  Every pydyn run is a
-subprocess with a per-session module cache.
+(`expect TAG NAME V1 V2 ...`, TAG naming the build), the scripts print what
+pydyn fetched (`got TAG NAME V1 V2 ...`), and the tests compare the two.  Every
+pydyn run is a subprocess with a per-session module cache; builds share runs
+(and scripts share modules) wherever a test allows, to keep the file fast.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cbuild import PROGS, build_c
+from cbuild import PROGS, build_c, have_m32
 
 from pydyn.launcher.elf.argspec import ArgKind
 from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
@@ -34,13 +35,17 @@ Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
 @pytest.fixture(scope="session")
-def pydyn(tmp_path_factory: pytest.TempPathFactory) -> Run:
+def pydyn_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("pydyn-cache")
+
+
+@pytest.fixture(scope="session")
+def pydyn(pydyn_cache: Path) -> Run:
     """`pydyn(*args, cwd=None, cache=None)`: run the CLI, output captured as text."""
-    session_cache = tmp_path_factory.mktemp("pydyn-cache")
 
     def run(*args: str, cwd: Path | None = None,
             cache: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache or session_cache))
+        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache or pydyn_cache))
         return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
                               capture_output=True, text=True, env=env, cwd=cwd,
                               timeout=TIMEOUT)
@@ -85,8 +90,8 @@ def allowed_unsupported(flavour: Flavour, site: ProbeSite, i: int) -> bool:
     return flavour.m32 and spec.size == 8 and "4-byte register" in spec.error
 
 
-def args_script(flavour: Flavour, scan: SiteScan) -> str:
-    """One probe per mark printing `got NAME $arg1 ...` (`-` for an unreadable operand)."""
+def args_probes(flavour: Flavour, scan: SiteScan) -> str:
+    """One probe per mark printing `got TAG NAME $arg1 ...` (`-` for an unreadable operand)."""
     probes = []
     for site in scan.sites:
         fmt, values = [], []
@@ -98,61 +103,77 @@ def args_script(flavour: Flavour, scan: SiteScan) -> str:
                 assert allowed_unsupported(flavour, site, i), (site.name, str(spec))
                 fmt.append("-")
         probes.append(f'probe process("{scan.info.path}").mark("{site.name}") '
-                      f'{{ printf("got %s {" ".join(fmt)}\\n", $$name{"".join(values)}) }}')
+                      f'{{ printf("got {flavour.id} %s {" ".join(fmt)}\\n", $$name'
+                      f'{"".join(values)}) }}')
     return "\n".join(probes) + "\n"
 
 
 @dataclass(frozen=True)
-class ArgsRun:
-    flavour: Flavour
-    scan: SiteScan
+class ArgsSession:
+    scans: dict[str, SiteScan]     # flavour id -> the built program's notes
     result: subprocess.CompletedProcess[str]
 
 
-@pytest.fixture(scope="module", params=FLAVOURS, ids=[f.id for f in FLAVOURS])
-def args_run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-             sdt_cflags: Any, pydyn: Run) -> ArgsRun:
+@pytest.fixture(scope="module")
+def args_session(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any,
+                 pydyn: Run) -> ArgsSession:
+    """Every flavour built, and run one after the other in one session (one module build)."""
+    tmp = tmp_path_factory.mktemp("args")
+    scans: dict[str, SiteScan] = {}
+    for flavour in FLAVOURS:
+        if flavour.m32 and not have_m32():
+            continue
+        out = build_c([PROGS / "e2e_args.c", PROGS / "e2e_args_mem.c"], tmp / flavour.id,
+                      m32=flavour.m32, opt=flavour.opt,
+                      extra=(*flavour.flags, f'-DE2E_TAG="{flavour.id}"'))
+        scans[flavour.id] = get_probe_sites(str(out))
+    script = tmp / "args.stp"
+    script.write_text("".join(args_probes(f, scans[f.id]) for f in FLAVOURS if f.id in scans))
+    command = "; ".join(scan.info.path for scan in scans.values())
+    return ArgsSession(scans, pydyn(str(script), "-c", command))
+
+
+@pytest.fixture(params=FLAVOURS, ids=[f.id for f in FLAVOURS])
+def flavour(request: pytest.FixtureRequest, args_session: ArgsSession) -> Flavour:
     flavour: Flavour = request.param
-    out = tmp_path_factory.mktemp(flavour.id) / "e2e_args"
-    build_c([PROGS / "e2e_args.c", PROGS / "e2e_args_mem.c"], out, m32=flavour.m32,
-            opt=flavour.opt, extra=flavour.flags)
-    scan = get_probe_sites(str(out))
-    script = out.with_suffix(".stp")
-    script.write_text(args_script(flavour, scan))
-    return ArgsRun(flavour, scan, pydyn(str(script), "-c", str(out)))
+    if flavour.id not in args_session.scans:
+        pytest.skip("no -m32 toolchain (gcc-multilib)")
+    return flavour
 
 
-def test_mark_arguments_match_the_program(args_run: ArgsRun) -> None:
-    res = args_run.result
-    assert res.returncode == 0, res.stderr
-    assert res.stderr == ""
-    expected = {line[0]: line[1:] for line in lines_with(res.stdout, "expect ")}
-    got = lines_with(res.stdout, "got ")
-    names = sorted(s.name for s in args_run.scan.sites)
+def test_args_session_is_clean(args_session: ArgsSession) -> None:
+    assert (args_session.result.returncode, args_session.result.stderr) == (0, "")
+
+
+def test_mark_arguments_match_the_program(args_session: ArgsSession, flavour: Flavour) -> None:
+    out = args_session.result.stdout
+    expected = {line[1]: line[2:] for line in lines_with(out, f"expect {flavour.id} ")}
+    got = [line[1:] for line in lines_with(out, f"got {flavour.id} ")]
+    names = sorted(s.name for s in args_session.scans[flavour.id].sites)
     assert sorted(expected) == names               # every mark printed its values ...
     assert sorted(g[0] for g in got) == names      # ... and fired exactly once
     for name, *values in got:
         assert len(values) == len(expected[name]), name
-        # `-`: an operand the note cannot describe (checked by args_script).
-        want = ["-" if v == "-" else w for v, w in zip(values, expected[name])]
+        # `-`: an operand the note cannot describe (checked by args_probes).
+        want = ["-" if v == "-" else w for v, w in zip(values, expected[name], strict=True)]
         assert (name, values) == (name, want)
-    if not args_run.flavour.m32:
+    if not flavour.m32:
         assert all("-" not in g for g in got)
 
 
-def test_operand_shapes_cover_registers_constants_memory(args_run: ArgsRun) -> None:
+def test_operand_shapes_cover_registers_constants_memory(args_session: ArgsSession,
+                                                         flavour: Flavour) -> None:
     """The marks really exercise the operand forms (guards against a compiler change)."""
-    specs = [a for s in args_run.scan.sites for a in s.args]
-    kinds = {a.kind for a in specs}
-    assert {ArgKind.CONST, ArgKind.MEM} <= kinds
+    scan = args_session.scans[flavour.id]
+    specs = [a for s in scan.sites for a in s.args]
+    assert {ArgKind.CONST, ArgKind.MEM} <= {a.kind for a in specs}
     assert any(a.kind is ArgKind.CONST and a.text.split("@", 1)[1].startswith("$")
                for a in specs)
-    mem = {s.name: s for s in args_run.scan.sites}["mem"]
+    mem = {s.name: s for s in scan.sites}["mem"]
     assert all(a.kind is ArgKind.MEM for a in mem.args)
     assert any(a.segment for a in mem.args)        # the __thread variable
-    if args_run.flavour.opt == "-O2":
+    if flavour.opt == "-O2":
         regs = [a.text for a in specs if a.kind is ArgKind.REG]
-        assert regs and all(re.search(r"@%[re]?[a-z0-9]+$", t) for t in regs)
         assert any(re.search(r"@%[re]", t) for t in regs), regs
         assert any(a.index >= 0 for a in specs)    # arr[i]: base + index * scale
 
@@ -187,47 +208,94 @@ def test_example_count_inline(pydyn: Run, example_dir: Path) -> None:
     assert sorted(res.stdout.splitlines()) == EXAMPLE_OUT
 
 
-# --- 3. printf, pid(), exit() ---------------------------------------------------------
+# --- 3. printf, pid(), exit() and the programs of 7. ------------------------------------
 
-@pytest.fixture(scope="module", params=[False, True], ids=["m64", "m32"])
-def misc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         sdt_cflags: Any) -> Path:
-    out = tmp_path_factory.mktemp("misc") / "e2e_misc"
-    return build_c(PROGS / "e2e_misc.c", out, m32=request.param)
+FAULT_BODY = 'printf("before\\n"); printf("bad %d\\n", user_long($arg1)); printf("after\\n")'
+FMT = "%s|%d %u %x|%d %u %x|%d %u %x|%%"
 
 
 def mark_probe(binary: Path, mark: str, body: str) -> str:
     return f'probe process("{binary}").mark("{mark}") {{ {body} }}\n'
 
 
-def test_printf_conversions_and_pid(pydyn: Run, misc: Path) -> None:
-    body = ('printf("got fmt %s|%d %u %x|%d %u %x|%d %u %x|%%\\n", user_string($arg1), '
-            '$arg2, $arg2, $arg2, $arg3, $arg3, $arg3, $arg4, $arg4, $arg4); '
-            'printf("got-pid %d\\n", pid())')
-    res = pydyn("-e", mark_probe(misc, "fmt", body), "-c", f"{misc} fmt")
+@dataclass(frozen=True)
+class Misc:
+    bins: dict[str, Path]       # "m64"/"m32" -> e2e_misc built with that tag
+    script: Path                # probes for all of them: one module build for every run
+    cache: Path
+
+
+@pytest.fixture(scope="module")
+def misc(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any, pydyn_cache: Path) -> Misc:
+    tmp = tmp_path_factory.mktemp("misc")
+    bins = {tag: build_c(PROGS / "e2e_misc.c", tmp / tag, m32=tag == "m32",
+                         extra=(f'-DE2E_TAG="{tag}"',))
+            for tag in ("m64", "m32") if tag == "m64" or have_m32()}
+    text = ""
+    for tag, path in bins.items():
+        text += mark_probe(path, "fmt", f'printf("got {tag} fmt {FMT}\\n", user_string($arg1),'
+                           ' $arg2, $arg2, $arg2, $arg3, $arg3, $arg3,'
+                           f' $arg4, $arg4, $arg4); printf("got-pid {tag} %d\\n", pid())')
+        text += mark_probe(path, "stop", f'printf("stopping {tag}\\n"); exit()')
+        text += mark_probe(path, "after_stop", 'printf("after-stop fired\\n")')
+        text += mark_probe(path, "fault", FAULT_BODY)
+        text += mark_probe(path, "after_fault", 'printf("after-fault fired\\n")')
+    text += 'probe end { printf("end ran\\n") }\n'
+    script = tmp / "misc.stp"
+    script.write_text(text)
+    return Misc(bins, script, pydyn_cache)
+
+
+def test_printf_conversions_and_pid(pydyn: Run, misc: Misc) -> None:
+    res = pydyn(str(misc.script), "-c", "; ".join(f"{p} fmt" for p in misc.bins.values()))
     assert (res.returncode, res.stderr) == (0, "")
-    (want,) = [line[len("expect "):] for line in res.stdout.splitlines()
-               if line.startswith("expect fmt ")]
-    assert [line[len("got "):] for line in res.stdout.splitlines()
-            if line.startswith("got ")] == [want]
-    assert "|-1 18446744073709551615 ffffffffffffffff|129 129 81|" in want
-    assert lines_with(res.stdout, "got-pid ") == lines_with(res.stdout, "pid ")
-    assert len(lines_with(res.stdout, "pid ")) == 1
-
-
-def test_exit_ends_the_session_early(pydyn: Run, misc: Path) -> None:
-    script = (mark_probe(misc, "stop", 'printf("stopping\\n"); exit()') +
-              'probe end { printf("end ran\\n") }\n')
-    pydyn("-p4", "-e", script, "-c", f"{misc} exit")   # build first: time only the run
-    start = time.monotonic()
-    res = pydyn("-e", script, "-c", f"{misc} exit")
-    elapsed = time.monotonic() - start
-    assert res.returncode == 0, res.stderr
-    assert "Traceback" not in res.stderr
     out = res.stdout.splitlines()
-    assert "stopping" in out and "end ran" in out
-    assert "not reached" not in out
-    assert elapsed < 15     # the target sleeps 30 s: it was terminated
+    for tag in misc.bins:
+        (want,) = [line.split(" ", 1)[1] for line in out if line.startswith(f"expect {tag} ")]
+        assert [line.split(" ", 1)[1] for line in out if line.startswith(f"got {tag} ")] == [want]
+        assert "|-1 18446744073709551615 ffffffffffffffff|129 129 81|" in want
+        (pid,) = lines_with(res.stdout, f"pid {tag} ")
+        assert lines_with(res.stdout, f"got-pid {tag} ") == [pid]
+    assert out[-1] == "end ran"
+
+
+def target_alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_exit_ends_the_session_early(pydyn: Run, misc: Misc, tmp_path: Path) -> None:
+    """exit() ends the session at once; the -c command runs on with its probes inert."""
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(misc.cache))
+    pydyn("-p4", str(misc.script))      # build once, not in both runs at the same time
+    runs = {}
+    for tag, path in misc.bins.items():
+        # Files, not pipes: the target outlives pydyn and would hold a pipe open.
+        with open(tmp_path / f"{tag}.out", "w") as out, open(tmp_path / f"{tag}.err", "w") as err:
+            runs[tag] = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli",
+                                          str(misc.script), "-c", f"{path} exit"],
+                                         stdout=out, stderr=err, env=env)
+    for tag, proc in runs.items():
+        try:
+            rc = proc.wait(timeout=TIMEOUT)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        # pydyn is gone; the target, 3 s from its `stop` mark, must still be running.
+        (pid,) = lines_with((tmp_path / f"{tag}.out").read_text(), f"pid {tag} ")
+        assert target_alive(int(pid[1])), f"{tag}: the target was stopped"
+        deadline = time.monotonic() + TIMEOUT
+        while target_alive(int(pid[1])) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        out, err = ((tmp_path / f"{tag}.{x}").read_text() for x in ("out", "err"))
+        assert rc == 0, err
+        assert "Traceback" not in err and "ERROR" not in err and "SIGTERM" not in err
+        lines = out.splitlines()
+        assert f"stopping {tag}" in lines and "end ran" in lines
+        assert lines[-1] == "target done"                   # ran on to its end ...
+        assert "after-stop fired" not in lines              # ... with its probes inert
 
 
 # --- 4. a dangling note ----------------------------------------------------------------
@@ -280,7 +348,7 @@ class BadScript:
 BAD_SCRIPTS = [
     BadScript("syntax", "probe begin {\n    x = 1 +\n}\n", 3, 1, "expected an expression"),
     BadScript("unknown-probe-point", "global n\nprobe bgein { n = 1 }\n", 2, 7,
-              "unknown probe point", "did you mean begin?"),
+              "unknown probe point 'bgein'", "did you mean begin?"),
     BadScript("unknown-function", "probe begin {\n    nosuchfn(1)\n}\n", 2, 5,
               "unresolved function 'nosuchfn'"),
     BadScript("type-mismatch", 'probe begin {\n    x = 1\n    x = "s"\n}\n', 3, 5,
@@ -289,27 +357,29 @@ BAD_SCRIPTS = [
               'probe process("{bin}").mark("done") {{\n    printf("%d\\n", $arg5)\n}}\n', 2, 20,
               "'$arg5' is not available", ""),
     BadScript("no-such-mark", 'probe process("{bin}").mark("tik") {{ }}\n', 1, 7,
-              "matches no mark", "did you mean tick?"),
+              """probe point 'process("{bin}").mark("tik")' matches no mark""",
+              "did you mean tick?"),
 ]
 
 
-def write_bad(bad: BadScript, tmp_path: Path, example_dir: Path) -> Path:
+def write_bad(bad: BadScript, tmp_path: Path, example_dir: Path) -> tuple[Path, str]:
+    """The script written to a file, and the message expected."""
     counter = example_dir / "examples" / "bin" / "counter"
     text = bad.text.format(bin=counter) if "{bin}" in bad.text else bad.text
     path = tmp_path / f"{bad.id}.stp"
     path.write_text(text)
-    return path
+    return path, bad.message.replace("{bin}", str(counter))
 
 
 @pytest.mark.parametrize("bad", BAD_SCRIPTS, ids=[b.id for b in BAD_SCRIPTS])
 def test_bad_script_is_reported_at_its_place(pydyn: Run, tmp_path: Path, example_dir: Path,
                                              bad: BadScript) -> None:
-    path = write_bad(bad, tmp_path, example_dir)
+    path, message = write_bad(bad, tmp_path, example_dir)
     res = pydyn(str(path), "-c", str(example_dir / "examples" / "bin" / "counter"))
     assert_clean_failure(res)
     head, source, caret, *rest = res.stderr.splitlines()
     assert head.startswith(f"{path}:{bad.line}:{bad.col}: error: "), res.stderr
-    assert bad.message in head
+    assert message in head
     src_line = path.read_text().splitlines()[bad.line - 1]
     assert source.strip() == src_line.strip()
     # The caret sits under column `col` of the source line as printed (same indentation).
@@ -318,21 +388,6 @@ def test_bad_script_is_reported_at_its_place(pydyn: Run, tmp_path: Path, example
     assert caret == " " * (indent - lead + bad.col - 1) + "^"
     if bad.hint:
         assert rest and bad.hint in rest[0]
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: resolve.py formats ast.ProbePoint with f'{point}': "
-                   "the message shows the dataclass repr 'ProbePoint(components=(Component(...' "
-                   "instead of the probe point as written")
-@pytest.mark.parametrize("bad", [b for b in BAD_SCRIPTS
-                                 if b.id in ("unknown-probe-point", "no-such-mark")],
-                         ids=lambda b: b.id)
-def test_bad_probe_point_is_named_as_written(pydyn: Run, tmp_path: Path, example_dir: Path,
-                                             bad: BadScript) -> None:
-    path = write_bad(bad, tmp_path, example_dir)
-    res = pydyn(str(path), "-c", str(example_dir / "examples" / "bin" / "counter"))
-    assert_clean_failure(res)
-    assert "ProbePoint(" not in res.stderr and "Component(" not in res.stderr, res.stderr
-    assert len(res.stderr.splitlines()[0]) < 200
 
 
 # --- 6. bad targets ------------------------------------------------------------------
@@ -393,71 +448,49 @@ def test_text_file_in_probe_point(pydyn: Run, bad_targets: dict[str, Path]) -> N
 
 # --- 7. errors in probes ----------------------------------------------------------------
 
-FAULT_BODY = 'printf("before\\n"); printf("bad %d\\n", user_long($arg1)); printf("after\\n")'
-
-
 @pytest.fixture(scope="module")
-def fault_prog(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any) -> Path:
-    return build_c(PROGS / "e2e_misc.c", tmp_path_factory.mktemp("fault") / "e2e_misc")
-
-
-@pytest.fixture(scope="module")
-def fault_run(pydyn: Run, fault_prog: Path) -> subprocess.CompletedProcess[str]:
+def fault_run(pydyn: Run, misc: Misc) -> subprocess.CompletedProcess[str]:
     """A probe reading the bad address 1, with the default MAXERRORS=0."""
-    return pydyn("-e", mark_probe(fault_prog, "fault", FAULT_BODY), "-c", f"{fault_prog} fault")
+    return pydyn(str(misc.script), "-c", f"{misc.bins['m64']} fault")
 
 
-def test_error_is_reported_and_counted(fault_run: subprocess.CompletedProcess[str]) -> None:
+def test_error_is_reported_and_counted(fault_run: subprocess.CompletedProcess[str],
+                                       misc: Misc) -> None:
     res = fault_run
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR: ")]
     assert len(errors) == 1, res.stderr
-    assert "0x1" in errors[0] and 'mark("fault")' in errors[0]
+    # ERROR: MESSAGE near statement at FILE:LINE:COL (in probe PP), LINE:COL of the printf.
+    text = misc.script.read_text().splitlines()
+    (lineno,) = [i + 1 for i, line in enumerate(text)
+                 if f'"{misc.bins["m64"]}").mark("fault")' in line]
+    col = text[lineno - 1].index('printf("bad') + 1
+    assert errors[0] == (f"ERROR: user memory read fault at 0x1 (8 bytes) near statement at "
+                         f'{misc.script}:{lineno}:{col} (in probe process("{misc.bins["m64"]}")'
+                         '.mark("fault"))')
     assert "WARNING: Number of errors: 1, skipped probes: 0" in res.stderr.splitlines()
     out = res.stdout.splitlines()
-    assert "before" in out and "after" not in out   # the handler stopped at the error
+    assert "before" in out and "after" not in out   # the handler stopped at the error ...
+    assert not [line for line in out if line.startswith("bad")]  # ... its statement too
+    assert "end ran" in out
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: an error does not abort the statement it occurs "
-                   "in: printf(\"bad %d\\n\", user_long(1)) still prints 'bad 0' (errors are "
-                   "checked only between statements; README: errors abort that handler)")
-def test_error_aborts_the_faulting_statement(fault_run: subprocess.CompletedProcess[str]) -> None:
-    assert not [line for line in fault_run.stdout.splitlines() if line.startswith("bad")]
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: bad-pointer errors lack the place: README promises "
-                   "'ERROR: ... near ... at FILE:LINE:COL', got 'ERROR: user memory read fault "
-                   "at 0x1 (8 bytes) (in probe ...)'")
-def test_error_names_its_place(fault_run: subprocess.CompletedProcess[str]) -> None:
-    (error,) = [line for line in fault_run.stderr.splitlines() if line.startswith("ERROR: ")]
-    assert re.search(r" near .* at <input>:1:\d+", error), error
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: when the first error ends the session (MAXERRORS=0)"
-                   " the -c target is sent SIGTERM; README: 'end the session; the target runs on'")
 def test_target_runs_on_after_the_session_ends_on_error(
         fault_run: subprocess.CompletedProcess[str]) -> None:
-    assert "target done" in fault_run.stdout.splitlines()
+    out = fault_run.stdout.splitlines()
+    assert "after-fault fired" not in out           # MAXERRORS=0: the session ended ...
+    assert out[-1] == "target done"                 # ... and the target ran on
     assert "SIGTERM" not in fault_run.stderr
 
 
-def test_maxerrors_lets_the_session_run_on(pydyn: Run, fault_prog: Path,
-                                          tmp_path: Path) -> None:
-    # A cache of its own: see test_module_cache_keeps_defines_apart.
-    res = pydyn("-D", "MAXERRORS=1", "-e", mark_probe(fault_prog, "fault", FAULT_BODY),
-                "-c", f"{fault_prog} fault", cache=tmp_path / "cache")
+def test_maxerrors_lets_the_session_run_on(pydyn: Run, misc: Misc,
+                                          fault_run: subprocess.CompletedProcess[str]) -> None:
+    # Same script as fault_run, whose module (built without -D) is in the session cache:
+    # the -D must reach the module all the same.
+    res = pydyn("-D", "MAXERRORS=1", str(misc.script), "-c", f"{misc.bins['m64']} fault")
     assert res.returncode == 1
-    assert "target done" in res.stdout.splitlines()
+    out = res.stdout.splitlines()
+    assert "after-fault fired" in out and "target done" in out
     assert "WARNING: Number of errors: 1, skipped probes: 0" in res.stderr.splitlines()
     assert "SIGTERM" not in res.stderr
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: the module cache is keyed by the C source only: "
-                   "a run with -D MAXERRORS=1 reuses the module built earlier without it")
-def test_module_cache_keeps_defines_apart(pydyn: Run, fault_prog: Path, tmp_path: Path) -> None:
-    script = mark_probe(fault_prog, "fault", FAULT_BODY)
-    cache = tmp_path / "cache"
-    pydyn("-p4", "-e", script, "-c", f"{fault_prog} fault", cache=cache)
-    res = pydyn("-D", "MAXERRORS=1", "-e", script, "-c", f"{fault_prog} fault", cache=cache)
-    assert "target done" in res.stdout.splitlines(), res.stderr

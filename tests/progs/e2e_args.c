@@ -1,6 +1,6 @@
 /* USDT arguments of every size, sign and operand shape, for tests/test_e2e_core.py.
  *
- * Every mark is preceded by a line `expect NAME V1 V2 ...` giving each argument as
+ * Every mark is preceded by a line `expect TAG NAME V1 V2 ...` giving each argument as
  * a signed 64-bit decimal (what a script's `%d` of `$argN` prints), so the test
  * compares the program's own values with what pydyn fetched.  Memory-only
  * operands ("m" constraint) come from e2e_args_mem.c.  Run with no arguments
@@ -8,10 +8,14 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <unistd.h>
 #include <sys/sdt.h>
 
 #define V(x) ((long long)(x))
+/* Every line names the build (-DE2E_TAG="m64-O2"), so several builds can share a session. */
+#ifndef E2E_TAG
+#define E2E_TAG "e2e"
+#endif
+#define EXPECT(fmt, ...) printf("expect " E2E_TAG " " fmt, __VA_ARGS__)
 
 __thread int e2e_tls = -0x1234;
 int e2e_global = 0x5678;
@@ -30,10 +34,9 @@ __attribute__((noinline)) long long e2e_opaque(long long x)
 int main(int argc, char **argv)
 {
     (void)argv;
-    printf("pid %ld\n", (long)getpid());
 
     /* Constants ("n" operands, `$imm` at -O2). */
-    printf("expect consts %lld %lld %lld %lld %lld %lld %lld %lld\n",
+    EXPECT("consts %lld %lld %lld %lld %lld %lld %lld %lld\n",
            V((signed char)-127), V((unsigned char)0x81), V((short)-32767),
            V((unsigned short)0x8001), V(-1), V((long long)INT64_MIN),
            V((unsigned long long)UINT64_MAX), V(42));
@@ -48,7 +51,7 @@ int main(int argc, char **argv)
     unsigned short us = (unsigned short)e2e_opaque(0x8001);
     int i = (int)e2e_opaque(-1);
     unsigned u = (unsigned)e2e_opaque(0x80000001u);
-    printf("expect regs %lld %lld %lld %lld %lld %lld\n", V(sc), V(uc), V(ss), V(us), V(i),
+    EXPECT("regs %lld %lld %lld %lld %lld %lld\n", V(sc), V(uc), V(ss), V(us), V(i),
            V(u));
     STAP_PROBE6(pydyn_e2e, regs, sc, uc, ss, us, i, u);
 
@@ -63,7 +66,7 @@ int main(int argc, char **argv)
 #endif
     long l = (long)e2e_opaque(-2);
     unsigned long ul = (unsigned long)e2e_opaque(-3);
-    printf("expect wide %lld %lld %lld %lld\n", V(ll), V(ull), V(l), V(ul));
+    EXPECT("wide %lld %lld %lld %lld\n", V(ll), V(ull), V(l), V(ul));
     STAP_PROBE4(pydyn_e2e, wide, ll, ull, l, ul);
 
     /* volatile locals: on the stack even at -O2. */
@@ -74,34 +77,34 @@ int main(int argc, char **argv)
     volatile int vi = -3;
     volatile long long vll = 0x123456789abcdef0LL;
     volatile unsigned long vul = 0xdeadbeefUL;
-    printf("expect stack %lld %lld %lld %lld %lld %lld %lld\n", V(vsc), V(vuc), V(vs), V(vus),
+    EXPECT("stack %lld %lld %lld %lld %lld %lld %lld\n", V(vsc), V(vuc), V(vs), V(vus),
            V(vi), V(vll), V(vul));
     STAP_PROBE7(pydyn_e2e, stack, vsc, vuc, vs, vus, vi, vll, vul);
 
     /* Array elements (variable indexes: base+index*scale), globals, a thread-local. */
     long long k = e2e_opaque(5);
-    printf("expect array %lld %lld %lld\n", V(e2e_arr[argc + 2]), V(e2e_arr[k]),
+    EXPECT("array %lld %lld %lld\n", V(e2e_arr[argc + 2]), V(e2e_arr[k]),
            V(e2e_arr[argc]));
     STAP_PROBE3(pydyn_e2e, array, e2e_arr[argc + 2], e2e_arr[k], e2e_arr[argc]);
-    printf("expect globals %lld %lld %lld\n", V(e2e_global), V(e2e_global_ll), V(e2e_tls));
+    EXPECT("globals %lld %lld %lld\n", V(e2e_global), V(e2e_global_ll), V(e2e_tls));
     STAP_PROBE3(pydyn_e2e, globals, e2e_global, e2e_global_ll, e2e_tls);
 
     /* Pointers: a global's and an array element's address. */
-    printf("expect ptrs %lld %lld\n", V((uintptr_t)&e2e_global), V((uintptr_t)&e2e_arr[argc]));
+    EXPECT("ptrs %lld %lld\n", V((uintptr_t)&e2e_global), V((uintptr_t)&e2e_arr[argc]));
     STAP_PROBE2(pydyn_e2e, ptrs, &e2e_global, &e2e_arr[argc]);
 
     /* Twelve arguments, more than there are free registers. */
     long a[12];
     for (int n = 0; n < 12; n++)
         a[n] = (long)e2e_opaque(n % 2 ? -n : n * 1000);
-    printf("expect many %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+    EXPECT("many %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
            V(a[0]), V(a[1]), V(a[2]), V(a[3]), V(a[4]), V(a[5]), V(a[6]), V(a[7]), V(a[8]),
            V(a[9]), V(a[10]), V(a[11]));
     STAP_PROBE12(pydyn_e2e, many, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9],
                  a[10], a[11]);
 
     /* The same values through DTRACE_PROBEn. */
-    printf("expect dtrace %lld %lld\n", V(uc), V(ull));
+    EXPECT("dtrace %lld %lld\n", V(uc), V(ull));
     DTRACE_PROBE2(pydyn_e2e, dtrace, uc, ull);
 
     e2e_mem_probes(argc);
