@@ -277,18 +277,28 @@ def test_exit_ends_the_session_early(pydyn: Run, misc: Misc, tmp_path: Path) -> 
             runs[tag] = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli",
                                           str(misc.script), "-c", f"{path} exit"],
                                          stdout=out, stderr=err, env=env)
-    for tag, proc in runs.items():
-        try:
-            rc = proc.wait(timeout=TIMEOUT)
-        finally:
+    # As each pydyn exits, its target (3 s from its `stop` mark) must still be running.
+    alive_at_exit: dict[str, bool] = {}
+    targets: list[int] = []
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while len(alive_at_exit) < len(runs) and time.monotonic() < deadline:
+            for tag, proc in runs.items():
+                if tag not in alive_at_exit and proc.poll() is not None:
+                    (pid,) = lines_with((tmp_path / f"{tag}.out").read_text(), f"pid {tag} ")
+                    targets.append(int(pid[1]))
+                    alive_at_exit[tag] = target_alive(targets[-1])
+            time.sleep(0.01)
+        while any(map(target_alive, targets)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        for proc in runs.values():
             if proc.poll() is None:
                 proc.kill()
-        # pydyn is gone; the target, 3 s from its `stop` mark, must still be running.
-        (pid,) = lines_with((tmp_path / f"{tag}.out").read_text(), f"pid {tag} ")
-        assert target_alive(int(pid[1])), f"{tag}: the target was stopped"
-        deadline = time.monotonic() + TIMEOUT
-        while target_alive(int(pid[1])) and time.monotonic() < deadline:
-            time.sleep(0.05)
+                proc.wait()
+    for tag, proc in runs.items():
+        assert alive_at_exit.get(tag), f"{tag}: the target was stopped with the session"
+        rc = proc.returncode
         out, err = ((tmp_path / f"{tag}.{x}").read_text() for x in ("out", "err"))
         assert rc == 0, err
         assert "Traceback" not in err and "ERROR" not in err and "SIGTERM" not in err
