@@ -86,7 +86,21 @@ def _cc() -> str:
     return os.environ.get("CC", "gcc")
 
 
-def _abi_flags(abi: str) -> tuple[str, ...]:
+def compiler_path() -> str | None:
+    """Where `$CC` (default gcc) is found on PATH; None if it is not."""
+    return shutil.which(_cc())
+
+
+def compiler_version(cc: str) -> str:
+    """`cc --version` (stdout and stderr), or why it could not be run: part of the cache key."""
+    try:
+        proc = subprocess.run([cc, "--version"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"cannot run {cc} --version: {exc}"
+    return (proc.stdout + proc.stderr).decode(errors="replace") + f"exit {proc.returncode}\n"
+
+
+def abi_flags(abi: str) -> tuple[str, ...]:
     if abi == "m32":
         return ("-m32", "-idirafter", MULTIARCH_INCLUDE)
     return ("-m64",)
@@ -95,10 +109,10 @@ def _abi_flags(abi: str) -> tuple[str, ...]:
 @cache
 def get_toolchain(abi: str) -> Toolchain | None:
     """A compiler that can link a shared object for `abi`, or None."""
-    cc = shutil.which(_cc())
+    cc = compiler_path()
     if cc is None:
         return None
-    flags = _abi_flags(abi)
+    flags = abi_flags(abi)
     with tempfile.TemporaryDirectory(prefix="pydyn-cc-") as tmp:
         src = Path(tmp, "t.c")
         src.write_text("#include <stdio.h>\n#include <signal.h>\nint f(void){return puts(\"\");}\n")
@@ -120,19 +134,27 @@ COMMON_CFLAGS = (
 )
 
 
+def _write_replace(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
                   required: Iterable[str], defines: Iterable[str] = ()) -> ModuleSet:
-    """Compile `c_source` for every ABI the host can build; the `required` ones must build."""
+    """Compile `c_source` for every ABI the host can build; the `required` ones must build.
+
+    `checksum_hex` names the files (`pydyn_<it>_m64.so` ...): the cache passes its key.
+    Whether an earlier build can be reused is the cache's business (`cache.py`), not this
+    function's: it always compiles, both ABIs in parallel.
+    """
     required = set(required)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     src = out_dir / f"pydyn_{checksum_hex}.c"
     header = out_dir / "pd_shm.h"
-    cached = _cached_modules(out_dir, checksum_hex, c_source)
-    if cached is not None and required <= set(cached):
-        return ModuleSet(out_dir, checksum_hex, cached, from_cache=True)
     require_toolchains(required)
-    src.write_text(c_source)
-    header.write_text(render_c_header())
+    _write_replace(src, c_source)
+    _write_replace(header, render_c_header())
     jobs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
     for abi in ABIS:
         tc = get_toolchain(abi)
@@ -161,18 +183,6 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
             raise BuildError("\n".join(failures) or f"no {abi} module was built")
     link_lib_dirs(out_dir, checksum_hex, modules)
     return ModuleSet(out_dir, checksum_hex, modules)
-
-
-def _cached_modules(out_dir: Path, checksum_hex: str, c_source: str) -> dict[str, Path] | None:
-    """Modules built earlier from exactly this source (the name carries its checksum)."""
-    src = out_dir / f"pydyn_{checksum_hex}.c"
-    try:
-        if src.read_text() != c_source:
-            return None
-    except OSError:
-        return None
-    found = {abi: out_dir / f"pydyn_{checksum_hex}_{abi}.so" for abi in ABIS}
-    return {abi: p for abi, p in found.items() if p.is_file()} or None
 
 
 def link_lib_dirs(out_dir: Path, checksum_hex: str, modules: dict[str, Path]) -> None:

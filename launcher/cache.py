@@ -1,0 +1,717 @@
+"""The module cache: a rerun of the same script costs no compiler and no ELF parse.
+
+An entry is keyed by a hash of everything that changes the modules, computed
+from cheap facts only, before resolve runs:
+
+- the script text, its file name, arguments and `-D` values, the host arch
+  and kernel release the preprocessor tests, the launcher's and the runtime's
+  sources (`build.runtime_digest()`);
+- the compiler: which `$CC` resolves to, its `--version` output and the flags
+  of each ABI (`--version` is run once per compiler binary and remembered in
+  `compilers.json` under the binary's path, inode, size and mtime);
+- every probed binary and the `-c` target: the path each probe point names
+  (after `$PATH`), and per file its GNU build-id read with a small `struct`
+  walk of the PT_NOTE segments (size and mtime when it has none).  Libraries
+  found by `.library()` are only known after a resolve, so `index/<base>.json`
+  remembers which files the last resolve of this script touched.
+
+Layout of `DIR/<key>/`: `pydyn_<key>.c`, `pd_shm.h`, `pydyn_<key>_m64.so`,
+`pydyn_<key>_m32.so`, the `$LIB` links, `pydyn_<key>.json` (the manifest:
+the key's inputs, each artefact's sha256, the probe sites and what the
+session needs of the `Program`, so a hit skips resolve and translate) and
+`pydyn_<key>.hash` (a readable log of each input and its hash, like stap's).
+
+Concurrency: `.lock` in an entry is held exclusively while it is built and
+shared while it is verified; `.inuse` is held shared for a session's whole
+life so eviction never removes a module a running session may still preload.
+Files are written to temporaries and renamed; the manifest is written last.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import pwd
+import shutil
+import stat
+import struct
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from pydyn.launcher.build import (
+    ABIS,
+    COMMON_CFLAGS,
+    LIB_DIRS,
+    ModuleSet,
+    abi_flags,
+    build_modules,
+    compiler_path,
+    compiler_version,
+    link_lib_dirs,
+    runtime_digest,
+)
+from pydyn.launcher.elf.notes import RawNote, iter_raw_notes
+from pydyn.launcher.errors import PydynError
+
+FORMAT_VERSION = 1
+DEFAULT_SIZE_MIB = 256
+KEY_LEN = 32
+LAUNCHER_DIR = Path(__file__).resolve().parent
+NO_ELF_ENV = "PYDYN_DEBUG_NO_ELF"
+_PT_NOTE = 4
+_NT_GNU_BUILD_ID = 3
+_MAX_NOTE_SEGMENT = 1 << 20
+
+Warn = Callable[[str], None]
+
+
+def _default_warn(msg: str) -> None:
+    print(f"pydyn: warning: {msg}", file=sys.stderr)
+
+
+def _sha(data: bytes | str) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def _file_sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- cheap facts ---------------------------------------------------------------------
+
+
+def read_build_id(path: str) -> str | None:
+    """The GNU build-id of an ELF file from its PT_NOTE segments only; None if none/not ELF."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
+                    or head[5] not in (1, 2):
+                return None
+            end = "<" if head[5] == 1 else ">"
+            if head[4] == 2:
+                if len(head) < 64:
+                    return None
+                phoff, = struct.unpack_from(end + "Q", head, 32)
+                phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
+                phdr = struct.Struct(end + "IIQQQQQQ")   # type flags off vaddr paddr filesz ...
+            else:
+                phoff, = struct.unpack_from(end + "I", head, 28)
+                phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
+                phdr = struct.Struct(end + "IIIIIIII")   # type off vaddr paddr filesz ...
+            if phentsize < phdr.size or not 0 < phnum < 4096:
+                return None
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            for i in range(phnum):
+                if len(table) < (i + 1) * phentsize:
+                    return None
+                ent = phdr.unpack_from(table, i * phentsize)
+                if ent[0] != _PT_NOTE:
+                    continue
+                off, size = (ent[2], ent[5]) if head[4] == 2 else (ent[1], ent[4])
+                if size > _MAX_NOTE_SEGMENT:
+                    continue
+                f.seek(off)
+                for note in iter_raw_notes(f.read(size), end == "<"):
+                    if isinstance(note, RawNote) and note.name == b"GNU" \
+                            and note.type == _NT_GNU_BUILD_ID and note.desc:
+                        return note.desc.hex()
+    except (OSError, struct.error):
+        return None
+    return None
+
+
+def file_fingerprint(path: str) -> str:
+    """`build-id HEX` (or `size N mtime NS`) plus the mode bits that matter for preloading."""
+    st = os.stat(path)
+    build_id = read_build_id(path)
+    what = f"build-id {build_id}" if build_id else f"size {st.st_size} mtime {st.st_mtime_ns}"
+    return f"{what} mode {stat.S_IMODE(st.st_mode) & 0o7111:04o}"
+
+
+def _launcher_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted(LAUNCHER_DIR.rglob("*.py")):
+        h.update(str(p.relative_to(LAUNCHER_DIR)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def named_binaries(script: Any, target_path: str | None) -> tuple[list[str], bool]:
+    """Realpaths of the binaries the probe points name (as resolve will find them), and
+    whether any point uses `.library()`: computed from the AST, no ELF read."""
+    out: list[str] = []
+    uses_library = False
+    for probe in script.probes:
+        for point in probe.points:
+            comps = point.components
+            if not comps or comps[0].name != "process":
+                continue
+            uses_library |= any(c.name == "library" for c in comps)
+            arg = comps[0].arg
+            if isinstance(arg, str):
+                found = shutil.which(arg) if "/" not in arg else arg
+                out.append(os.path.realpath(found) if found and os.path.exists(found)
+                           else f"<missing {arg}>")
+    if target_path:
+        out.append(target_path)
+    return sorted(set(out)), uses_library
+
+
+@dataclass
+class KeyInput:
+    label: str
+    digest: str      # sha256 of the value, or the value itself when it is a short fact
+    note: str = ""
+
+    def line(self) -> str:
+        return f"{self.label}: {self.digest}"
+
+
+@dataclass
+class Lookup:
+    """The cheap half of a key: what is known before resolve."""
+
+    base: list[KeyInput]
+    deps: list[str] = field(default_factory=list)   # files whose fingerprints complete the key
+
+    @property
+    def base_hash(self) -> str:
+        return _sha("\n".join(i.line() for i in self.base))
+
+
+def base_inputs(text: str, filename: str, args: Sequence[str], defines: Sequence[str],
+                named: Sequence[str], uses_library: bool, argv0: str | None,
+                target_path: str | None, compilers: Iterable[KeyInput]) -> list[KeyInput]:
+    inputs = [
+        KeyInput("pydyn cache format", str(FORMAT_VERSION)),
+        KeyInput(f"script {filename}", _sha(text.encode(errors="surrogateescape")),
+                 f"{len(text)} chars"),
+        KeyInput("script arguments", _sha(json.dumps(list(args))), json.dumps(list(args))),
+        KeyInput("-D values", _sha(json.dumps(sorted(defines))), " ".join(sorted(defines))),
+        KeyInput("host", _sha(f"{platform.machine()} {platform.release()}"),
+                 f"{platform.machine()} {platform.release()}"),
+        KeyInput("launcher sources", _launcher_digest()),
+        KeyInput("runtime and shmlayout sources", runtime_digest().hex()),
+        *compilers,
+        KeyInput("probed binaries", _sha("\n".join(named)), " ".join(named)),
+        KeyInput("-c target", _sha(f"{argv0}\n{target_path}"), f"{argv0} -> {target_path}"),
+    ]
+    if uses_library:
+        ld_cache = "/etc/ld.so.cache"
+        try:
+            st = os.stat(ld_cache)
+            fact = f"{st.st_size} {st.st_mtime_ns}"
+        except OSError:
+            fact = "missing"
+        env = os.environ.get("LD_LIBRARY_PATH", "")
+        inputs.append(KeyInput("library search", _sha(f"{fact}\n{env}"),
+                               f"ld.so.cache {fact}, LD_LIBRARY_PATH={env}"))
+    return inputs
+
+
+def dep_inputs(deps: Iterable[str]) -> list[KeyInput]:
+    out = []
+    for path in sorted(set(deps)):
+        try:
+            fp = file_fingerprint(path)
+        except OSError:
+            fp = "missing"
+        out.append(KeyInput(f"binary {path}", _sha(fp), fp))
+    return out
+
+
+def full_key(base: Sequence[KeyInput], deps: Sequence[KeyInput]) -> str:
+    return _sha("\n".join(i.line() for i in [*base, *deps]))[:KEY_LEN]
+
+
+# -- the Program fields a session needs, as JSON ---------------------------------------
+
+
+def _dump_format(fmt: Any) -> dict[str, Any]:
+    from pydyn.launcher.format import Conversion, FormatSpec
+    if isinstance(fmt, FormatSpec):
+        pieces: list[Any] = [p if isinstance(p, str) else
+                             {f.name: getattr(p, f.name) for f in fields(Conversion)}
+                             for p in fmt.pieces]
+        return {"kind": "printf", "pieces": pieces, "arg_types": list(fmt.arg_types)}
+    return {"kind": "hist", **{f.name: getattr(fmt, f.name) for f in fields(fmt)}}
+
+
+def _load_format(d: dict[str, Any]) -> Any:
+    from pydyn.launcher.format import Conversion, FormatSpec
+    from pydyn.launcher.translate import HistFormat
+    if d["kind"] == "printf":
+        return FormatSpec(tuple(p if isinstance(p, str) else Conversion(**p)
+                                for p in d["pieces"]), tuple(d["arg_types"]))
+    return HistFormat(**{k: v for k, v in d.items() if k != "kind"})
+
+
+def program_to_json(program: Any) -> dict[str, Any]:
+    return {"checksum": program.checksum.hex(),
+            "formats": [_dump_format(f) for f in program.formats],
+            "timers": [list(t) for t in program.timers],
+            "needs_wait": program.needs_wait,
+            "required_abis": sorted(program.required_abis),
+            "globals_size": program.globals_size}
+
+
+def program_from_json(d: dict[str, Any], c_source: str) -> Any:
+    from pydyn.launcher.translate import Program
+    return Program(c_source=c_source, checksum=bytes.fromhex(d["checksum"]),
+                   formats=[_load_format(f) for f in d["formats"]],
+                   required_abis=frozenset(d["required_abis"]), globals_size=d["globals_size"],
+                   needs_wait=bool(d["needs_wait"]),
+                   timers=[(int(a), int(b), int(c)) for a, b, c in d["timers"]])
+
+
+def _site_json(site: Any, plan: Any) -> dict[str, Any]:
+    d = {"path": site.path, "provider": site.provider, "name": site.name, "pc": site.pc,
+         "semaphore": site.semaphore, "args": site.arg_text, "nop_len": site.nop_len,
+         "machine": site.machine, "elf_class": site.elf_class}
+    if plan is not None:
+        d["tactic"], d["reason"] = plan.tactic, plan.reason
+    return d
+
+
+# -- files, locks, permissions ---------------------------------------------------------
+
+
+def _write_atomic(path: Path, data: bytes | str) -> None:
+    raw = data.encode() if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _Lock:
+    """flock on `path`, reopened if the file was replaced or removed while we waited."""
+
+    def __init__(self, path: Path, mode: int, blocking: bool = True) -> None:
+        self.path = path
+        self.fd = -1
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, mode | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(fd)
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                return
+            os.close(fd)
+            path.parent.mkdir(mode=0o700, exist_ok=True)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> _Lock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class CacheRefused(PydynError):
+    """A cache directory or entry that is not safely ours."""
+
+
+def _owner_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def check_private(path: Path, what: str) -> None:
+    """CacheRefused unless `path` is owned by us and not writable by group or others."""
+    st = os.lstat(path)
+    if st.st_uid != os.geteuid():
+        raise CacheRefused(f"refusing {what} {path}: owned by {_owner_name(st.st_uid)}, "
+                           f"not {_owner_name(os.geteuid())}")
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+        raise CacheRefused(f"refusing {what} {path}: writable by group or others "
+                           f"(mode {stat.S_IMODE(st.st_mode):04o})")
+
+
+def _is_hex(name: str) -> bool:
+    return all(c in "0123456789abcdef" for c in name)
+
+
+def _tighten(entry: Path) -> None:
+    """Drop group/other write bits a permissive umask (002) left on what the build made."""
+    for dirpath, dirs, files in os.walk(entry):
+        for name in [*dirs, *files]:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022:
+                os.chmod(p, stat.S_IMODE(st.st_mode) & ~0o022)
+
+
+_held: list[_Lock] = []   # .inuse locks kept for the life of the process
+
+
+@dataclass
+class Hit:
+    program: Any
+    modules: ModuleSet
+    site_count: int
+    sites: list[dict[str, Any]]
+    warnings: list[str]
+    verbose_lines: list[str]
+
+
+class ModuleCache:
+    def __init__(self, root: Path, size_limit: int = DEFAULT_SIZE_MIB << 20,
+                 warn: Warn | None = None) -> None:
+        self.root = root
+        self.size_limit = size_limit
+        self.warn = warn or _default_warn
+        self._damaged: set[str] = set()
+
+    # -- the directory -----------------------------------------------------------
+    def open(self) -> None:
+        """Create the directory 0700, or check an existing one (CacheRefused)."""
+        try:
+            self.root.mkdir(parents=True, mode=0o700)
+            os.chmod(self.root, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise CacheRefused(f"cannot create cache directory {self.root}: "
+                               f"{exc.strerror}") from exc
+        check_private(self.root, "cache directory")
+        if not self.root.is_dir():
+            raise CacheRefused(f"refusing cache directory {self.root}: not a directory")
+
+    def entry_dir(self, key: str) -> Path:
+        return self.root / key
+
+    # -- compilers -------------------------------------------------------------
+    def compiler_inputs(self) -> list[KeyInput]:
+        """Per ABI: the compiler's realpath, `--version` and flags; no process is started
+        when this compiler binary was seen before."""
+        cc_env = os.environ.get("CC", "gcc")
+        cc = compiler_path()
+        if cc is None:
+            return [KeyInput("compiler", _sha(f"missing {cc_env}"), f"{cc_env} not found")]
+        real = os.path.realpath(cc)
+        st = os.stat(real)
+        ident = f"{cc_env}|{cc}|{real}|{st.st_dev}:{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
+        memo_path = self.root / "compilers.json"
+        try:
+            memo = json.loads(memo_path.read_text())
+            if not isinstance(memo, dict):
+                memo = {}
+        except (OSError, ValueError):
+            memo = {}
+        version = memo.get(ident)
+        if not isinstance(version, str):
+            version = compiler_version(cc)
+            memo[ident] = version
+            try:
+                _write_atomic(memo_path, json.dumps(memo, indent=1, sort_keys=True))
+            except OSError:
+                pass
+        first = version.splitlines()[0] if version else "?"
+        return [KeyInput(f"compiler {abi}",
+                         _sha(f"{real}\n{' '.join(abi_flags(abi))}\n"
+                              f"{' '.join(COMMON_CFLAGS)}\n{version}"),
+                         f"{real} {' '.join(abi_flags(abi))} ({first})")
+                for abi in ABIS]
+
+    # -- lookup ------------------------------------------------------------------
+    def lookup_script(self, text: str, filename: str, args: Sequence[str],
+                      defines: Sequence[str], script: Any, argv0: str | None,
+                      target_path: str | None) -> tuple[Lookup | None, Hit | None]:
+        """The cheap key of this run and the entry it names, if that entry is sound.
+
+        (None, None) after one warning if the entry is not safely ours: build privately."""
+        named, uses_library = named_binaries(script, target_path)
+        base = base_inputs(text, filename, args, defines, named, uses_library, argv0,
+                           target_path, self.compiler_inputs())
+        try:
+            return self.lookup(base, named)
+        except CacheRefused as exc:
+            self.warn(f"{exc}; building in a private directory instead")
+            return None, None
+
+    def build(self, lk: Lookup | None, deps: Iterable[str], program: Any, required: set[str],
+              defines: Sequence[str], warnings: Sequence[str],
+              verbose_lines: Sequence[str] = (), keep: bool = False) -> ModuleSet:
+        """`store`, or a private build when the lookup refused the entry (or store does)."""
+        if lk is not None:
+            try:
+                return self.store(lk, deps, program, required, defines, warnings,
+                                  verbose_lines)
+            except CacheRefused as exc:
+                self.warn(f"{exc}; building in a private directory instead")
+        return build_private(program, required, defines, keep)
+
+    def lookup(self, base: list[KeyInput], named: Sequence[str]) -> tuple[Lookup, Hit | None]:
+        lk = Lookup(base, list(named))
+        try:
+            index = json.loads((self.root / "index" / f"{lk.base_hash}.json").read_text())
+            lk.deps = sorted(set(index["deps"]) | set(named))
+        except (OSError, ValueError, KeyError, TypeError):
+            return lk, None
+        key = full_key(base, dep_inputs(lk.deps))
+        entry = self.entry_dir(key)
+        if not entry.is_dir():
+            return lk, None
+        check_private(entry, "cache entry")
+        with _Lock(entry / ".lock", fcntl.LOCK_SH):
+            hit = self._verify(entry, key)
+            if hit is not None:
+                _held.append(_Lock(entry / ".inuse", fcntl.LOCK_SH))
+        return lk, hit
+
+    def _verify(self, entry: Path, key: str, *, report: bool = True) -> Hit | None:
+        """The entry's Hit if the manifest and every artefact check out."""
+        manifest = entry / f"pydyn_{key}.json"
+        if not manifest.exists():
+            return None   # never completed (a build was interrupted): rebuild quietly
+        try:
+            for p in [entry, *entry.iterdir()]:
+                if p.name not in (".lock", ".inuse"):
+                    check_private(p, "cache entry")
+            doc = json.loads(manifest.read_bytes())
+            body = doc["body"]
+            if doc["sha256"] != _sha(_canonical(body)):
+                return self._damage(entry, key, "manifest checksum mismatch", report)
+            if body["format"] != FORMAT_VERSION or body["key"] != key:
+                return self._damage(entry, key, "manifest of another key or format", report)
+            for name, digest in body["artefacts"].items():
+                try:
+                    actual = _file_sha(entry / name)
+                except FileNotFoundError:
+                    return self._damage(entry, key, f"{name} is missing", report)
+                if actual != digest:
+                    return self._damage(entry, key, f"{name}: checksum mismatch", report)
+            modules = {abi: entry / name for abi, name in body["modules"].items()}
+            c_source = (entry / f"pydyn_{key}.c").read_text()
+            program = program_from_json(body["program"], c_source)
+        except CacheRefused:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            return self._damage(entry, key, f"manifest unreadable ({type(exc).__name__})",
+                                report)
+        except OSError as exc:
+            return self._damage(entry, key, f"unreadable ({exc.strerror})", report)
+        for abi, libdirs in LIB_DIRS.items():
+            if abi in modules and not all((entry / d / f"pydyn_{key}.so").exists()
+                                          for d in libdirs):
+                link_lib_dirs(entry, key, modules)
+        try:
+            os.utime(manifest)   # last use, for the LRU eviction
+        except OSError:
+            pass
+        return Hit(program, ModuleSet(entry, key, modules, from_cache=True),
+                   body["site_count"], body["sites"], body["warnings"],
+                   body["verbose_lines"])
+
+    def _damage(self, entry: Path, key: str, reason: str, report: bool) -> Hit | None:
+        if report and key not in self._damaged:
+            self.warn(f"cache entry {entry} is damaged ({reason}); rebuilding it")
+        self._damaged.add(key)
+        return None
+
+    # -- store --------------------------------------------------------------------
+    def store(self, lk: Lookup, deps: Iterable[str], program: Any, required: set[str],
+              defines: Sequence[str], warnings: Sequence[str],
+              verbose_lines: Sequence[str] = ()) -> ModuleSet:
+        """Build the modules into their entry (or take the one a concurrent run built)."""
+        plans = list(getattr(program, "plans", []))
+        lk.deps = sorted(set(deps) | set(lk.deps))
+        dep_keys = dep_inputs(lk.deps)
+        key = full_key(lk.base, dep_keys)
+        index_dir = self.root / "index"
+        index_dir.mkdir(mode=0o700, exist_ok=True)
+        _write_atomic(index_dir / f"{lk.base_hash}.json", json.dumps({"deps": lk.deps}))
+        entry = self.entry_dir(key)
+        entry.mkdir(mode=0o700, exist_ok=True)
+        check_private(entry, "cache entry")
+        with _Lock(entry / ".lock", fcntl.LOCK_EX):
+            hit = self._verify(entry, key, report=key not in self._damaged)
+            if hit is not None and required <= set(hit.modules.modules):
+                _held.append(_Lock(entry / ".inuse", fcntl.LOCK_SH))
+                return hit.modules
+            for stale in entry.glob("*.tmp*"):
+                stale.unlink(missing_ok=True)
+            (entry / f"pydyn_{key}.json").unlink(missing_ok=True)
+            modules = build_modules(program.c_source, key, entry, required, defines)
+            _tighten(entry)
+            artefacts = {p.name: _file_sha(p) for p in
+                         [entry / f"pydyn_{key}.c", entry / "pd_shm.h",
+                          *modules.modules.values()]}
+            inputs = [*lk.base, *dep_keys]
+            body = {
+                "format": FORMAT_VERSION, "key": key, "created": time.time(),
+                "inputs": [{"name": i.label, "sha256": i.digest, "value": i.note}
+                           for i in inputs],
+                "deps": lk.deps,
+                "artefacts": artefacts,
+                "modules": {abi: p.name for abi, p in modules.modules.items()},
+                "required": sorted(required),
+                "program": program_to_json(program),
+                "site_count": len(program.sites),
+                "sites": [_site_json(s, plans[i] if i < len(plans) else None)
+                          for i, s in enumerate(program.sites)],
+                "warnings": list(warnings),      # printed again on each hit
+                "verbose_lines": list(verbose_lines),
+            }
+            _write_atomic(entry / f"pydyn_{key}.hash", hash_log(inputs, key, artefacts))
+            _write_atomic(entry / f"pydyn_{key}.json",
+                          json.dumps({"body": body, "sha256": _sha(_canonical(body))},
+                                     indent=1))
+            _held.append(_Lock(entry / ".inuse", fcntl.LOCK_SH))
+        self.evict(keep=key)
+        return ModuleSet(entry, key, modules.modules, from_cache=False)
+
+    # -- eviction -------------------------------------------------------------------
+    def _entries(self) -> list[tuple[float, int, Path]]:
+        out = []
+        for d in self.root.iterdir():
+            # 16 hex digits: an entry of the cache before keys (pydyn 0.1), kept until evicted
+            if len(d.name) not in (16, KEY_LEN) or not _is_hex(d.name) or not d.is_dir() \
+                    or d.is_symlink():
+                continue
+            size = 0
+            for dirpath, _dirs, files in os.walk(d):
+                for name in files:
+                    try:
+                        size += os.lstat(os.path.join(dirpath, name)).st_size
+                    except OSError:
+                        pass
+            manifest = d / f"pydyn_{d.name}.json"
+            try:
+                used = manifest.stat().st_mtime
+            except OSError:
+                used = d.stat().st_mtime
+            out.append((used, size, d))
+        return sorted(out)
+
+    def evict(self, keep: str | None = None, limit: int | None = None) -> tuple[int, int]:
+        """Remove least recently used entries until the total fits; (removed, busy kept)."""
+        limit = self.size_limit if limit is None else limit
+        removed = busy = 0
+        with _Lock(self.root / ".lock", fcntl.LOCK_EX):
+            entries = self._entries()
+            total = sum(size for _, size, _ in entries)
+            for _used, size, d in entries:
+                if total <= limit:
+                    break
+                if d.name == keep:
+                    continue
+                if self._remove(d):
+                    total -= size
+                    removed += 1
+                else:
+                    busy += 1
+        return removed, busy
+
+    def _remove(self, d: Path) -> bool:
+        try:
+            lock = _Lock(d / ".lock", fcntl.LOCK_EX, blocking=False)
+        except BlockingIOError:
+            return False
+        except OSError:
+            return False
+        try:
+            try:
+                inuse = _Lock(d / ".inuse", fcntl.LOCK_EX, blocking=False)
+            except BlockingIOError:
+                return False
+            inuse.release()
+            trash = self.root / f".trash.{d.name}.{os.getpid()}"
+            try:
+                os.rename(d, trash)
+            except OSError as exc:
+                if exc.errno == errno.ENOENT:
+                    return True
+                raise
+            shutil.rmtree(trash, ignore_errors=True)
+            return True
+        finally:
+            lock.release()
+
+    def clean(self) -> tuple[int, int]:
+        """--clean-cache: every entry not in use, the index and the compiler memo."""
+        removed, busy = self.evict(limit=-1)
+        shutil.rmtree(self.root / "index", ignore_errors=True)
+        (self.root / "compilers.json").unlink(missing_ok=True)
+        for trash in self.root.glob(".trash.*"):
+            shutil.rmtree(trash, ignore_errors=True)
+        return removed, busy
+
+
+def open_cache(root: Path, size_mib: float = DEFAULT_SIZE_MIB,
+               warn: Warn | None = None) -> ModuleCache | None:
+    """The cache at `root`, or None (after one warning) if it is not safely ours."""
+    cache = ModuleCache(root, int(size_mib * (1 << 20)), warn)
+    try:
+        cache.open()
+    except CacheRefused as exc:
+        cache.warn(f"{exc}; not using the module cache")
+        return None
+    return cache
+
+
+def build_private(program: Any, required: set[str], defines: Sequence[str],
+                  keep: bool = False) -> ModuleSet:
+    """--disable-cache (or a refused cache): build in a fresh 0700 temporary directory,
+    removed when pydyn exits unless `keep` (-p4 prints the paths)."""
+    import atexit
+    out = Path(tempfile.mkdtemp(prefix="pydyn-"))
+    if not keep:
+        atexit.register(shutil.rmtree, out, True)
+    return build_modules(program.c_source, program.checksum_hex, out, required, defines)
+
+
+def _canonical(body: Any) -> str:
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def hash_log(inputs: Sequence[KeyInput], key: str, artefacts: dict[str, str]) -> str:
+    width = max(len(i.label) for i in inputs) + 1
+    lines = ["# pydyn module cache: the key is the first 32 hex digits of the sha256",
+             "# of the lines 'NAME: HASH' below, in this order.",
+             *(f"{i.label + ':':<{width}} {i.digest}" + (f"  # {i.note}" if i.note else "")
+               for i in inputs),
+             f"{'key:':<{width}} {key}",
+             "# artefacts (sha256):",
+             *(f"{name}: {digest}" for name, digest in sorted(artefacts.items()))]
+    return "\n".join(lines) + "\n"
+
+
+def forbid_elf_parsing() -> None:
+    """PYDYN_DEBUG_NO_ELF=1: any ELF parse (pyelftools) in this process is an error,
+    which proves that a cache hit reads no ELF file beyond its build-id notes."""
+    from elftools.elf.elffile import ELFFile
+
+    def refuse(self: object, stream: Any, *args: object, **kw: object) -> None:
+        raise PydynError(f"{NO_ELF_ENV} is set, but pydyn parsed the ELF file "
+                         f"{getattr(stream, 'name', stream)}")
+
+    ELFFile.__init__ = refuse  # type: ignore[method-assign]
