@@ -1,0 +1,382 @@
+/* Trampolines (issue 6): per-site stubs that replace the int3 at sites whose
+ * patch plan (launcher/patchplan.py, in pd_site.plan) says NOP or DISPLACE.
+ *
+ * Included by pd_runtime.c after pd_run/pd_patch/pd_warn.  A site becomes a
+ * `jmp rel32` to its stub; the stub
+ *   - skips the red zone (x86-64: lea -128(%rsp),%rsp), reserves a struct
+ *     pd_regs (DWARF order, exactly what the trap fills: ip = the site, sp =
+ *     the original stack pointer) plus one word for the flags (lahf/seto, no
+ *     pushf/popf),
+ *   - aligns the stack, saves xmm0-15 (xmm0-7 on i386: libc's string routines
+ *     the handlers reach use them) unless PD_TRAMP_SAVE_XMM=0, clears DF,
+ *   - calls pd_tramp_entry(regs, site, bias) -> pd_run (reentrancy guard and all),
+ *   - restores flags (add $0x7f,%al; sahf) and the caller-saved registers,
+ *   - runs the plan's relocated instructions and jumps back to plan.resume.
+ * DF is not restored (C code at a USDT site always runs with DF=0).
+ */
+#ifndef PD_TRAMP_H
+#define PD_TRAMP_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/mman.h>
+
+#ifndef PD_FORCE_TRAPS
+#define PD_FORCE_TRAPS 0
+#endif
+#ifndef PD_TRAMP_SAVE_XMM
+#define PD_TRAMP_SAVE_XMM 1
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+#define PD_STUB_SIZE 640 /* bytes reserved per site (the x86-64 stub with xmm is ~420) */
+
+struct pd_emit {
+    uint8_t *p;
+    uint8_t *end;
+};
+
+static void pd_e(struct pd_emit *e, const char *bytes, unsigned n)
+{
+    if (e->p + n <= e->end)
+        memcpy(e->p, bytes, n);
+    e->p += n;
+}
+static void pd_e8(struct pd_emit *e, uint8_t b) { pd_e(e, (const char *)&b, 1); }
+static void pd_e32(struct pd_emit *e, uint32_t v) { pd_e(e, (const char *)&v, 4); }
+static void pd_e64(struct pd_emit *e, uint64_t v) { pd_e(e, (const char *)&v, 8); }
+
+/* op reg, off(%rsp|%esp): modrm with a SIB of 0x24. */
+static void pd_e_sp(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
+{
+    if (rex)
+        pd_e8(e, rex);
+    pd_e8(e, op);
+    if (off == 0) {
+        pd_e8(e, (uint8_t)(((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+    } else if (off >= -128 && off < 128) {
+        pd_e8(e, (uint8_t)(0x40 | ((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+        pd_e8(e, (uint8_t)off);
+    } else {
+        pd_e8(e, (uint8_t)(0x80 | ((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+        pd_e32(e, (uint32_t)off);
+    }
+}
+
+/* movdqa %xmmN, off(%sp) (store) or movdqa off(%sp), %xmmN (load). */
+static void pd_e_xmm(struct pd_emit *e, int store, int n, int32_t off)
+{
+    pd_e8(e, 0x66);
+    if (n >= 8)
+        pd_e8(e, 0x44);
+    pd_e8(e, 0x0f);
+    pd_e_sp(e, 0, store ? 0x7f : 0x6f, n, off);
+}
+
+static int pd_fits_rel32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+
+/* rel32 from the end of a 4-byte field at `field` (anchor = field + 4 by default). */
+static int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
+{
+    int64_t d = (int64_t)((intptr_t)target - (intptr_t)anchor);
+#if defined(__i386__)
+    d = (int32_t)(uint32_t)d; /* wraps modulo 2^32: everything is reachable */
+#endif
+    if (!pd_fits_rel32(d))
+        return -1;
+    int32_t v = (int32_t)d;
+    memcpy(field, &v, 4);
+    return 0;
+}
+
+static void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+{
+    pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
+    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+    pd_run(&pd_probes[site->probe], site, regs, bias);
+}
+
+/* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes).  Returns its length, or -1
+ * if a jump or relocated operand does not reach from there. */
+static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
+{
+    struct pd_emit em = {at, at + PD_STUB_SIZE}, *e = &em;
+    const struct pd_plan *plan = &site->plan;
+#if defined(__x86_64__)
+    /* DWARF order -> x86 register encoding; rsp (7) is computed. */
+    static const int8_t enc[PD_NREGS] = {0, 2, 1, 3, 6, 7, 5, -1, 8, 9, 10, 11, 12, 13, 14, 15, -1};
+    const int32_t frame = (int32_t)sizeof(struct pd_regs) + 8; /* + the flags word */
+    pd_e(e, "\x48\x8d\x64\x24\x80", 5);                       /* lea -128(%rsp),%rsp */
+    pd_e_sp(e, 0x48, 0x8d, 4, -frame);                         /* lea -frame(%rsp),%rsp */
+    pd_e_sp(e, 0x48, 0x89, 0, 0);                              /* mov %rax,(%rsp) */
+    pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
+    pd_e_sp(e, 0x48, 0x89, 0, frame - 8);                      /* mov %rax,flagsword */
+    for (int i = 1; i < PD_DWARF_IP; i++) {
+        if (enc[i] < 0)
+            continue;
+        pd_e_sp(e, (uint8_t)(0x48 | (enc[i] >= 8 ? 4 : 0)), 0x89, enc[i], 8 * i);
+    }
+    pd_e_sp(e, 0x48, 0x8d, 0, frame + 128);                    /* lea orig_rsp,%rax */
+    pd_e_sp(e, 0x48, 0x89, 0, 8 * PD_DWARF_SP);
+    pd_e(e, "\x48\xb8", 2);                                    /* movabs $site,%rax */
+    pd_e64(e, (uint64_t)(bias + (uintptr_t)site->pc));
+    pd_e_sp(e, 0x48, 0x89, 0, 8 * PD_DWARF_IP);
+    pd_e(e, "\x48\x89\xe3", 3);                                /* mov %rsp,%rbx */
+    pd_e(e, "\x48\x83\xe4\xf0", 4);                            /* and $-16,%rsp */
+    if (PD_TRAMP_SAVE_XMM) {
+        pd_e(e, "\x48\x81\xec\x00\x01\x00\x00", 7);            /* sub $256,%rsp */
+        for (int n = 0; n < 16; n++)
+            pd_e_xmm(e, 1, n, 16 * n);                         /* movdqa %xmmN,16n(%rsp) */
+    }
+    pd_e8(e, 0xfc);                                            /* cld */
+    pd_e(e, "\x48\x89\xdf", 3);                                /* mov %rbx,%rdi */
+    pd_e(e, "\x48\xbe", 2);                                    /* movabs $site,%rsi */
+    pd_e64(e, (uint64_t)(uintptr_t)site);
+    pd_e(e, "\x48\xba", 2);                                    /* movabs $bias,%rdx */
+    pd_e64(e, (uint64_t)bias);
+    pd_e(e, "\x48\xb8", 2);                                    /* movabs $entry,%rax */
+    pd_e64(e, (uint64_t)(uintptr_t)pd_tramp_entry);
+    pd_e(e, "\xff\xd0", 2);                                    /* call *%rax */
+    if (PD_TRAMP_SAVE_XMM) {
+        for (int n = 0; n < 16; n++)
+            pd_e_xmm(e, 0, n, 16 * n);                         /* movdqa 16n(%rsp),%xmmN */
+    }
+    pd_e(e, "\x48\x89\xdc", 3);                                /* mov %rbx,%rsp */
+    pd_e_sp(e, 0x48, 0x8b, 0, frame - 8);                      /* mov flagsword,%rax */
+    pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
+    for (int i = 0; i < PD_DWARF_IP; i++) {                    /* caller-saved + rbx, rbp */
+        if (enc[i] < 0 || (enc[i] >= 12))
+            continue;
+        pd_e_sp(e, (uint8_t)(0x48 | (enc[i] >= 8 ? 4 : 0)), 0x8b, enc[i], 8 * i);
+    }
+    pd_e_sp(e, 0x48, 0x8d, 4, frame + 128);                    /* lea ...(%rsp),%rsp */
+#else
+    const int32_t frame = (int32_t)sizeof(struct pd_regs) + 4;
+    static const int8_t enc[PD_NREGS] = {0, 1, 2, 3, -1, 5, 6, 7, -1}; /* eax ecx edx ebx . ebp esi edi */
+    pd_e_sp(e, 0, 0x8d, 4, -frame);                            /* lea -frame(%esp),%esp */
+    pd_e_sp(e, 0, 0x89, 0, 0);                                 /* mov %eax,(%esp) */
+    pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
+    pd_e_sp(e, 0, 0x89, 0, frame - 4);
+    for (int i = 1; i < PD_DWARF_IP; i++)
+        if (enc[i] >= 0)
+            pd_e_sp(e, 0, 0x89, enc[i], 4 * i);
+    pd_e_sp(e, 0, 0x8d, 0, frame);                             /* lea orig_esp,%eax */
+    pd_e_sp(e, 0, 0x89, 0, 4 * PD_DWARF_SP);
+    pd_e_sp(e, 0, 0xc7, 0, 4 * PD_DWARF_IP);                   /* movl $site,ip */
+    pd_e32(e, (uint32_t)(bias + (uintptr_t)site->pc));
+    pd_e(e, "\x89\xe3", 2);                                    /* mov %esp,%ebx */
+    pd_e(e, "\x83\xe4\xf0", 3);                                /* and $-16,%esp */
+    if (PD_TRAMP_SAVE_XMM) {
+        pd_e(e, "\x81\xec\x80\x00\x00\x00", 6);                /* sub $128,%esp */
+        for (int n = 0; n < 8; n++)
+            pd_e_xmm(e, 1, n, 16 * n);
+    }
+    pd_e8(e, 0xfc);                                            /* cld */
+    pd_e(e, "\x83\xec\x04", 3);                                /* sub $4,%esp */
+    pd_e8(e, 0x68);                                            /* push $bias */
+    pd_e32(e, (uint32_t)bias);
+    pd_e8(e, 0x68);                                            /* push $site */
+    pd_e32(e, (uint32_t)(uintptr_t)site);
+    pd_e8(e, 0x53);                                            /* push %ebx */
+    pd_e8(e, 0xe8);                                            /* call pd_tramp_entry */
+    uint8_t *call_field = e->p;
+    pd_e32(e, 0);
+    if (e->p <= e->end)
+        pd_put_rel32(call_field, (uintptr_t)e->p, (uintptr_t)pd_tramp_entry);
+    if (PD_TRAMP_SAVE_XMM) {
+        pd_e(e, "\x83\xc4\x10", 3);                            /* add $16,%esp */
+        for (int n = 0; n < 8; n++)
+            pd_e_xmm(e, 0, n, 16 * n);
+    }
+    pd_e(e, "\x89\xdc", 2);                                    /* mov %ebx,%esp */
+    pd_e_sp(e, 0, 0x8b, 0, frame - 4);
+    pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
+    for (int i = 0; i < 4; i++)                                /* eax ecx edx ebx */
+        pd_e_sp(e, 0, 0x8b, enc[i], 4 * i);
+    pd_e_sp(e, 0, 0x8d, 4, frame);                             /* lea frame(%esp),%esp */
+#endif
+    /* the displaced instructions, relocated */
+    uint8_t *code = e->p;
+    pd_e(e, (const char *)plan->code, plan->code_len);
+    if (e->p > e->end)
+        return -1;
+    for (unsigned i = 0; i < plan->nfixups; i++) {
+        const struct pd_fixup *f = &plan->fixups[i];
+        uint64_t t = (uint64_t)bias + f->target;
+        if (f->kind == PD_FIX_REL32) {
+            if (pd_put_rel32(code + f->at, (uintptr_t)(code + f->anchor), (uintptr_t)t) != 0)
+                return -1;
+        } else {
+            uint32_t v = f->kind == PD_FIX_ABS32HI ? (uint32_t)(t >> 32) : (uint32_t)t;
+            memcpy(code + f->at, &v, 4);
+        }
+    }
+    pd_e8(e, 0xe9);                                            /* jmp resume */
+    uint8_t *field = e->p;
+    pd_e32(e, 0);
+    if (e->p > e->end)
+        return -1;
+    if (pd_put_rel32(field, (uintptr_t)e->p, bias + (uintptr_t)plan->resume) != 0)
+        return -1;
+    return (int)(e->p - at);
+}
+
+/* ---- trampoline memory ---------------------------------------------------- */
+
+/* Maps `size` bytes RW reachable by rel32 from every address in [lo, hi): on x86-64
+ * the free gap nearest the object in /proc/self/maps (MAP_FIXED_NOREPLACE); on i386
+ * anywhere. */
+static uint8_t *pd_map_near(uintptr_t lo, uintptr_t hi, size_t size)
+{
+#if defined(__x86_64__)
+    const uintptr_t reach = 0x7fff0000u;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f)
+        return NULL;
+    uintptr_t best = 0, best_dist = UINTPTR_MAX, prev_end = 0x10000;
+    long page = sysconf(_SC_PAGESIZE);
+    char line[512];
+    for (;;) {
+        unsigned long s = 0, en = 0;
+        int more = fgets(line, sizeof line, f) != NULL;
+        if (more && sscanf(line, "%lx-%lx", &s, &en) != 2)
+            continue;
+        if (!more)
+            s = 0x7ffffffff000UL; /* the gap after the last mapping */
+        if (s > prev_end && s - prev_end >= size) {
+            /* the end of the gap nearest the object */
+            uintptr_t cand = prev_end >= hi ? prev_end : ((uintptr_t)s - size) & ~(uintptr_t)(page - 1);
+            if (cand >= prev_end && cand + size <= s) {
+                uintptr_t far_lo = cand < lo ? lo - cand : cand + size - lo;
+                uintptr_t far_hi = cand < hi ? hi - cand : cand + size - hi;
+                uintptr_t dist = far_lo > far_hi ? far_lo : far_hi;
+                if (dist < reach && dist < best_dist) {
+                    best = cand;
+                    best_dist = dist;
+                }
+            }
+        }
+        if (!more)
+            break;
+        if (en > prev_end)
+            prev_end = en;
+    }
+    fclose(f);
+    if (!best)
+        return NULL;
+    void *m = mmap((void *)best, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    if ((uintptr_t)m != best) { /* a kernel without MAP_FIXED_NOREPLACE took it as a hint */
+        munmap(m, size);
+        return NULL;
+    }
+    return m;
+#else
+    (void)lo;
+    (void)hi;
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return m == MAP_FAILED ? NULL : m;
+#endif
+}
+
+/* ---- patching a site ---------------------------------------------------------- */
+
+static const uint8_t *pd_patch_src; /* what pd_write_tail copies (constructor time) */
+static unsigned pd_patch_n;
+static uint8_t pd_patch_first;
+
+static void pd_write_tail(uint8_t *at) { memcpy(at, pd_patch_src, pd_patch_n); }
+static void pd_write_first(uint8_t *at) { __atomic_store_n(at, pd_patch_first, __ATOMIC_RELEASE); }
+
+/* int3 at pc first (a thread arriving meanwhile traps and is sent to the stub), then
+ * bytes 1..len-1 (rel32, int3 filler), then the jmp opcode: no thread ever runs a torn
+ * instruction. */
+static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
+{
+    uint8_t tail[16];
+    if (len < 5 || len > sizeof tail + 1)
+        return -1;
+    int32_t rel = (int32_t)(stub - (addr + 5));
+    memcpy(tail, &rel, 4);
+    memset(tail + 4, 0xcc, sizeof tail - 4);
+    if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0)
+        return -1;
+    pd_patch_src = tail;
+    pd_patch_n = len - 1;
+    if (pd_patch(addr + 1, len - 1, prot, pd_write_tail) != 0)
+        return -1;
+    pd_patch_first = 0xe9;
+    return pd_patch(addr, 1, prot, pd_write_first);
+}
+
+/* Maps and writes the stubs of object `o`'s trampoline sites; returns an array
+ * indexed like pd_sites with each stub's address (0: that site keeps the trap), or
+ * NULL.  The stubs are executable before any site jumps to them. */
+static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
+{
+    const char *mode = getenv("PYDYN_PROBE_MODE"); /* pydyn --probe-mode=trap */
+    if (PD_FORCE_TRAPS || (mode && strcmp(mode, "trap") == 0))
+        return NULL;
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < pd_module.nsites; s++)
+        n += pd_sites[s].object == o && pd_sites[s].plan.tactic != PD_TACTIC_TRAP;
+    if (!n)
+        return NULL;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    size_t size = ((size_t)n * PD_STUB_SIZE + (size_t)page - 1) & ~(size_t)(page - 1);
+    uint8_t *area = pd_map_near(lo, hi, size);
+    if (!area) {
+        pd_warn("no memory for trampolines within reach of %s; using traps",
+                pd_objects[o].path);
+        return NULL;
+    }
+    uintptr_t *stubs = calloc(pd_module.nsites, sizeof *stubs);
+    if (!stubs) {
+        munmap(area, size);
+        return NULL;
+    }
+    uint8_t *at = area;
+    for (uint32_t s = 0; s < pd_module.nsites; s++) {
+        const struct pd_site *site = &pd_sites[s];
+        const struct pd_plan *plan = &site->plan;
+        if (site->object != o || plan->tactic == PD_TACTIC_TRAP)
+            continue;
+        uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
+        if (plan->tactic == PD_TACTIC_DISPLACE && memcmp((const void *)addr, plan->orig, plan->len))
+            continue; /* not the bytes the plan was made for: the trap is always safe */
+        if (plan->tactic == PD_TACTIC_NOP && plan->len != site->nop_len)
+            continue;
+        if (pd_write_stub(at, site, (uintptr_t)info->dlpi_addr) < 0)
+            continue;
+        if (!pd_fits_rel32((int64_t)((intptr_t)at - (intptr_t)(addr + 5))) && sizeof(void *) == 8)
+            continue;
+        stubs[s] = (uintptr_t)at;
+        at += PD_STUB_SIZE;
+    }
+    if (mprotect(area, size, PROT_READ | PROT_EXEC) != 0) {
+        free(stubs);
+        munmap(area, size);
+        return NULL;
+    }
+    return stubs;
+}
+
+#endif
