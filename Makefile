@@ -5,10 +5,10 @@ CC ?= gcc
 SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 # gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
 # aarch64 cross compiler is installed.
-DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make gcc-aarch64-linux-gnu libc6-dev-arm64-cross
-EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64
+DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
-.PHONY: deps deb-deps py-deps examples demo test lint clean
+.PHONY: deps deb-deps py-deps examples demo test lint clean bench
 
 deps: deb-deps py-deps
 
@@ -32,6 +32,9 @@ examples/bin/counter: examples/src/counter.c
 examples/bin/counter32: examples/src/counter.c
 	@mkdir -p examples/bin
 	$(CC) $(SDT_M32) -O2 -g -o $@ $<
+examples/bin/requests: examples/src/requests.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
 examples/bin/server: examples/src/server.c
 	@mkdir -p examples/bin
 	$(CC) -O2 -g -o $@ $<
@@ -47,6 +50,7 @@ examples: deps $(EXAMPLES)
 demo: examples
 	pydyn examples/count.stp -c './examples/bin/counter 1000'
 	pydyn examples/jobs.stp -c './examples/bin/server 4 500'
+	pydyn examples/latency.stp -c './examples/bin/requests 40'
 
 # mypy resolves modules by file path; this tree of links gives it the
 # installed names (pydyn.launcher -> launcher/, ...).
@@ -62,6 +66,10 @@ lint: py-deps .mypy-tree/pydyn
 
 test: examples lint
 	$(PYTHON) -m pytest -q tests
+
+# ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6)
+bench: py-deps
+	$(PYTHON) bench/run.py
 
 clean:
 	rm -rf examples/bin .pytest_cache .mypy_cache

@@ -12,10 +12,16 @@ import platform
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pydyn.launcher.errors import PydynError, ScriptError
+
+if TYPE_CHECKING:
+    from pydyn.launcher.build import ModuleSet
+    from pydyn.launcher.cache import Lookup, ModuleCache
+    from pydyn.launcher.translate import Program
 
 CACHE_ENV = "PYDYN_CACHE_DIR"
 
@@ -34,7 +40,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-v", dest="verbose", action="count", default=0, help="more output")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="set a limit such as MAXACTION=10000")
+    p.add_argument("--probe-mode", choices=("auto", "trap"), default="auto",
+                   help="auto: trampolines where the patch plan allows (default); trap: int3 only")
     p.add_argument("--cache-dir", help=f"module cache (default ${CACHE_ENV} or ~/.cache/pydyn)")
+    p.add_argument("--disable-cache", action="store_true",
+                   help="build in a temporary directory; neither read nor write the cache")
+    p.add_argument("--clean-cache", action="store_true",
+                   help="remove every cache entry not in use (then run the script, if any)")
+    p.add_argument("--cache-size", type=float, default=256, metavar="MiB",
+                   help="cache size limit; least recently used entries go first (default 256)")
     p.add_argument("-s", dest="bufsize", type=int, default=4, metavar="MiB",
                    help="output ring size in MiB (power of two)")
     return p
@@ -66,7 +80,7 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 
 def _check_defines(defines: Sequence[str]) -> list[str]:
     allowed = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
-               "MAXSKIPPED"}
+               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM"}
     out = []
     for d in defines:
         name, _, value = d.partition("=")
@@ -78,15 +92,88 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
     return out
 
 
-def run(argv: Sequence[str]) -> int:
-    from pydyn.launcher.build import build_modules
+def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
+             argv_cmd: list[str] | None, target_path: str | None, cache: ModuleCache | None,
+             lookup: Lookup | None, step: Callable[[int, str, float], None],
+             ) -> tuple[Program, ModuleSet] | None:
+    """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
+    from pydyn.launcher.cache import build_private
+    from pydyn.launcher.patchplan import coverage, plan_site
     from pydyn.launcher.resolve import Resolver
-    from pydyn.launcher.script import parse_script
-    from pydyn.launcher.session import Session, SessionOptions, check_command_target, split_command
+    from pydyn.launcher.session import check_command_target
     from pydyn.launcher.translate import translate
 
+    verbose = opts.verbose
+    if argv_cmd is not None:
+        check_command_target(argv_cmd)
+    warnings: list[str] = []   # replayed on a cache hit
+
+    def warn(message: str) -> None:
+        warnings.append(f"pydyn: warning: {message}")
+        print(warnings[-1], file=sys.stderr)
+
+    t0 = time.monotonic()
+    resolution = Resolver(target_path, warn=warn).resolve(script)
+    step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
+    if opts.pass_ == 2:
+        for sites in resolution.points.values():
+            for rp in sites:
+                for site in rp.sites:
+                    print(site)
+                    print(f"    plan: {plan_site(site)}")
+        return None
+    t0 = time.monotonic()
+    program = translate(script, resolution,
+                        defines=dict(d.split("=", 1) for d in defines))
+    for warning in program.warnings:
+        warnings.append(warning)
+        print(warning, file=sys.stderr)
+    step(3, "translated to C", t0)
+    verbose_lines = [coverage(program.plans)]
+    if verbose:
+        for line in verbose_lines:
+            print(line, file=sys.stderr)
+    if opts.pass_ == 3:
+        sys.stdout.write(program.c_source)
+        return None
+    required = set(program.required_abis) | {"m64"}
+    if target_path is not None:
+        from pydyn.launcher.elf.reader import get_elf_info
+        required.add(get_elf_info(target_path).abi)
+    t0 = time.monotonic()
+    if cache is not None:
+        deps = [*resolution.objects, *([target_path] if target_path else [])]
+        modules = cache.build(lookup, deps, program, required, defines, warnings,
+                              verbose_lines, keep=opts.pass_ == 4)
+    else:
+        modules = build_private(program, required, defines, keep=opts.pass_ == 4)
+    built = ", ".join(sorted(modules.modules, reverse=True))
+    step(4, f"using cached {built} modules" if modules.from_cache
+         else f"compiled {built} modules", t0)
+    return program, modules
+
+
+def run(argv: Sequence[str]) -> int:
+    from pydyn.launcher.cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
+    from pydyn.launcher.script import parse_script
+    from pydyn.launcher.session import Session, SessionOptions, split_command
+
     opts = _parser().parse_args(argv)
+    if os.environ.get(NO_ELF_ENV):
+        forbid_elf_parsing()
+    if opts.clean_cache:
+        cleaner = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
+        if cleaner is not None:
+            removed, busy = cleaner.clean()
+            print(f"pydyn: cache {cleaner.root}: removed {removed} entr"
+                  f"{'y' if removed == 1 else 'ies'}" + (f", {busy} in use kept" if busy else ""),
+                  file=sys.stderr)
+        if opts.script is None and opts.program is None:
+            return 0
     defines = _check_defines(opts.defines)
+    # The same module either way: the runtime reads the mode when it arms (inherited
+    # by every process of the session); -D PD_FORCE_TRAPS=1 compiles the choice in.
+    os.environ["PYDYN_PROBE_MODE"] = opts.probe_mode
     text, filename = _read_script(opts)
     verbose = opts.verbose
 
@@ -106,37 +193,34 @@ def run(argv: Sequence[str]) -> int:
     argv_cmd = None
     if opts.command:
         argv_cmd = split_command(opts.command)
-        check_command_target(argv_cmd)
         from shutil import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
         if exe and argv_cmd[0] != "/bin/sh":
             target_path = os.path.realpath(exe)
+    # A cache hit (key from cheap facts: launcher/cache.py) skips resolve, translate and build.
+    cache = None
+    if not opts.disable_cache and (opts.pass_ is None or opts.pass_ >= 4):
+        cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
     t0 = time.monotonic()
-    resolution = Resolver(target_path).resolve(script)
-    step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
-    if opts.pass_ == 2:
-        for sites in resolution.points.values():
-            for rp in sites:
-                for site in rp.sites:
-                    print(site)
-        return 0
-    t0 = time.monotonic()
-    program = translate(script, resolution,
-                        defines=dict(d.split("=", 1) for d in defines))
-    step(3, "translated to C", t0)
-    if opts.pass_ == 3:
-        sys.stdout.write(program.c_source)
-        return 0
-    required = set(program.required_abis) | {"m64"}
-    if target_path is not None:
-        from pydyn.launcher.elf.reader import get_elf_info
-        required.add(get_elf_info(target_path).abi)
-    t0 = time.monotonic()
-    out_dir = cache_dir(opts.cache_dir) / program.checksum_hex
-    modules = build_modules(program.c_source, program.checksum_hex, out_dir, required, defines)
-    built = ", ".join(sorted(modules.modules, reverse=True))
-    step(4, f"using cached {built} modules" if modules.from_cache else f"compiled {built} modules",
-         t0)
+    lookup, hit = cache.lookup_script(text, filename, opts.args, defines, script,
+                                      argv_cmd[0] if argv_cmd else None,
+                                      target_path) if cache else (None, None)
+    if hit is not None:
+        for line in hit.warnings:
+            print(line, file=sys.stderr)
+        step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
+        step(3, "using cached C source", time.monotonic())
+        if verbose:
+            for line in hit.verbose_lines:
+                print(line, file=sys.stderr)
+        program, modules = hit.program, hit.modules
+        built = ", ".join(sorted(modules.modules, reverse=True))
+        step(4, f"using cached {built} modules", time.monotonic())
+    else:
+        compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
+        if compiled is None:
+            return 0   # -p2, -p3
+        program, modules = compiled
     if opts.pass_ == 4:
         for abi in ("m64", "m32"):
             path = modules.get_module(abi)
@@ -147,7 +231,7 @@ def run(argv: Sequence[str]) -> int:
     if ring & (ring - 1) or ring <= 0:
         raise PydynError(f"-s {opts.bufsize}: the ring size must be a power of two MiB")
     session = Session(program, modules, SessionOptions(command=opts.command, ring_size=ring,
-                                                        verbose=verbose))
+                                                        verbose=verbose, target_checked=True))
     result = session.run()
     return result.exit_status
 
@@ -158,6 +242,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Also when started with SIGINT ignored (a background job): Ctrl-C must work.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
     try:

@@ -89,6 +89,7 @@ class SessionOptions:
     ring_size: int = 4 << 20
     proctab_count: int = 256
     verbose: int = 0
+    target_checked: bool = False   # the launcher checked the -c target (or a cache hit vouches)
 
 
 @dataclass
@@ -98,6 +99,29 @@ class SessionResult:
     skipped: int
     child_status: int | None = None
     processes: list[dict[str, Any]] = field(default_factory=list)
+
+
+def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
+    """Unlink segments of sessions whose launcher is dead (killed with SIGKILL).
+
+    Names are `pydyn.<launcher pid>.<random>`; only our own user's are touched.
+    """
+    removed = []
+    for path in shm_dir.glob("pydyn.*.*"):
+        try:
+            pid = int(path.name.split(".")[1])
+            if path.stat().st_uid != os.getuid() or pid == os.getpid():
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            try:
+                path.unlink()
+                removed.append(path.name)
+            except OSError:
+                pass
+        except (ValueError, OSError):
+            continue
+    return removed
 
 
 def split_command(command: str) -> list[str]:
@@ -249,8 +273,11 @@ class Session:
             raise SessionError("no m64 module: the launcher needs the native module")
         module = _Module(m64)
         argv = split_command(self.options.command) if self.options.command else None
-        if argv is not None:
+        if argv is not None and not self.options.target_checked:
             check_command_target(argv)
+        stale = remove_stale_segments()
+        if stale and self.options.verbose:
+            self.log(f"pydyn: removed {len(stale)} segment(s) of dead sessions")
         shm, mem = self._create_segment(module)
         self.shm_name = shm.name
         child: subprocess.Popen[bytes] | None = None
@@ -357,6 +384,9 @@ class Session:
         status = child.returncode if child is not None else None
         if errors or skipped:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
+        if h.lock_recoveries:
+            self.log(f"WARNING: {h.lock_recoveries} segment lock(s) recovered from a process "
+                     "that died holding them")
         if h.mismatch_count:
             self.log(f"WARNING: {h.mismatch_count} process(es) refused the session: "
                      "module built from another source")

@@ -18,14 +18,15 @@ from pydyn.launcher.build import runtime_digest
 from pydyn.launcher.elf.argspec import ArgKind, ArgSpec
 from pydyn.launcher.elf.stapsdt import ProbeSite
 from pydyn.launcher.errors import ScriptError, SourceLocation
-from pydyn.launcher.format import Conversion, FormatSpec, parse_format
+from pydyn.launcher.format import FormatSpec, parse_format
+from pydyn.launcher.patchplan import PatchPlan, plan_c, plan_site
 from pydyn.launcher.resolve import Resolution, ResolvedPoint, format_point
 from pydyn.launcher.script import ast
 
 LONG, STRING, STAT = "long", "string", "stat"
 MAXSTRINGLEN = 512
 MAXMAPENTRIES = 2048
-STAT_SIZE = 8 * (5 + 128)
+STAT_SIZE = 8 * (7 + 128)  # struct pd_stat
 ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32"}
 PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386"}
 PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
@@ -60,6 +61,8 @@ class Program:
     needs_wait: bool              # has probes that fire outside begin/end (marks, timers)
     timers: list[tuple[int, int, int]] = field(default_factory=list)  # (probe, period, rand)
     sites: list[ProbeSite] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plans: list[PatchPlan] = field(default_factory=list)   # one per site, same order
 
     @property
     def checksum_hex(self) -> str:
@@ -122,18 +125,33 @@ def _c_string(text: str | bytes) -> str:
     return '"' + "".join(out) + '"'
 
 
-def _where(node: ast.Node) -> str:
-    loc = node.loc
+def _where(node: object) -> str:
+    loc: SourceLocation = getattr(node, "loc")  # noqa: B009 - every AST node has one
     return _c_string(f"{_describe(node)} at {loc.file}:{loc.line}:{loc.column}")
 
 
-def _describe(node: ast.Node) -> str:
-    if isinstance(node, ast.BinaryOp | ast.Assign | ast.Unary | ast.Comparison):
+KEYWORDS = {ast.While: "while", ast.For: "for", ast.Foreach: "foreach", ast.If: "if",
+            ast.Delete: "delete", ast.Return: "return", ast.Next: "next", ast.Try: "try",
+            ast.Break: "break", ast.Continue: "continue"}
+
+
+def _describe(node: object) -> str:
+    """The token stap names in `near ...`: the node's defining token."""
+    if isinstance(node, ast.BinaryOp | ast.Assign | ast.Unary | ast.Comparison |
+                  ast.Logical | ast.IncDec):
         return f"operator '{node.op}'"
-    if isinstance(node, ast.Symbol):
+    if isinstance(node, ast.Ternary):
+        return "operator '?'"
+    if isinstance(node, ast.Symbol | ast.Call | ast.Function):
         return f"identifier '{node.name}'"
-    if isinstance(node, ast.Call):
-        return f"identifier '{node.name}'"
+    if isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
+        return f"identifier '{node.base.name}'"
+    if isinstance(node, ast.NumberLiteral):
+        return f"number '{node.value}'"
+    if isinstance(node, ast.StringLiteral):
+        return "string"
+    if type(node) in KEYWORDS:
+        return f"keyword '{KEYWORDS[type(node)]}'"
     return "statement"
 
 
@@ -157,6 +175,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
     "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
     "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
+    "log": ((STRING,), None),
     "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
     "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
     "str_replace": ((STRING, STRING, STRING), STRING),
@@ -189,6 +208,7 @@ class Scope:
         self.sites = sites
         self.probe_kinds = probe_kinds
         self.uses_globals = False
+        self.first_use: dict[str, ast.Symbol] = {}
 
 
 class Translator:
@@ -200,6 +220,7 @@ class Translator:
         self.formats: list[Format] = []
         self._format_ids: dict[object, int] = {}
         self.changed = False
+        self.warnings: list[str] = []
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -253,7 +274,15 @@ class Translator:
                 self._infer_stmt(f.body, self.scopes[id(f)])
             if not self.changed:
                 break
-        for name, var in self.globals.items():
+        for name, var in list(self.globals.items()):
+            if not var.read and not var.written and var.type is None and (
+                    var.array is None or var.array.value is None):
+                # stap elides a global the script never uses, with a warning
+                loc = var.decl.loc if var.decl else None
+                self.warnings.append(f"WARNING: Eliding unused variable '{name}': identifier "
+                                     f"'{name}' at {loc}")
+                del self.globals[name]
+                continue
             if var.array is not None:
                 if var.array.value is None:
                     raise _err(f"unresolved type for global array '{name}'", var.decl)
@@ -267,8 +296,14 @@ class Translator:
             for p, t in zip(f.params, info.params, strict=True):
                 if t is None:
                     raise _err(f"unresolved type for parameter '{p.name}'", p)
+        for scope in self.scopes.values():
+            for name, t in scope.locals.items():
+                if t is None and name in scope.first_use:
+                    raise _err(f"unresolved type for identifier '{name}'",
+                               scope.first_use[name], "assign it a value first")
 
     def _local_type(self, scope: Scope, sym: ast.Symbol, t: str | None) -> str | None:
+        scope.first_use.setdefault(sym.name, sym)
         cur = scope.locals.get(sym.name)
         new = self._set(cur, t, sym, f"identifier '{sym.name}'")
         scope.locals[sym.name] = new
@@ -722,9 +757,12 @@ class Emitter:
             at += _type_size(kt)
         return f"({', '.join(parts)}, {kb})"
 
-    def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool) -> str:
-        return (f"pd_map_get(c, {self.gptr(var)}, &md_{var.name}, "
+    def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool,
+                node: ast.Expr | None = None) -> str:
+        call = (f"pd_map_get(c, {self.gptr(var)}, &md_{var.name}, "
                 f"{self.key_blob(var, keys)}, {int(create)})")
+        # An insertion can overflow the array: stap names the array in the error.
+        return f"(c->where = {_where(node)}, {call})" if create and node is not None else call
 
     def ptr(self, e: ast.Expr, create: bool) -> tuple[str, str, bool]:
         """(C pointer expression, type, may_be_null) of an lvalue."""
@@ -741,7 +779,7 @@ class Emitter:
             assert var.array is not None
             t = var.array.value or LONG
             ctype = {STRING: "char *", STAT: "struct pd_stat *"}.get(t, "int64_t *")
-            return f"(({ctype}){self.map_get(var, e.indexes, create)})", t, True
+            return f"(({ctype}){self.map_get(var, e.indexes, create, e)})", t, True
         raise _err("cannot assign to this expression", e)
 
     def expr(self, e: ast.Expr) -> str:
@@ -925,6 +963,11 @@ class Emitter:
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"
+        if name == "log":
+            fid = self.tr.format_id(parse_format("%s\n"))
+            tmp = self.strtemp()
+            return (f"(pd_strcpy({tmp}, {args[0]}), pd_rec_open(c, PD_REC_PRINTF, {fid}, 1), "
+                    f"pd_rec_str(c, {tmp}), pd_rec_close(c), 0)")
         if name == "error":
             return f"(pd_error(c, \"%s\", {args[0]}), 0)"
         if name == "warn":
@@ -948,11 +991,11 @@ class Emitter:
         if name in ("user_string", "user_string_n"):
             t = self.strtemp()
             n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
-            return f"pd_user_string(c, {t}, {args[0]}, {n})"
+            return f"(c->where = {_where(e)}, pd_user_string(c, {t}, {args[0]}, {n}))"
         if name in USER_READS:
             size, signed = USER_READS[name]
             size_c = "sizeof(long)" if size == 0 else str(size)
-            return f"pd_user_read(c, {args[0]}, {size_c}, {signed})"
+            return f"(c->where = {_where(e)}, pd_user_read(c, {args[0]}, {size_c}, {signed}))"
         info = self.tr.funcs[name]
         if info.ret == STRING:
             t = self.strtemp()
@@ -984,10 +1027,20 @@ class Emitter:
         if name.startswith("s"):
             return self.sprintf(spec, args, e)
         fid = self.tr.format_id(spec)
-        parts = [f"pd_rec_open(c, PD_REC_PRINTF, {fid}, {len(args)})"]
+        # Arguments are evaluated before the record opens: a user function called
+        # in an argument may print records of its own.
+        evals: list[str] = []
+        puts: list[str] = []
         for a, t in zip(args, spec.arg_types, strict=True):
-            fn = "pd_rec_str" if t == STRING else "pd_rec_i64"
-            parts.append(f"{fn}(c, {self.expr(a)})")
+            if t == STRING:
+                tmp = self.strtemp()
+                evals.append(f"pd_strcpy({tmp}, {self.expr(a)})")
+                puts.append(f"pd_rec_str(c, {tmp})")
+            else:
+                tmp = self.temp("int64_t")
+                evals.append(f"({tmp} = {self.expr(a)})")
+                puts.append(f"pd_rec_i64(c, {tmp})")
+        parts = [*evals, f"pd_rec_open(c, PD_REC_PRINTF, {fid}, {len(args)})", *puts]
         parts.append("pd_rec_close(c)")
         return "(" + ", ".join(parts) + ", 0)"
 
@@ -1006,19 +1059,29 @@ class Emitter:
                 f"&sd_{var.name}, {fid}); 0; }})")
 
     def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
-        cfmt: list[str] = []
+        """sprintf in the probe, with stap's formatting rules (pd_sf_* in pd_string.c)."""
+        t = self.strtemp()
+        parts = [f"{t}[0] = 0"]
+        values = iter(args)
         for piece in spec.pieces:
             if isinstance(piece, str):
-                cfmt.append(piece.replace("%", "%%"))
+                parts.append(f"pd_sf_lit({t}, {_c_string(piece)})")
                 continue
-            cfmt.append(_c_conversion(piece, e))
-        t = self.strtemp()
-        cargs = []
-        for a, at in zip(args, spec.arg_types, strict=True):
-            v = self.expr(a)
-            cargs.append(v if at == STRING else f"(long long)({v})")
-        tail = "".join(", " + a for a in cargs)
-        return f"pd_sprintf({t}, {_c_string(''.join(cfmt))}{tail})"
+            width = f"pd_sf_clamp({self.expr(next(values))})" if piece.width == -1 else (
+                "-1" if piece.width is None else str(piece.width))
+            prec = f"pd_sf_clamp({self.expr(next(values))})" if piece.precision == -1 else (
+                "-1" if piece.precision is None else str(piece.precision))
+            flag = f"'{piece.flags[0]}'" if piece.flags else "0"
+            value = self.expr(next(values))
+            if piece.conv == "s":
+                parts.append(f"pd_sf_str({t}, {value}, {flag}, {width}, {prec})")
+            elif piece.conv == "c":
+                parts.append(f"pd_sf_chr({t}, {value}, {flag}, {width})")
+            elif piece.conv in "diuxXop":
+                parts.append(f"pd_sf_num({t}, {value}, '{piece.conv}', {flag}, {width}, {prec})")
+            else:
+                raise _err(f"sprintf does not support '%{piece.conv}'", e)
+        return "({ " + "; ".join(parts) + f"; (const char *){t}; }})"
 
     # ------------------------------------------------------------- statements
     def stmt(self, s: ast.Stmt) -> None:
@@ -1028,7 +1091,7 @@ class Emitter:
             return
         if isinstance(s, ast.Empty):
             return
-        self.line(f"PD_ACTION(c, {_where(s)});")
+        self.line(f"PD_ACTION(c, {_where(s.expr if isinstance(s, ast.ExprStatement) else s)});")
         if isinstance(s, ast.ExprStatement):
             self.line(f"(void)({self.expr(s.expr)});")
             self.check()
@@ -1043,6 +1106,8 @@ class Emitter:
         elif isinstance(s, ast.While):
             self.line("for (;;) {")
             self.indent += 1
+            self.line(f"PD_ACTION(c, {_where(s)});")
+            self.check()
             self.line(f"int64_t cond_ = {self.expr(s.cond)};")
             self.check()
             self.line("if (!cond_) break;")
@@ -1057,7 +1122,7 @@ class Emitter:
             step = f"(void)({self.expr(s.step)})" if s.step is not None else ""
             self.line(f"for (;; {step}) {{")
             self.indent += 1
-            self.line("PD_ACTION(c, \"for loop\");")
+            self.line(f"PD_ACTION(c, {_where(s)});")
             self.check()
             if s.cond is not None:
                 self.line(f"if (!({self.expr(s.cond)})) break;")
@@ -1187,21 +1252,6 @@ class Emitter:
         return out
 
 
-def _c_conversion(c: Conversion, node: ast.Node) -> str:
-    width = "*" if c.width == -1 else ("" if c.width is None else str(c.width))
-    prec = "" if c.precision is None else ("." + ("*" if c.precision == -1 else str(c.precision)))
-    conv = c.conv
-    if conv in ("d", "i", "u", "x", "X", "o"):
-        return f"%{c.flags}{width}{prec}ll{conv}"
-    if conv == "p":
-        return f"%#{width}llx"
-    if conv in ("s", "c"):
-        return f"%{c.flags}{width}{prec}{conv}"
-    if conv == "%":
-        return "%%"
-    raise _err(f"sprintf does not support '%{conv}'", node)
-
-
 def _arg_initializer(spec: ArgSpec) -> str:
     if spec.kind == ArgKind.CONST:
         # `$sym` immediates are link-time addresses: the runtime adds the load bias.
@@ -1263,6 +1313,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
     timers: list[tuple[int, int, int]] = []
     needs_wait = False
     all_sites: list[ProbeSite] = []
+    all_plans: list[PatchPlan] = []
 
     def object_index(path: str, abi: str) -> int:
         if path not in objects:
@@ -1309,11 +1360,15 @@ def translate(script: ast.Script, resolution: Resolution, *,
                     f"static const struct pd_argdesc args_{ai}[] = {{"
                     + ", ".join(_arg_initializer(a) for a in site.args)
                     + ("" if site.args else "{0}") + "};")
+                plan = plan_site(site)    # issue 6: the runtime only applies it
+                plan_decls, plan_init = plan_c(plan, ai, _c_string)
+                arg_tables.extend(plan_decls)
                 site_rows.append(
                     f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
                     f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
-                    f"{site.nop_len}, {len(site.args)}}},")
+                    f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
                 all_sites.append(site)
+                all_plans.append(plan)
     # the exit report: globals written but never read are printed after `end`
     report = _exit_report(tr)
     if report:
@@ -1350,7 +1405,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
         "};\n")
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
     return Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
-                   needs_wait, timers, all_sites)
+                   needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans)
 
 
 def _func_signature(info: FuncInfo) -> str:
@@ -1376,7 +1431,8 @@ def _emit_function(tr: Translator, f: ast.Function) -> list[str]:
             copies.append(f"    int64_t l_{p.name} = a_{p.name};")
     ret_init = ["    ret[0] = 0;"] if info.ret == STRING else ["    int64_t ret = 0;"]
     nest = ["    if (++c->nesting > MAXNESTING) {",
-            f"        pd_error(c, \"MAXNESTING exceeded near identifier '{f.name}'\");",
+            f"        c->where = {_where(f)};",
+            "        pd_error(c, \"MAXNESTING exceeded\");",
             "        goto out;", "    }"]
     return ["", _func_signature(info), "{", *ret_init, *copies, *em.local_decls(params),
             *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]

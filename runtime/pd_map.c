@@ -101,8 +101,7 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
     if (!create)
         return NULL;
     if (h->count >= d->max_entries) {
-        pd_error(c, "array overflow, check size limit (%u) of array %s", d->max_entries,
-                 d->name);
+        pd_error(c, "Array overflow, check size limit (%u)", d->max_entries);
         return NULL;
     }
     uint8_t *e = reuse;
@@ -257,20 +256,34 @@ static int pd_hist_log_bucket(int64_t v)
     return b;
 }
 
+/* stap's __stp_stat_add: Welford's running variance in integers, with its
+ * truncation drift (the 32-bit `delta` included), so @variance matches stap. */
 void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
 {
-    if (s->count == 0 || v < s->min)
-        s->min = v;
-    if (s->count == 0 || v > s->max)
-        s->max = v;
-    s->count++;
-    s->sum += v;
-    s->sumsq = (int64_t)((uint64_t)s->sumsq + (uint64_t)v * (uint64_t)v); /* wraps, no UB */
-    if (d && d->hist_log)
+    if (s->count == 0) {
+        s->count = 1;
+        s->sum = s->min = s->max = v;
+        s->avg_s = v;
+        s->m2 = 0;
+        s->variance_s = 0;
+    } else {
+        s->count++;
+        s->sum = (int64_t)((uint64_t)s->sum + (uint64_t)v);
+        if (v > s->max)
+            s->max = v;
+        if (v < s->min)
+            s->min = v;
+        int32_t delta = (int32_t)(uint32_t)((uint64_t)v - (uint64_t)s->avg_s);
+        s->avg_s = (int64_t)((uint64_t)s->avg_s + (uint64_t)(delta / s->count));
+        s->m2 = (int64_t)((uint64_t)s->m2 +
+                          (uint64_t)((int64_t)delta * (int64_t)((uint64_t)v - (uint64_t)s->avg_s)));
+        s->variance_s = s->m2 / (s->count - 1);
+    }
+    if (d && d->hist_log) {
         s->hist[pd_hist_log_bucket(v)]++;
-    else if (d && d->hist_linear) {
+    } else if (d && d->hist_linear) {
         int64_t nb = (d->hi - d->lo) / d->step + 3; /* underflow, buckets, overflow */
-        int64_t b = v < d->lo ? 0 : v >= d->hi ? nb - 1 : (v - d->lo) / d->step + 1;
+        int64_t b = v < d->lo ? 0 : (int64_t)(((uint64_t)v - (uint64_t)d->lo) / (uint64_t)d->step) + 1;
         if (b >= nb)
             b = nb - 1;
         if (b < PD_HIST_MAX_BUCKETS)
@@ -301,10 +314,13 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)
             return s->sum / s->count;
         if (s->count < 2)
             return 0;
-        /* stap: (n*sumsq - sum^2) / (n*(n-1)) */
         {
-            uint64_t n = (uint64_t)s->count, sum = (uint64_t)s->sum;
-            return (int64_t)(n * (uint64_t)s->sumsq - sum * sum) / (int64_t)(n * (n - 1));
+            /* _stp_stat_get: total variance around the exact average, which the
+             * running average (avg_s) has drifted from */
+            int64_t d = s->avg_s - s->sum / s->count;
+            uint64_t s1 = (uint64_t)s->count * (uint64_t)d * (uint64_t)d;
+            uint64_t s2 = (uint64_t)(s->count - 1) * (uint64_t)s->variance_s;
+            return (int64_t)(s1 + s2) / (s->count - 1);
         }
     }
     return 0;

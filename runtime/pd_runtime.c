@@ -48,6 +48,7 @@ struct pd_armed {
     uintptr_t bias;
     const struct pd_site *site;
     uint8_t saved[8];                 /* original bytes, for disarming */
+    uintptr_t stub;                   /* trampoline stub, 0 for a trap site */
 };
 static struct pd_armed *pd_armed;     /* sorted by addr */
 static uint32_t pd_narmed;
@@ -317,11 +318,23 @@ int64_t pd_target(struct pd_ctx *c)
     return pd_hdr ? pd_hdr->target_pid : 0;
 }
 
+/* Like stap, exit() stops new probe handlers at once (session STOPPING); the
+ * launcher then runs `end`. */
+static void pd_request_exit(void)
+{
+    __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+    uint32_t st = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
+    while (st < PD_SESSION_STOPPING &&
+           !__atomic_compare_exchange_n(&pd_hdr->session_state, &st, PD_SESSION_STOPPING, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+}
+
 void pd_exit(struct pd_ctx *c)
 {
     if (!pd_hdr)
         return;
-    __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+    pd_request_exit();
     pd_rec_open(c, PD_REC_EXIT, 0, 0);
     pd_rec_close(c);
 }
@@ -329,7 +342,8 @@ void pd_exit(struct pd_ctx *c)
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
 {
     if (b == 0) {
-        pd_error(c, "division by 0 near %s", where);
+        c->where = where;
+        pd_error(c, "division by 0");
         return 0;
     }
     if (b == -1)
@@ -340,7 +354,8 @@ int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
 int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
 {
     if (b == 0) {
-        pd_error(c, "division by 0 near %s", where);
+        c->where = where;
+        pd_error(c, "division by 0");
         return 0;
     }
     if (b == -1)
@@ -399,16 +414,16 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     if (c->error) {
         /* Output of the failed handler up to the error is kept, as stap does. */
         char msg[256];
-        if (c->where && !strstr(c->errmsg, " near "))
-            snprintf(msg, sizeof msg, "%s near %s (in probe %s)", c->errmsg, c->where, p->pp);
+        if (c->where)
+            snprintf(msg, sizeof msg, "%s near %s", c->errmsg, c->where);
         else
-            snprintf(msg, sizeof msg, "%s (in probe %s)", c->errmsg, p->pp);
+            snprintf(msg, sizeof msg, "%s", c->errmsg);
         c->error = 0;
         pd_rec_open_at = c->outlen;
         pd_emit_text(c, PD_REC_ERROR, msg);
         uint32_t n = __atomic_add_fetch(&pd_hdr->error_count, 1, __ATOMIC_RELAXED);
         if (n > MAXERRORS) {
-            __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+            pd_request_exit();
             pd_rec_open(c, PD_REC_EXIT, 0, 0);
             pd_rec_close(c);
         }
@@ -451,6 +466,11 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
             signal(SIGTRAP, SIG_DFL);
             raise(SIGTRAP);
         }
+        return;
+    }
+    if (a->stub) {
+        /* The transient int3 of a jump being installed: the stub runs the probe. */
+        pd_uc_set_ip(uc, a->stub);
         return;
     }
     struct pd_regs regs;
@@ -525,6 +545,8 @@ static int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(
     return 0;
 }
 
+#include "pd_tramp.h" /* trampolines: stubs, memory near the object, jump install */
+
 static int pd_cmp_armed(const void *a, const void *b)
 {
     uintptr_t x = ((const struct pd_armed *)a)->addr, y = ((const struct pd_armed *)b)->addr;
@@ -565,6 +587,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
     for (uint32_t o = 0; o < pd_module.nobjects; o++) {
         if (pd_objects[o].abi != PD_ARCH_ABI || !pd_object_matches(pd_objects[o].path, info->dlpi_name))
             continue;
+        uintptr_t *stubs = pd_tramp_prepare(info, o);
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
             const struct pd_site *site = &pd_sites[s];
             if (site->object != o)
@@ -584,7 +607,10 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             a->bias = (uintptr_t)info->dlpi_addr;
             a->site = site;
             memcpy(a->saved, (const void *)addr, site->nop_len);
-            if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
+            a->stub = stubs ? stubs[s] : 0;
+            if (a->stub && pd_install_jump(addr, site->plan.len, prot, a->stub) != 0)
+                a->stub = 0;
+            if (!a->stub && pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
                 if (pd_self)
                     pd_self->sites_failed++;
                 continue;
@@ -596,6 +622,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             if (pd_self)
                 pd_self->sites_armed++;
         }
+        free(stubs);
     }
     return 0;
 }
@@ -633,7 +660,9 @@ static int pd_map_segment(const char *name)
     if (fd < 0)
         return PD_ATTACH_NOSHM;
     struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct pd_header)) {
+    /* A segment of another user is never trusted (it could feed us pointers). */
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
+        (size_t)st.st_size < sizeof(struct pd_header)) {
         close(fd);
         return PD_ATTACH_BADSEG;
     }
@@ -803,6 +832,9 @@ PD_EXPORT int pd_launcher_run(uint32_t kind)
 {
     int ran = 0;
     for (uint32_t i = 0; i < pd_module.nprobes; i++) {
+        /* begin probes after an exit() do not run (stap: no longer STARTING) */
+        if (kind == PD_PROBE_BEGIN && pd_hdr && pd_hdr->exit_requested)
+            break;
         if (pd_probes[i].kind == kind) {
             pd_run(&pd_probes[i], NULL, NULL, 0);
             ran++;

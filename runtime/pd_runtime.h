@@ -94,6 +94,30 @@ struct pd_object {
     uint32_t abi;        /* PD_ABI_*: only a module of that ABI arms its sites */
 };
 
+/* How to patch a site: computed offline by launcher/patchplan.py (issue 6). */
+enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
+enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3 };
+
+/* A field of the relocated code filled in once the stub's address is known:
+ * REL32 = target + bias - (code + anchor); ABS32/ABS32HI = low/high half of target + bias. */
+struct pd_fixup {
+    uint64_t target;     /* link-time address */
+    uint16_t at, anchor; /* offsets in the relocated code */
+    uint8_t kind;        /* enum pd_fixup_kind */
+};
+
+struct pd_plan {
+    const uint8_t *orig;            /* DISPLACE: the bytes expected at pc (len) */
+    const uint8_t *code;            /* DISPLACE: relocated instructions (code_len) */
+    const struct pd_fixup *fixups;
+    const char *reason;             /* why this tactic */
+    uint64_t resume;                /* link-time address the stub jumps back to */
+    uint8_t tactic;                 /* enum pd_tactic */
+    uint8_t len;                    /* bytes overwritten at pc (>= 5 unless TRAP) */
+    uint8_t code_len;
+    uint8_t nfixups;
+};
+
 struct pd_site {
     uint64_t pc;         /* link-time address of the nop */
     uint64_t sema;       /* link-time address of the semaphore, 0 if none */
@@ -104,6 +128,7 @@ struct pd_site {
     uint32_t probe;      /* pd_probes index */
     uint8_t nop_len;
     uint8_t nargs;
+    struct pd_plan plan;
 };
 
 struct pd_module_info {
@@ -182,10 +207,11 @@ struct pd_mapdesc {
 
 /* Lives in the segment: only int64 members, so i386 and x86-64 agree. */
 struct pd_stat {
-    int64_t count, sum, min, max, sumsq;
+    int64_t count, sum, min, max;
+    int64_t avg_s, m2, variance_s; /* stap's Welford state */
     int64_t hist[PD_HIST_MAX_BUCKETS];
 };
-_Static_assert(sizeof(struct pd_stat) == 8 * (5 + PD_HIST_MAX_BUCKETS), "pd_stat is arch-neutral");
+_Static_assert(sizeof(struct pd_stat) == 8 * (7 + PD_HIST_MAX_BUCKETS), "pd_stat is arch-neutral");
 
 struct pd_statdesc {
     uint8_t hist_log;
@@ -222,6 +248,11 @@ char *pd_str_replace(char *dst, const char *s, const char *from, const char *to)
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
+void pd_sf_lit(char *dst, const char *s);
+int64_t pd_sf_clamp(int64_t v);
+void pd_sf_num(char *dst, int64_t num, char conv, char flag, int64_t size, int64_t precision);
+void pd_sf_str(char *dst, const char *s, char flag, int64_t width, int64_t precision);
+void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
 
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 
@@ -230,7 +261,7 @@ void pd_follow_init(void);
     do {                                                                      \
         (c)->where = (where_);                                                \
         if (PD_UNLIKELY(--(c)->actions < 0)) {                                \
-            pd_error((c), "MAXACTION exceeded near %s", (where_));            \
+            pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
     } while (0)
 

@@ -119,3 +119,115 @@ char *pd_str_replace(char *dst, const char *s, const char *from, const char *to)
     tmp[at] = 0;
     return pd_strcpy(dst, tmp);
 }
+
+/* ---- sprintf with stap's rules (runtime/vsprintf.c), not C's -----------------
+ * The translator splits a format into pieces; each appends to a MAXSTRINGLEN
+ * buffer.  `flag` is stap's single flag character or 0; width and precision are
+ * -1 when absent. */
+
+static void pd_sf_append(char *dst, const char *s, size_t n)
+{
+    size_t len = strnlen(dst, MAXSTRINGLEN - 1);
+    if (n > MAXSTRINGLEN - 1 - len)
+        n = MAXSTRINGLEN - 1 - len;
+    memcpy(dst + len, s, n);
+    dst[len + n] = 0;
+}
+
+static void pd_sf_fill(char *dst, char ch, int64_t n)
+{
+    char pad[64];
+    memset(pad, ch, sizeof pad);
+    while (n > 0) {
+        size_t k = n > (int64_t)sizeof pad ? sizeof pad : (size_t)n;
+        pd_sf_append(dst, pad, k);
+        n -= (int64_t)k;
+    }
+}
+
+void pd_sf_lit(char *dst, const char *s) { pd_sf_append(dst, s, strlen(s)); }
+
+int64_t pd_sf_clamp(int64_t v)
+{
+    int32_t i = (int32_t)(uint32_t)(uint64_t)v; /* clamp_t(int, arg, 0, ...) */
+    return i < 0 ? 0 : i > MAXSTRINGLEN ? MAXSTRINGLEN : i;
+}
+
+void pd_sf_num(char *dst, int64_t num, char conv, char flag, int64_t size, int64_t precision)
+{
+    int base = (conv == 'x' || conv == 'X' || conv == 'p') ? 16 : conv == 'o' ? 8 : 10;
+    int left = flag == '-', zeropad = flag == '0' && !left;
+    int special = flag == '#' || conv == 'p', is_signed = conv == 'd' || conv == 'i';
+    uint64_t u = (uint64_t)num;
+    char sign = 0;
+    if (is_signed) {
+        if (num < 0) {
+            sign = '-';
+            u = 0 - u;
+            size--;
+        } else if (flag == '+' || flag == ' ') {
+            sign = flag;
+            size--;
+        }
+    }
+    const char *prefix = "";
+    if (special && base == 16) {
+        prefix = conv == 'X' ? "0X" : "0x";
+        size -= 2;
+    } else if (special && base == 8) {
+        prefix = "0";
+        size -= 1;
+    }
+    char digits[72];
+    int nd = 0;
+    const char *set = conv == 'X' ? "0123456789ABCDEF" : "0123456789abcdef";
+    do {
+        digits[nd++] = set[u % (unsigned)base];
+        u /= (unsigned)base;
+    } while (u);
+    if (precision < nd)
+        precision = nd;
+    size -= precision;
+    if (!(zeropad || left) && size > 0) {
+        pd_sf_fill(dst, ' ', size);
+        size = 0;
+    }
+    if (sign)
+        pd_sf_append(dst, &sign, 1);
+    pd_sf_lit(dst, prefix);
+    if (!left && size > 0) {
+        pd_sf_fill(dst, zeropad ? '0' : ' ', size);
+        size = 0;
+    }
+    pd_sf_fill(dst, '0', precision - nd);
+    char rev[72];
+    for (int i = 0; i < nd; i++)
+        rev[i] = digits[nd - 1 - i];
+    pd_sf_append(dst, rev, (size_t)nd);
+    if (size > 0)
+        pd_sf_fill(dst, ' ', size);
+}
+
+void pd_sf_str(char *dst, const char *s, char flag, int64_t width, int64_t precision)
+{
+    size_t n = strnlen(s, MAXSTRINGLEN);
+    if (precision >= 0 && (size_t)precision < n)
+        n = (size_t)precision;
+    int64_t pad = width - (int64_t)n;
+    if (flag != '-' && pad > 0)
+        pd_sf_fill(dst, ' ', pad);
+    pd_sf_append(dst, s, n);
+    if (flag == '-' && pad > 0)
+        pd_sf_fill(dst, ' ', pad);
+}
+
+void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width)
+{
+    char ch = (char)(uint8_t)v;
+    int64_t pad = width - 1;
+    if (flag != '-' && pad > 0)
+        pd_sf_fill(dst, ' ', pad);
+    pd_sf_append(dst, &ch, 1);
+    if (flag == '-' && pad > 0)
+        pd_sf_fill(dst, ' ', pad);
+}

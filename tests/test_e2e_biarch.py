@@ -122,21 +122,53 @@ class Run:
         return f"pydyn exit {self.rc}\n--- stdout\n{self.out}\n--- stderr\n{self.err}"
 
 
+def _default_signals() -> None:
+    # A background job may have SIGINT ignored, and an ignored signal stays ignored
+    # across exec: pydyn would never see the test's Ctrl-C.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
+def start_pydyn(cache: Path, script: str, command: Sequence[str]) -> subprocess.Popen[str]:
+    """pydyn in its own session (so its whole process group can be cleaned up), with
+    faulthandler on: a hung pydyn is sent SIGABRT and prints its threads' stacks."""
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache), PYTHONFAULTHANDLER="1")
+    return subprocess.Popen([*pydyn_argv(), "-e", script, "-c", shlex.join(command)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True, preexec_fn=_default_signals)
+
+
+def cleanup(proc: subprocess.Popen[str]) -> None:
+    """Kill what is left of a run (pydyn, targets: its process group) and its segment."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGABRT)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    for seg in segments_of(proc.pid):
+        os.unlink(seg)
+
+
 def run_pydyn(cache: Path, script: str, command: Sequence[str], *,
               timeout: float = TIMEOUT) -> Run:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    proc = subprocess.Popen([*pydyn_argv(), "-e", script, "-c", shlex.join(command)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    proc = start_pydyn(cache, script, command)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        cleanup(proc)
         out, err = proc.communicate()
         pytest.fail(f"pydyn did not finish in {timeout}s\n{out}\n{err}")
+    leaked = segments_of(proc.pid)
+    cleanup(proc)
     run = Run(proc.returncode, proc.pid, out, err)
     # Segment hygiene, for every run: nothing of this pydyn is left in /dev/shm.
-    assert segments_of(proc.pid) == [], run.describe()
+    assert leaked == [], run.describe()
     return run
 
 
@@ -437,34 +469,29 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _kill(pid: int) -> bool:
-    """SIGKILL pid if it still runs (and is not a zombie); whether it did."""
+def _alive(pid: int) -> bool:
+    """Whether pid runs (a zombie does not)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        if state in ("Z", "X"):
-            return False
-        os.kill(pid, signal.SIGKILL)
-        return True
     except (OSError, IndexError):
         return False
+    return state not in ("Z", "X")
 
 
 def test_segment_removed_after_normal_exit(progs: Progs, cache_dir: Path) -> None:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache_dir))
+    """The segment exists while the session runs (named after pydyn's pid, which is
+    what the per-run check of run_pydyn relies on) and is gone when pydyn exits."""
     cmd = [progs.b64, "-m", "100", "-c", f"{progs.b32} -m -1", "-k", "0:1500"]
-    proc = subprocess.Popen([*pydyn_argv(), "-e", count_script(progs), "-c", shlex.join(cmd)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_pydyn(cache_dir, count_script(progs), cmd)
     try:
         seen = _wait_for_segment(proc.pid, time.monotonic() + 30)
         out, err = proc.communicate(timeout=TIMEOUT)
+        leaked = segments_of(proc.pid)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        cleanup(proc)
     assert seen, f"pydyn never created /dev/shm/pydyn.{proc.pid}.*\n{err}"
     assert proc.returncode == 0, err
-    assert [s for s in seen if os.path.exists(s)] == []
-    assert segments_of(proc.pid) == []
+    assert leaked == []
 
 
 @pytest.mark.parametrize("sig", [
@@ -477,10 +504,7 @@ def test_segment_removed_when_pydyn_is_signalled(progs: Progs, cache_dir: Path,
     """pydyn signalled mid-run (Ctrl-C, kill, timeout(1), a closed terminal): the end
     probe runs, the target is stopped and the segment removed.  (Once a bug for
     SIGTERM/SIGHUP: no handler, so the segment and the target were left behind.)"""
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache_dir))
-    cmd = [progs.b64, "-m", "-1"]
-    proc = subprocess.Popen([*pydyn_argv(), "-e", count_script(progs), "-c", shlex.join(cmd)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_pydyn(cache_dir, count_script(progs), [progs.b64, "-m", "-1"])
     targets: list[int] = []
     try:
         seen = _wait_for_segment(proc.pid, time.monotonic() + 30)
@@ -491,16 +515,17 @@ def test_segment_removed_when_pydyn_is_signalled(progs: Progs, cache_dir: Path,
             time.sleep(0.02)
         time.sleep(0.2)
         proc.send_signal(sig)
-        proc.wait(timeout=TIMEOUT)
+        try:
+            proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        exited = proc.poll() is not None
+        leftover = [t for t in targets if _alive(t)]
+        leaked = segments_of(proc.pid)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        leftover = [t for t in targets if _kill(t)]   # targets pydyn left running
-        out, err = proc.communicate()                 # (they hold the pipes open)
-    leaked = segments_of(proc.pid)
-    for seg in leaked:      # this run's own segment: do not leave it to the next one
-        os.unlink(seg)
+        cleanup(proc)       # kills targets left running (they hold the pipes open)
+    out, err = proc.communicate()
+    assert exited, f"pydyn did not exit after {sig.name}\n{err}"
     assert leaked == [], f"segment left behind\n{err}"
     assert leftover == [], f"pydyn left its target running: {leftover}\n{err}"
     assert re.search(r"^total [1-9]", out, re.M), out + err   # end ran, with counts

@@ -238,8 +238,10 @@ def misc(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any, pydyn_cache:
                            f' $arg4, $arg4, $arg4); printf("got-pid {tag} %d\\n", pid())')
         text += mark_probe(path, "stop", f'printf("stopping {tag}\\n"); exit()')
         text += mark_probe(path, "after_stop", 'printf("after-stop fired\\n")')
+        text += mark_probe(path, "right_after_stop", 'printf("right-after-stop fired\\n")')
         text += mark_probe(path, "fault", FAULT_BODY)
         text += mark_probe(path, "after_fault", 'printf("after-fault fired\\n")')
+        text += mark_probe(path, "right_after_fault", 'printf("right-after-fault fired\\n")')
     text += 'probe end { printf("end ran\\n") }\n'
     script = tmp / "misc.stp"
     script.write_text(text)
@@ -266,18 +268,29 @@ def target_alive(pid: int) -> bool:
         return False
 
 
-def test_exit_ends_the_session_early(pydyn: Run, misc: Misc, tmp_path: Path) -> None:
-    """exit() ends the session at once; the -c command runs on with its probes inert."""
+@dataclass(frozen=True)
+class ExitRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    target_alive_at_exit: bool      # was the -c command still running when pydyn exited?
+
+
+@pytest.fixture(scope="module")
+def exit_runs(pydyn: Run, misc: Misc, tmp_path_factory: pytest.TempPathFactory
+              ) -> dict[str, ExitRun]:
+    """The exit() script run on each e2e_misc build, at the same time."""
+    tmp = tmp_path_factory.mktemp("exit")
     env = dict(os.environ, PYDYN_CACHE_DIR=str(misc.cache))
     pydyn("-p4", str(misc.script))      # build once, not in both runs at the same time
     runs = {}
     for tag, path in misc.bins.items():
         # Files, not pipes: the target outlives pydyn and would hold a pipe open.
-        with open(tmp_path / f"{tag}.out", "w") as out, open(tmp_path / f"{tag}.err", "w") as err:
+        with open(tmp / f"{tag}.out", "w") as out, open(tmp / f"{tag}.err", "w") as err:
             runs[tag] = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli",
                                           str(misc.script), "-c", f"{path} exit"],
                                          stdout=out, stderr=err, env=env)
-    # As each pydyn exits, its target (3 s from its `stop` mark) must still be running.
+    # As each pydyn exits, look whether its target (3 s from its `stop` mark) still runs.
     alive_at_exit: dict[str, bool] = {}
     targets: list[int] = []
     deadline = time.monotonic() + TIMEOUT
@@ -285,7 +298,7 @@ def test_exit_ends_the_session_early(pydyn: Run, misc: Misc, tmp_path: Path) -> 
         while len(alive_at_exit) < len(runs) and time.monotonic() < deadline:
             for tag, proc in runs.items():
                 if tag not in alive_at_exit and proc.poll() is not None:
-                    (pid,) = lines_with((tmp_path / f"{tag}.out").read_text(), f"pid {tag} ")
+                    (pid,) = lines_with((tmp / f"{tag}.out").read_text(), f"pid {tag} ")
                     targets.append(int(pid[1]))
                     alive_at_exit[tag] = target_alive(targets[-1])
             time.sleep(0.01)
@@ -296,16 +309,28 @@ def test_exit_ends_the_session_early(pydyn: Run, misc: Misc, tmp_path: Path) -> 
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    for tag, proc in runs.items():
-        assert alive_at_exit.get(tag), f"{tag}: the target was stopped with the session"
-        rc = proc.returncode
-        out, err = ((tmp_path / f"{tag}.{x}").read_text() for x in ("out", "err"))
-        assert rc == 0, err
-        assert "Traceback" not in err and "ERROR" not in err and "SIGTERM" not in err
-        lines = out.splitlines()
+    return {tag: ExitRun(proc.returncode, (tmp / f"{tag}.out").read_text(),
+                         (tmp / f"{tag}.err").read_text(), alive_at_exit.get(tag, False))
+            for tag, proc in runs.items()}
+
+
+def test_exit_ends_the_session_early(exit_runs: dict[str, ExitRun]) -> None:
+    """exit() ends the session at once; the -c command runs on with its probes inert."""
+    for tag, run in exit_runs.items():
+        assert run.returncode == 0, run.stderr
+        assert "Traceback" not in run.stderr and "ERROR" not in run.stderr
+        assert "SIGTERM" not in run.stderr
+        assert run.target_alive_at_exit, f"{tag}: the target was stopped with the session"
+        lines = run.stdout.splitlines()
         assert f"stopping {tag}" in lines and "end ran" in lines
         assert lines[-1] == "target done"                   # ran on to its end ...
         assert "after-stop fired" not in lines              # ... with its probes inert
+
+
+def test_no_probe_runs_right_after_exit(exit_runs: dict[str, ExitRun]) -> None:
+    for tag, run in exit_runs.items():
+        assert f"stopping {tag}" in run.stdout.splitlines()
+        assert "right-after-stop fired" not in run.stdout.splitlines(), tag
 
 
 # --- 4. a dangling note ----------------------------------------------------------------
@@ -471,14 +496,13 @@ def test_error_is_reported_and_counted(fault_run: subprocess.CompletedProcess[st
     assert "Traceback" not in res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("ERROR: ")]
     assert len(errors) == 1, res.stderr
-    # ERROR: MESSAGE near statement at FILE:LINE:COL (in probe PP), LINE:COL of the printf.
+    # stap's shape: ERROR: MESSAGE near identifier 'user_long' at FILE:LINE:COL (the call).
     text = misc.script.read_text().splitlines()
     (lineno,) = [i + 1 for i, line in enumerate(text)
                  if f'"{misc.bins["m64"]}").mark("fault")' in line]
-    col = text[lineno - 1].index('printf("bad') + 1
-    assert errors[0] == (f"ERROR: user memory read fault at 0x1 (8 bytes) near statement at "
-                         f'{misc.script}:{lineno}:{col} (in probe process("{misc.bins["m64"]}")'
-                         '.mark("fault"))')
+    col = text[lineno - 1].index("user_long(") + 1
+    assert errors[0] == ("ERROR: user memory read fault at 0x1 (8 bytes) near identifier "
+                         f"'user_long' at {misc.script}:{lineno}:{col}")
     assert "WARNING: Number of errors: 1, skipped probes: 0" in res.stderr.splitlines()
     out = res.stdout.splitlines()
     assert "before" in out and "after" not in out   # the handler stopped at the error ...
@@ -494,6 +518,12 @@ def test_target_runs_on_after_the_session_ends_on_error(
     assert "SIGTERM" not in fault_run.stderr
 
 
+def test_no_probe_runs_right_after_the_ending_error(
+        fault_run: subprocess.CompletedProcess[str]) -> None:
+    assert "before" in fault_run.stdout.splitlines()
+    assert "right-after-fault fired" not in fault_run.stdout.splitlines()
+
+
 def test_maxerrors_lets_the_session_run_on(pydyn: Run, misc: Misc,
                                           fault_run: subprocess.CompletedProcess[str]) -> None:
     # Same script as fault_run, whose module (built without -D) is in the session cache:
@@ -501,6 +531,7 @@ def test_maxerrors_lets_the_session_run_on(pydyn: Run, misc: Misc,
     res = pydyn("-D", "MAXERRORS=1", str(misc.script), "-c", f"{misc.bins['m64']} fault")
     assert res.returncode == 1
     out = res.stdout.splitlines()
-    assert "after-fault fired" in out and "target done" in out
+    assert "right-after-fault fired" in out and "after-fault fired" in out
+    assert "target done" in out
     assert "WARNING: Number of errors: 1, skipped probes: 0" in res.stderr.splitlines()
     assert "SIGTERM" not in res.stderr

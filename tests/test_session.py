@@ -164,3 +164,15 @@ def test_output_is_lossless_when_the_ring_fills(counter: Path, cache: Path) -> N
     lines = [line for line in res.stdout.splitlines() if line.startswith("line ")]
     assert lines == [f"line {i}" for i in range(n)]
     assert "WARNING" not in res.stderr
+
+
+def test_segments_of_dead_sessions_are_removed(cache: Path) -> None:
+    # A launcher killed with SIGKILL leaves its segment; the next run removes it.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = Path(f"/dev/shm/pydyn.{dead.pid}.0123456789abcdef")
+    stale.write_bytes(b"\0" * 4096)
+    res = pydyn(["-v", "-e", "probe begin { exit() }"], cache)
+    assert res.returncode == 0, res.stderr
+    assert not stale.exists()
+    assert "segment(s) of dead sessions" in res.stderr

@@ -2,10 +2,10 @@
  * error tests.  It prints its pid (`pid TAG N`) and what a probe should
  * report (`expect TAG ...`).
  *   fmt    `fmt` mark with a string, UINT64_MAX, (unsigned char)0x81 and -1
- *   exit   `stop` mark (a script's exit() ends the session there), then after 3 s
- *          the `after_stop` mark (inert by then) and `target done`
- *   fault  `fault` mark passing the bad address 1, then after 1 s the `after_fault`
- *          mark (inert once an error has ended the session) and `target done`
+ *   exit   `stop` mark (a script's exit() ends the session there), at once the
+ *          `right_after_stop` mark, after 3 s `after_stop`, then `target done`
+ *   fault  `fault` mark passing the bad address 1 (the error ends the session), at
+ *          once `right_after_fault`, after 2 s `after_fault`, then `target done`
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -42,13 +42,15 @@ int main(int argc, char **argv)
         STAP_PROBE4(pydyn_e2e, fmt, msg, big, uc, neg);
     } else if (!strcmp(mode, "exit")) {
         STAP_PROBE(pydyn_e2e, stop);
+        STAP_PROBE(pydyn_e2e, right_after_stop);
         sleep(3);
         STAP_PROBE(pydyn_e2e, after_stop);
         puts("target done");
     } else if (!strcmp(mode, "fault")) {
         STAP_PROBE1(pydyn_e2e, fault, (long)e2e_opaque(1));
+        STAP_PROBE(pydyn_e2e, right_after_fault);
         /* Long enough for the launcher to see the session end first. */
-        sleep(1);
+        sleep(2);
         STAP_PROBE(pydyn_e2e, after_fault);
         puts("target done");
     }
