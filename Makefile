@@ -5,7 +5,7 @@ CC ?= gcc
 SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 # gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
 # aarch64 cross compiler is installed.
-DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross
+DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
 .PHONY: deps deb-deps py-deps examples demo test lint clean bench

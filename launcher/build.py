@@ -31,11 +31,21 @@ MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 LIB_DIRS = {
     "m64": ("lib/x86_64-linux-gnu", "lib64"),
     "m32": ("lib32", "lib/i386-linux-gnu", "lib"),
+    # Debian's aarch64 ld.so (native, or libc6-arm64-cross under qemu-user with
+    # -L /usr/aarch64-linux-gnu) expands $LIB to the multiarch dir: checked by
+    # tests/test_aarch64.py.
+    "aarch64": ("lib/aarch64-linux-gnu",),
 }
-ABIS = ("m64", "m32")
+ABIS = ("m64", "m32", "aarch64")
+# Built only when a session needs them (a probed or -c aarch64 binary): cross builds.
+CROSS_ABIS = frozenset({"aarch64"})
+# The compiler per cross ABI; $PYDYN_CC_<ABI> overrides it.
+CROSS_CC = {"aarch64": "aarch64-linux-gnu-gcc"}
 INSTALL_HINT = {
     "m64": "install gcc (apt-get install gcc libc6-dev)",
     "m32": "install the 32-bit toolchain (apt-get install gcc-12-multilib libc6-dev-i386)",
+    "aarch64": "install the aarch64 cross toolchain "
+               "(apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross)",
 }
 
 
@@ -86,9 +96,17 @@ def _cc() -> str:
     return os.environ.get("CC", "gcc")
 
 
-def compiler_path() -> str | None:
-    """Where `$CC` (default gcc) is found on PATH; None if it is not."""
-    return shutil.which(_cc())
+def abi_cc(abi: str) -> str:
+    """The compiler command for `abi`: `$CC` natively, `$PYDYN_CC_AARCH64` or
+    `aarch64-linux-gnu-gcc` for aarch64."""
+    if abi in CROSS_CC:
+        return os.environ.get(f"PYDYN_CC_{abi.upper()}", CROSS_CC[abi])
+    return _cc()
+
+
+def compiler_path(abi: str = "m64") -> str | None:
+    """Where `abi`'s compiler (default `$CC`, gcc) is found on PATH; None if it is not."""
+    return shutil.which(abi_cc(abi))
 
 
 def compiler_version(cc: str) -> str:
@@ -103,13 +121,15 @@ def compiler_version(cc: str) -> str:
 def abi_flags(abi: str) -> tuple[str, ...]:
     if abi == "m32":
         return ("-m32", "-idirafter", MULTIARCH_INCLUDE)
+    if abi in CROSS_CC:
+        return ()
     return ("-m64",)
 
 
 @cache
 def get_toolchain(abi: str) -> Toolchain | None:
     """A compiler that can link a shared object for `abi`, or None."""
-    cc = compiler_path()
+    cc = compiler_path(abi)
     if cc is None:
         return None
     flags = abi_flags(abi)
@@ -146,7 +166,8 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
 
     `checksum_hex` names the files (`pydyn_<it>_m64.so` ...): the cache passes its key.
     Whether an earlier build can be reused is the cache's business (`cache.py`), not this
-    function's: it always compiles, both ABIs in parallel.
+    function's: it always compiles, all ABIs in parallel (a cross ABI, aarch64, only
+    when required).
     """
     required = set(required)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -157,6 +178,8 @@ def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
     _write_replace(header, render_c_header())
     jobs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
     for abi in ABIS:
+        if abi in CROSS_ABIS and abi not in required:
+            continue
         tc = get_toolchain(abi)
         if tc is None:
             continue

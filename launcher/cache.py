@@ -52,6 +52,7 @@ from pydyn.launcher.build import (
     COMMON_CFLAGS,
     LIB_DIRS,
     ModuleSet,
+    abi_cc,
     abi_flags,
     build_modules,
     compiler_path,
@@ -262,7 +263,8 @@ def program_to_json(program: Any) -> dict[str, Any]:
             "timers": [list(t) for t in program.timers],
             "needs_wait": program.needs_wait,
             "required_abis": sorted(program.required_abis),
-            "globals_size": program.globals_size}
+            "globals_size": program.globals_size,
+            "report": {str(k): [t[0], t[1], list(t[2]), t[3]] for k, t in program.report.items()}}
 
 
 def program_from_json(d: dict[str, Any], c_source: str) -> Any:
@@ -271,7 +273,9 @@ def program_from_json(d: dict[str, Any], c_source: str) -> Any:
                    formats=[_load_format(f) for f in d["formats"]],
                    required_abis=frozenset(d["required_abis"]), globals_size=d["globals_size"],
                    needs_wait=bool(d["needs_wait"]),
-                   timers=[(int(a), int(b), int(c)) for a, b, c in d["timers"]])
+                   timers=[(int(a), int(b), int(c)) for a, b, c in d["timers"]],
+                   report={int(k): (t[0], t[1], tuple(t[2]), t[3])
+                           for k, t in d.get("report", {}).items()})
 
 
 def _site_json(site: Any, plan: Any) -> dict[str, Any]:
@@ -412,10 +416,18 @@ class ModuleCache:
     def compiler_inputs(self) -> list[KeyInput]:
         """Per ABI: the compiler's realpath, `--version` and flags; no process is started
         when this compiler binary was seen before."""
-        cc_env = os.environ.get("CC", "gcc")
-        cc = compiler_path()
-        if cc is None:
-            return [KeyInput("compiler", _sha(f"missing {cc_env}"), f"{cc_env} not found")]
+        inputs: list[KeyInput] = []
+        for abi in ABIS:
+            cc_env = abi_cc(abi)
+            cc = compiler_path(abi)
+            if cc is None:
+                inputs.append(KeyInput(f"compiler {abi}", _sha(f"missing {cc_env}"),
+                                       f"{cc_env} not found"))
+            else:
+                inputs.append(self._compiler_input(abi, cc_env, cc))
+        return inputs
+
+    def _compiler_input(self, abi: str, cc_env: str, cc: str) -> KeyInput:
         real = os.path.realpath(cc)
         st = os.stat(real)
         ident = f"{cc_env}|{cc}|{real}|{st.st_dev}:{st.st_ino}|{st.st_size}|{st.st_mtime_ns}"
@@ -435,11 +447,10 @@ class ModuleCache:
             except OSError:
                 pass
         first = version.splitlines()[0] if version else "?"
-        return [KeyInput(f"compiler {abi}",
-                         _sha(f"{real}\n{' '.join(abi_flags(abi))}\n"
-                              f"{' '.join(COMMON_CFLAGS)}\n{version}"),
-                         f"{real} {' '.join(abi_flags(abi))} ({first})")
-                for abi in ABIS]
+        return KeyInput(f"compiler {abi}",
+                        _sha(f"{real}\n{' '.join(abi_flags(abi))}\n"
+                             f"{' '.join(COMMON_CFLAGS)}\n{version}"),
+                        f"{real} {' '.join(abi_flags(abi))} ({first})")
 
     # -- lookup ------------------------------------------------------------------
     def lookup_script(self, text: str, filename: str, args: Sequence[str],

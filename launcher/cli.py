@@ -11,6 +11,7 @@ import os
 import platform
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -25,13 +26,50 @@ if TYPE_CHECKING:
 
 CACHE_ENV = "PYDYN_CACHE_DIR"
 
+EXAMPLES = """\
+examples:
+  pydyn -e 'probe process("./app").mark("tick") { n++ } probe end { printf("%d\\n", n) }' \\
+        -c ./app
+  pydyn script.stp -c './server 4'        run a script on a command and its children
+  pydyn -l 'process("/usr/bin/python3.11").mark("*")'      list probe points
+  pydyn -L 'process("/usr/lib/*/libpython*.so*").mark("function__entry")'
+  pydyn --json script.stp -c ./app        newline-delimited JSON records
+  pydyn -p3 script.stp                    print the generated C
+"""
+
+
+class _VersionAction(argparse.Action):
+    # importlib.metadata costs an import: only when asked.
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"pydyn {version()}")
+        parser.exit()
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("pydyn")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pydyn",
         description="SystemTap-style dynamic instrumentation for 64-bit and 32-bit processes.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     p.add_argument("script", nargs="?", help="script file ('-' for stdin)")
+    p.add_argument("-l", dest="list_point", action="store_true",
+                   help="list the probe points the first argument matches (wildcards allowed)")
+    p.add_argument("-L", dest="list_vars", action="store_true",
+                   help="as -l, with context variables; -L -v adds arg specs and PCs")
+    p.add_argument("--json", action="store_true",
+                   help="newline-delimited JSON records on stdout (see README)")
+    p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colour diagnostics: auto (on a tty, default), always, never")
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
     p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
@@ -92,6 +130,41 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
     return out
 
 
+class _Progress:
+    """One progress line on a tty stderr for work that outlasts `delay` seconds;
+    erased when the work ends.  Nothing at all when stderr is not a tty."""
+
+    def __init__(self, line: str, delay: float = 0.5) -> None:
+        self.line = line
+        self.delay = delay
+        self.shown = False
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                sys.stderr.write(self.line)
+                sys.stderr.flush()
+                self.shown = True
+
+    def __enter__(self) -> _Progress:
+        if sys.stderr.isatty():
+            self._timer = threading.Timer(self.delay, self._show)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self.shown:
+                sys.stderr.write("\r\033[K")   # the line goes once the work is done
+                sys.stderr.flush()
+
+
 def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              argv_cmd: list[str] | None, target_path: str | None, cache: ModuleCache | None,
              lookup: Lookup | None, step: Callable[[int, str, float], None],
@@ -141,12 +214,15 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         from pydyn.launcher.elf.reader import get_elf_info
         required.add(get_elf_info(target_path).abi)
     t0 = time.monotonic()
-    if cache is not None:
-        deps = [*resolution.objects, *([target_path] if target_path else [])]
-        modules = cache.build(lookup, deps, program, required, defines, warnings,
-                              verbose_lines, keep=opts.pass_ == 4)
-    else:
-        modules = build_private(program, required, defines, keep=opts.pass_ == 4)
+    arches = ", ".join(sorted(required, reverse=True))
+    with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
+                   "modules ..."):
+        if cache is not None:
+            deps = [*resolution.objects, *([target_path] if target_path else [])]
+            modules = cache.build(lookup, deps, program, required, defines, warnings,
+                                  verbose_lines, keep=opts.pass_ == 4)
+        else:
+            modules = build_private(program, required, defines, keep=opts.pass_ == 4)
     built = ", ".join(sorted(modules.modules, reverse=True))
     step(4, f"using cached {built} modules" if modules.from_cache
          else f"compiled {built} modules", t0)
@@ -170,6 +246,22 @@ def run(argv: Sequence[str]) -> int:
                   file=sys.stderr)
         if opts.script is None and opts.program is None:
             return 0
+    if opts.list_point or opts.list_vars:
+        from pydyn.launcher.listing import list_probes
+        pattern = opts.program if opts.program is not None else opts.script
+        if pattern is None:
+            raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
+                             ".mark(\"*\")'")
+        target = None
+        if opts.command:
+            from shutil import which
+            cmd0 = split_command(opts.command)[0]
+            exe = cmd0 if "/" in cmd0 else which(cmd0)
+            target = os.path.realpath(exe) if exe else None
+        for line in list_probes(pattern, with_vars=opts.list_vars,
+                                verbose=opts.verbose, target_path=target):
+            print(line)
+        return 0
     defines = _check_defines(opts.defines)
     # The same module either way: the runtime reads the mode when it arms (inherited
     # by every process of the session); -D PD_FORCE_TRAPS=1 compiles the choice in.
@@ -230,10 +322,33 @@ def run(argv: Sequence[str]) -> int:
     ring = opts.bufsize << 20
     if ring & (ring - 1) or ring <= 0:
         raise PydynError(f"-s {opts.bufsize}: the ring size must be a power of two MiB")
+    sink = None
+    if opts.json:
+        from pydyn.launcher.jsonout import JsonSink
+        sink = JsonSink(program.formats, program.report, version())
     session = Session(program, modules, SessionOptions(command=opts.command, ring_size=ring,
-                                                        verbose=verbose, target_checked=True))
+                                                        verbose=verbose, target_checked=True),
+                      sink=sink)
     result = session.run()
     return result.exit_status
+
+
+def _use_color(argv: Sequence[str]) -> bool:
+    """--color=auto|always|never (the last one given); auto: stderr is a tty and
+    $NO_COLOR is unset."""
+    choice = "auto"
+    for i, a in enumerate(argv):
+        if a == "--":
+            break
+        if a.startswith("--color="):
+            choice = a.split("=", 1)[1]
+        elif a == "--color" and i + 1 < len(argv):
+            choice = argv[i + 1]
+    if choice == "always":
+        return True
+    if choice == "never":
+        return False
+    return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -246,13 +361,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        return run(sys.argv[1:] if argv is None else argv)
+        return run(args)
     except ScriptError as exc:
-        print(exc.render(), file=sys.stderr)
+        print(exc.render(_use_color(args)), file=sys.stderr)
         return 1
     except PydynError as exc:
-        print(exc.render(), file=sys.stderr)
+        print(exc.render(_use_color(args)), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -7,17 +7,55 @@ the boundary of the pass that calls the library and re-raised as one of these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
+
+RED, BOLD, GREEN, CYAN, RESET = "\033[1;31m", "\033[1m", "\033[1;32m", "\033[1;36m", "\033[0m"
+
+# What a caret range covers when the error does not say: the token at the column.
+_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
+                       r"|<<=|>>=|[-+*/%<>=!&|^.]=|&&|\|\||<<<|<<|>>|\+\+|--|->|\S")
+
+
+def token_length(text: str, column: int) -> int:
+    """Length of the token starting at 1-based `column` of `text` (1 if none)."""
+    m = _TOKEN_RE.match(text, max(column - 1, 0))
+    return len(m.group(0)) if m else 1
+
+
+def point_length(text: str, column: int) -> int:
+    """Length of the probe point starting at `column`: up to a space, ',' or '{'
+    outside quotes and parentheses."""
+    depth, quoted, i = 0, False, max(column - 1, 0)
+    while i < len(text):
+        ch = text[i]
+        if quoted:
+            if ch == "\\":
+                i += 1
+            elif ch == '"':
+                quoted = False
+        elif ch == '"':
+            quoted = True
+        elif ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif depth <= 0 and (ch.isspace() or ch in ",{"):
+            break
+        i += 1
+    return max(i - (column - 1), 1)
 
 
 @dataclass(frozen=True)
 class SourceLocation:
-    """A position in a script: 1-based line and column."""
+    """A position in a script: 1-based line and column; `length` columns are
+    underlined (0: the token found at the column)."""
 
     file: str
     line: int
     column: int
     source_line: str = ""
+    length: int = field(default=0, compare=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
@@ -26,8 +64,9 @@ class SourceLocation:
 class PydynError(Exception):
     """Base of all errors pydyn reports to the user."""
 
-    def render(self) -> str:
-        return f"pydyn: error: {self}"
+    def render(self, color: bool = False) -> str:
+        head = f"{RED}error:{RESET}" if color else "error:"
+        return f"pydyn: {head} {self}"
 
 
 class ScriptError(PydynError):
@@ -40,19 +79,23 @@ class ScriptError(PydynError):
         self.location = location
         self.hint = hint
 
-    def render(self) -> str:
-        if self.location is None:
-            head = f"pydyn: error: {self.message}"
-        else:
-            head = f"{self.location}: error: {self.message}"
-        lines = [head]
+    def render(self, color: bool = False) -> str:
+        """gcc's shape: `FILE:LINE:COL: error: MESSAGE`, the line, `^~~~` under the
+        range, `hint: ...`; with `color`, a bold location, red error, green range."""
+        def paint(code: str, text: str) -> str:
+            return f"{code}{text}{RESET}" if color else text
+
+        where = "pydyn:" if self.location is None else paint(BOLD, f"{self.location}:")
+        lines = [f"{where} {paint(RED, 'error:')} {self.message}"]
         loc = self.location
         if loc is not None and loc.source_line:
             text = loc.source_line.rstrip("\n").expandtabs(1)
             lines.append(f"    {text}")
-            lines.append("    " + " " * max(loc.column - 1, 0) + "^")
+            n = loc.length or token_length(text, loc.column)
+            n = max(1, min(n, len(text) - loc.column + 1))
+            lines.append("    " + " " * max(loc.column - 1, 0) + paint(GREEN, "^" + "~" * (n - 1)))
         if self.hint:
-            lines.append(f"note: {self.hint}")
+            lines.append(f"{paint(CYAN, 'hint:')} {self.hint}")
         return "\n".join(lines)
 
 

@@ -356,6 +356,11 @@ def _relocate(obj: _Object, insn: Any, code: bytearray, fixups: list[Fixup],
 
 
 def plan_site(site: ProbeSite) -> PatchPlan:
+    """The plan of a USDT site, or of a function entry (`nop_len` 0, issue 7)."""
+    return plan_function(site) if site.nop_len == 0 else _plan_site(site)
+
+
+def _plan_site(site: ProbeSite) -> PatchPlan:
     if site.machine not in ("x86_64", "i386"):
         return trap(f"trampolines are not implemented on {site.machine}")
     if site.nop_len >= JMP_LEN:
@@ -408,6 +413,32 @@ def plan_site(site: ProbeSite) -> PatchPlan:
     names = " ".join(i.mnemonic for i in insns if i.address < pc + length)
     return PatchPlan("displace", f"displaced {length} bytes ({names}); no branch lands inside",
                      length, obj.read(pc, length), bytes(code), tuple(fixups), pc + length)
+
+
+def plan_function(site: ProbeSite) -> PatchPlan:
+    """A function entry (issue 7): `displace` as for marks, else `trap` whose `code` is the
+    first instruction relocated -- the runtime runs that copy out of line after the
+    handler (the entry is not a nop: resuming in place would skip it).  A trap plan
+    without code cannot be armed."""
+    plan = _plan_site(site)
+    if plan.tactic == "displace":
+        return plan
+    try:
+        obj = analyse(site.path)
+    except (OSError, Exception) as exc:  # noqa: B014 - pyelftools raises many kinds
+        return trap(f"{plan.reason}; cannot analyse the object: {exc}")
+    insn = next(iter(_cs(obj.bits, detail=True).disasm(obj.read(site.pc, 15), site.pc)), None)
+    if insn is None:
+        return trap(f"{plan.reason}; no instruction decodes at the entry")
+    code = bytearray()
+    fixups: list[Fixup] = []
+    try:
+        _relocate(obj, insn, code, fixups, True)
+    except _Refuse as exc:
+        return trap(f"{plan.reason}; the entry cannot run out of line: {exc}")
+    return PatchPlan("trap", f"{plan.reason}; {insn.mnemonic} runs out of line", insn.size,
+                     obj.read(site.pc, insn.size), bytes(code), tuple(fixups),
+                     site.pc + insn.size)
 
 
 def coverage(plans: Iterable[PatchPlan]) -> str:

@@ -8,8 +8,10 @@ point gets the list of sites it covers.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import fnmatch
+import glob
 import json
 import os
 import shutil
@@ -17,10 +19,11 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from pydyn.launcher.elf.functions import function_sites
 from pydyn.launcher.elf.libraries import find_library
 from pydyn.launcher.elf.reader import ElfInfo, get_elf_info
 from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
-from pydyn.launcher.errors import PydynError, ScriptError, TargetError
+from pydyn.launcher.errors import PydynError, ScriptError, TargetError, point_length
 from pydyn.launcher.script import ast
 
 PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end", "timer")
@@ -50,6 +53,7 @@ class ResolvedPoint:
     object_path: str | None = None   # process("PATH").begin/end: the binary; None = any
     period_ns: int = 0               # timers
     randomize_ns: int = 0
+    priority: int = 0                # begin(N), end(N), error(N)
 
     def __str__(self) -> str:
         return f"{format_point(self.point)} -> {self.kind} ({len(self.sites)} sites)"
@@ -68,7 +72,21 @@ class Resolution:
 
 
 def _pp_error(point: ast.ProbePoint, message: str, hint: str | None = None) -> ScriptError:
-    return ScriptError(message, point.loc, hint)
+    loc = point.loc
+    if loc.source_line and not loc.length:   # underline the whole probe point
+        text = loc.source_line.rstrip("\n").expandtabs(1)
+        loc = dataclasses.replace(loc, length=point_length(text, loc.column))
+    return ScriptError(message, loc, hint)
+
+
+def _is_glob(path: str) -> bool:
+    return any(c in path for c in "*?[")
+
+
+def _with_path(point: ast.ProbePoint, path: str) -> ast.ProbePoint:
+    """The point with process("GLOB") replaced by one of the paths it matched."""
+    first = dataclasses.replace(point.components[0], arg=path)
+    return dataclasses.replace(point, components=(first, *point.components[1:]))
 
 
 class Resolver:
@@ -128,9 +146,11 @@ class Resolver:
         names = [c.name for c in comps]
         head = names[0]
         if len(comps) == 1 and head in ("begin", "end", "error", "never"):
-            if comps[0].arg is not None:
-                raise _pp_error(point, f"probe point '{head}' takes no argument")
-            return [ResolvedPoint(point, head)]
+            arg = comps[0].arg
+            if arg is not None and (head == "never" or not isinstance(arg, int)):
+                raise _pp_error(point, f"probe point '{head}' takes no argument"
+                                if head == "never" else f"'{head}' takes a numeric priority")
+            return [ResolvedPoint(point, head, priority=arg if isinstance(arg, int) else 0)]
         if head == "timer":
             return [self._timer(point)]
         if head == "process":
@@ -164,6 +184,41 @@ class Resolver:
         return ResolvedPoint(point, "timer", period_ns=period, randomize_ns=rand)
 
     def _process(self, point: ast.ProbePoint) -> list[ResolvedPoint]:
+        arg = point.components[0].arg
+        if isinstance(arg, str) and _is_glob(arg):
+            # A path glob names every ELF it matches; other files are skipped silently.
+            out: list[ResolvedPoint] = []
+            misses: list[PydynError] = []
+            binaries = self._glob_binaries(point, arg)
+            for binary in binaries:
+                try:
+                    out.extend(self._process(_with_path(point, binary)))
+                except PydynError as exc:
+                    misses.append(exc)
+            if not out:
+                if len(binaries) == 1 and misses:
+                    raise misses[0]
+                raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
+                                f"in the {len(binaries)} ELF files '{arg}' names")
+            return out
+        return self._process_one(point)
+
+    def _glob_binaries(self, point: ast.ProbePoint, pattern: str) -> list[str]:
+        found: list[str] = []
+        for path in sorted(glob.glob(pattern)):
+            if not os.path.isfile(path):
+                continue
+            try:
+                real = get_elf_info(path).path
+            except TargetError:
+                continue
+            if real not in found:
+                found.append(real)
+        if not found:
+            raise _pp_error(point, f"process(\"{pattern}\"): no ELF file matches")
+        return found
+
+    def _process_one(self, point: ast.ProbePoint) -> list[ResolvedPoint]:
         comps = list(point.components)
         binary = self._binary(point, comps[0].arg) if comps[0].arg is not None or (
             len(comps) > 1 and comps[1].name in ("mark", "provider", "library")) else None
@@ -194,6 +249,10 @@ class Resolver:
                 raise _pp_error(point, "provider() takes a string")
             provider = rest[0].arg
             rest = rest[1:]
+        if rest and rest[0].name == "function" and provider is None:
+            self.resolution.objects.setdefault(binary, get_elf_info(binary))
+            sites = function_sites(point, binary, rest)   # issue 7 (elf/functions.py)
+            return [ResolvedPoint(point, "function", sites, object_path=binary)]
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
             raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",
                             "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "

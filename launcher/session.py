@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import platform
 import random
 import secrets
 import shlex
@@ -33,6 +34,7 @@ from pydyn.launcher.errors import SessionError, TargetError
 from pydyn.launcher.output import OutputSink
 from pydyn.launcher.translate import Program
 from pydyn.shmlayout import (
+    PD_ABI_AARCH64,
     PD_ABI_I386,
     PD_ABI_X86_64,
     PD_PROC_ALIVE,
@@ -48,7 +50,7 @@ from pydyn.shmlayout import (
     plan_segment,
 )
 
-ABI_NAMES = {PD_ABI_X86_64: "m64", PD_ABI_I386: "m32"}
+ABI_NAMES = {PD_ABI_X86_64: "m64", PD_ABI_I386: "m32", PD_ABI_AARCH64: "aarch64"}
 PROC_STATE_NAMES = {PD_PROC_ALIVE: "still running", PD_PROC_EXITED: "exited",
                     PD_PROC_KILLED: "killed", PD_PROC_EXECED: "exec'd",
                     PD_PROC_REFUSED: "refused"}
@@ -135,6 +137,41 @@ def split_command(command: str) -> list[str]:
     return words
 
 
+EM_AARCH64 = 183
+# qemu-user per foreign ELF machine: the emulator ($PYDYN_QEMU_AARCH64, else on PATH)
+# and the guest's sysroot ($QEMU_LD_PREFIX, else Debian's libc6-arm64-cross).
+QEMU_USER = {EM_AARCH64: ("PYDYN_QEMU_AARCH64", "qemu-aarch64", "/usr/aarch64-linux-gnu")}
+HOST_MACHINE = {"x86_64": 62, "aarch64": EM_AARCH64}
+
+
+def _elf_machine(path: str) -> int | None:
+    """e_machine of an ELF file from its first 20 bytes (no full parse), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return None
+    if len(head) < 20 or head[:4] != b"\x7fELF":
+        return None
+    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+
+
+def emulator_prefix(argv: Sequence[str]) -> list[str]:
+    """`[qemu-aarch64, -L, SYSROOT]` when argv[0] is an aarch64 program on another host,
+    else []: an x86-64 launcher runs an aarch64 -c target under qemu-user."""
+    exe = argv[0]
+    path = exe if "/" in exe else shutil.which(exe)
+    machine = _elf_machine(path) if path else None
+    if machine not in QEMU_USER or HOST_MACHINE.get(platform.machine()) == machine:
+        return []
+    env_name, default, sysroot = QEMU_USER[machine]
+    qemu = os.environ.get(env_name) or shutil.which(default)
+    if qemu is None:
+        raise TargetError(path or exe, f"is an aarch64 program and {default} is not "
+                          "installed (apt-get install qemu-user)")
+    return [qemu, "-L", os.environ.get("QEMU_LD_PREFIX", sysroot)]
+
+
 def check_command_target(argv: Sequence[str]) -> None:
     """Refuse a -c program that cannot take a preloaded module, before starting it."""
     exe = argv[0]
@@ -176,7 +213,7 @@ class Session:
         self.sink = sink or OutputSink(program.formats)
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
-        self._seen_procs: set[int] = set()
+        self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
         self._stop_timers = threading.Event()
         self._drain_error: BaseException | None = None
 
@@ -248,6 +285,21 @@ class Session:
         env[ENV_PRELOAD_MARK] = ours
         return env
 
+    def _guest_preload(self, env: dict[str, str]) -> list[str]:
+        """qemu-user options giving the guest our LD_PRELOAD, which is taken out of the
+        emulator's own environment (qemu would load the m64 module into itself; the
+        runtime also stays inert there).  `-E` splits at commas: a path with one
+        stays in the shared environment, which qemu forwards to the guest."""
+        ours = self.modules.preload_entry
+        if "," in env["LD_PRELOAD"]:
+            return []
+        user = os.environ.get("LD_PRELOAD", "")
+        if user:
+            env["LD_PRELOAD"] = user
+        else:
+            del env["LD_PRELOAD"]
+        return ["-E", f"LD_PRELOAD={ours}:{user}" if user else f"LD_PRELOAD={ours}"]
+
     def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
         """A process killed by a signal never runs its destructor: mark it here."""
         for proc in self.view.procs():
@@ -295,8 +347,12 @@ class Session:
             if not header.exit_requested:
                 header.session_state = PD_SESSION_RUNNING
                 if argv is not None:
+                    env = self.child_env()
+                    emulator = emulator_prefix(argv)
+                    if emulator:
+                        argv = [*emulator, *self._guest_preload(env), *argv]
                     try:
-                        child = subprocess.Popen(argv, env=self.child_env())
+                        child = subprocess.Popen(argv, env=env)
                     except OSError as exc:
                         raise TargetError(argv[0], exc.strerror or str(exc)) from exc
                     header.target_pid = child.pid
@@ -352,9 +408,10 @@ class Session:
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
         for i, proc in enumerate(self.view.procs()):
-            if proc.state == 0 or i in self._seen_procs:
+            key = (i, int(proc.pid), int(proc.start_ns))  # an exec'd entry may be reused
+            if proc.state == 0 or key in self._seen_procs:
                 continue
-            self._seen_procs.add(i)
+            self._seen_procs.add(key)
             abi = ABI_NAMES.get(proc.abi, "?")
             module = self.modules.get_module(abi)
             state = "refused (checksum mismatch)" if proc.state == PD_PROC_REFUSED else "attached"
@@ -396,6 +453,12 @@ class Session:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
         procs = [p.as_dict() for p in self.view.procs() if p.state != 0]
+        if skipped and len(procs) >= self.options.proctab_count and not any(
+                p["state"] == PD_PROC_EXECED for p in procs):
+            self.log(f"WARNING: the process table is full ({self.options.proctab_count} "
+                     "entries): processes started after it filled were not registered "
+                     "(their probes still ran; each is counted in skipped probes, and -v "
+                     "does not list them)")
         if self.options.verbose and procs:
             self._report_new_processes()
             states: dict[str, int] = {}

@@ -10,16 +10,18 @@ Output is a binary record (format id + values) that the launcher formats.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pydyn.launcher.build import runtime_digest
 from pydyn.launcher.elf.argspec import ArgKind, ArgSpec
+from pydyn.launcher.elf.functions import FunctionSite
 from pydyn.launcher.elf.stapsdt import ProbeSite
 from pydyn.launcher.errors import ScriptError, SourceLocation
 from pydyn.launcher.format import FormatSpec, parse_format
-from pydyn.launcher.patchplan import PatchPlan, plan_c, plan_site
+from pydyn.launcher.patchplan import PatchPlan, plan_c, plan_function, plan_site
 from pydyn.launcher.resolve import Resolution, ResolvedPoint, format_point
 from pydyn.launcher.script import ast
 
@@ -27,11 +29,12 @@ LONG, STRING, STAT = "long", "string", "stat"
 MAXSTRINGLEN = 512
 MAXMAPENTRIES = 2048
 STAT_SIZE = 8 * (7 + 128)  # struct pd_stat
-ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32"}
-PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386"}
+ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
+PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH64"}
 PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
                 "mark": "PD_PROBE_MARK", "process_begin": "PD_PROBE_PROCESS_BEGIN",
-                "process_end": "PD_PROBE_PROCESS_END", "timer": "PD_PROBE_TIMER"}
+                "process_end": "PD_PROBE_PROCESS_END", "timer": "PD_PROBE_TIMER",
+                "function": "PD_PROBE_MARK"}
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
             "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
 
@@ -47,6 +50,7 @@ class HistFormat:
 
 
 Format = FormatSpec | HistFormat
+ReportTag = tuple[str, str, tuple[str, ...], str]
 
 
 @dataclass
@@ -63,6 +67,9 @@ class Program:
     sites: list[ProbeSite] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plans: list[PatchPlan] = field(default_factory=list)   # one per site, same order
+    # Exit-report formats (never shared with a printf): id -> (record type "map" or
+    # "stats", global name, key types, value type "long"/"string"/"stat"/"empty").
+    report: dict[int, ReportTag] = field(default_factory=dict)
 
     @property
     def checksum_hex(self) -> str:
@@ -171,6 +178,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "pid": ((), LONG), "tid": ((), LONG), "ppid": ((), LONG), "uid": ((), LONG),
     "euid": ((), LONG), "gid": ((), LONG), "cpu": ((), LONG), "target": ((), LONG),
     "execname": ((), STRING), "pp": ((), STRING), "pn": ((), STRING),
+    "ppfunc": ((), STRING), "probefunc": ((), STRING),
     "gettimeofday_s": ((), LONG), "gettimeofday_ms": ((), LONG),
     "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
     "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
@@ -180,6 +188,10 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
     "str_replace": ((STRING, STRING, STRING), STRING),
     "user_string": ((LONG,), STRING), "user_string_n": ((LONG, LONG), STRING),
+    "user_string2": ((LONG, STRING), STRING), "user_string_n2": ((LONG, LONG, STRING), STRING),
+    "user_string_quoted": ((LONG,), STRING), "user_string_n_quoted": ((LONG, LONG), STRING),
+    "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
+    "tokenize": ((STRING, STRING), STRING),
     "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
     "user_long": ((LONG,), LONG), "user_int8": ((LONG,), LONG), "user_uint8": ((LONG,), LONG),
     "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
@@ -219,8 +231,10 @@ class Translator:
         self.funcs: dict[str, FuncInfo] = {}
         self.formats: list[Format] = []
         self._format_ids: dict[object, int] = {}
+        self.report: dict[int, ReportTag] = {}   # exit-report format id -> its tag
         self.changed = False
         self.warnings: list[str] = []
+        self.atomic_globals: set[str] = set()
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -517,6 +531,15 @@ class Translator:
             if scope.kind != "probe" or not scope.sites:
                 raise _err(f"'{name}' is only available in process mark probes", e)
             return STRING
+        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites or ()]
+        if name in ("$return", "$$return"):   # issue 7: function .return probes
+            if scope.kind != "probe" or not returns or not all(returns):
+                raise _err(f"'{name}' is only available in function .return probes", e)
+            return LONG if name == "$return" else STRING
+        if name.startswith("$arg") and any(returns):
+            raise _err(f"'{name}' is not available in .return probes: the argument "
+                       "registers are gone at the return", e,
+                       "save it in an entry probe, e.g. in an array keyed by tid()")
         if name.startswith("$arg") and name[4:].isdigit():
             n = int(name[4:])
             if scope.kind != "probe" or not scope.sites:
@@ -647,7 +670,13 @@ class Translator:
             vt = self._local_type(scope, s.value, var.array.value)
             var.array.value = self._set(var.array.value, vt, s.value, f"array '{var.name}'")
         if s.slice is not None:
-            raise _err("foreach over an array slice is not supported yet", s)
+            if len(s.slice) != len(var.array.keys):
+                raise _err(f"slice of '{var.name}' needs {len(var.array.keys)} keys", s)
+            for i, sk in enumerate(s.slice):
+                if not isinstance(sk, ast.Wildcard):
+                    kt = self._infer(sk, scope, var.array.keys[i])
+                    var.array.keys[i] = self._set(var.array.keys[i], kt, sk,
+                                                  f"key of '{var.name}'")
         if s.limit is not None:
             self._expect(s.limit, LONG, scope)
         self._infer_stmt(s.body, scope)
@@ -667,7 +696,7 @@ class Translator:
             assert var.array is not None
             for i, k in enumerate(t.indexes):
                 if isinstance(k, ast.Wildcard):
-                    raise _err("delete with a wildcard index is not supported yet", k)
+                    continue
                 kt = self._infer(k, scope, var.array.keys[i])
                 var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
             return
@@ -702,6 +731,12 @@ class Translator:
             self.formats.append(fmt)
         return self._format_ids[key]
 
+    def report_format_id(self, fmt: FormatSpec, tag: ReportTag) -> int:
+        """A format of the exit report: its own id, so --json can tell it from a printf."""
+        self.formats.append(fmt)
+        self.report[len(self.formats) - 1] = tag
+        return len(self.formats) - 1
+
 
 class Emitter:
     """C code for one handler or function."""
@@ -715,6 +750,7 @@ class Emitter:
         self.ntemp = 0
         self.indent = 1
         self.err_label = ["out"]
+        self.needs_lock = False
 
     def temp(self, ctype: str, suffix: str = "") -> str:
         self.ntemp += 1
@@ -742,6 +778,7 @@ class Emitter:
         return name not in self.scope.locals and name in self.tr.globals
 
     def gptr(self, var: GlobalVar) -> str:
+        self.needs_lock = True  # every global access but the atomic counters takes the lock
         return f"(c->globals + {var.offset})"
 
     def key_blob(self, var: GlobalVar, keys: tuple[ast.Expr, ...]) -> str:
@@ -750,12 +787,18 @@ class Emitter:
         parts = []
         at = 0
         for k, kt in zip(keys, var.array.keys, strict=True):
-            if kt == STRING:
+            if isinstance(k, ast.Wildcard):
+                pass  # not compared (see wildcard_mask)
+            elif kt == STRING:
                 parts.append(f"pd_key_str({kb} + {at}, {self.expr(k)})")
             else:
                 parts.append(f"pd_key_i64({kb} + {at}, {self.expr(k)})")
             at += _type_size(kt)
-        return f"({', '.join(parts)}, {kb})"
+        return f"({', '.join([*parts, kb])})"
+
+    @staticmethod
+    def wildcard_mask(keys: tuple[ast.Expr, ...]) -> int:
+        return sum(1 << i for i, k in enumerate(keys) if isinstance(k, ast.Wildcard))
 
     def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool,
                 node: ast.Expr | None = None) -> str:
@@ -767,6 +810,10 @@ class Emitter:
     def ptr(self, e: ast.Expr, create: bool) -> tuple[str, str, bool]:
         """(C pointer expression, type, may_be_null) of an lvalue."""
         if isinstance(e, ast.Symbol):
+            if self.is_global(e.name) and e.name in self.tr.atomic_globals and not create:
+                off = self.tr.globals[e.name].offset
+                return f"(&(int64_t){{__atomic_load_n((int64_t *)(c->globals + {off}), " \
+                       "__ATOMIC_RELAXED)})", LONG, False
             if self.is_global(e.name):
                 var = self.tr.globals[e.name]
                 t = var.type or LONG
@@ -833,8 +880,10 @@ class Emitter:
         if isinstance(e, ast.ArrayIn):
             assert isinstance(e.array, ast.Symbol)
             var = self.tr.globals[e.array.name]
-            if any(isinstance(k, ast.Wildcard) for k in e.keys):
-                raise _err("wildcard membership tests are not supported yet", e)
+            mask = self.wildcard_mask(e.keys)
+            if mask:
+                return (f"(int64_t)(pd_map_match({self.gptr(var)}, &md_{var.name}, "
+                        f"{self.key_blob(var, e.keys)}, {mask}, 0) != 0)")
             return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
         if isinstance(e, ast.StatOp):
             sp = self.stat_ptr(e.operand)
@@ -933,6 +982,11 @@ class Emitter:
             return "c->site->name"
         if name == "$$provider":
             return "c->site->provider"
+        if name == "$return":
+            return "pd_func_return(c)"
+        if name == "$$return":
+            return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
+                   "(unsigned long long)pd_func_return(c))"
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
             n = min(len(s.args) for s in self.sites) if self.sites else 0
@@ -953,6 +1007,9 @@ class Emitter:
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
                   "target": "pd_target(c)", "execname": "pd_execname()",
                   "pp": "c->probe->pp", "pn": "c->probe->pp",
+                  # issue 7: the probed function's name ("" outside function probes)
+                  "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
+                  "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
                   "gettimeofday_ms": "(pd_gettime_ns(1) / 1000000)",
                   "gettimeofday_us": "(pd_gettime_ns(1) / 1000)",
@@ -988,6 +1045,24 @@ class Emitter:
         if name == "str_replace":
             t = self.strtemp()
             return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
+        if name in ("user_string2", "user_string_n2"):
+            t = self.strtemp()
+            n = args[1] if name == "user_string_n2" else "MAXSTRINGLEN"
+            return f"pd_user_string_safe(c, {t}, {args[0]}, {n}, {args[-1]})"
+        if name in ("user_string_quoted", "user_string_n_quoted"):
+            # stap: "NULL" for a null pointer, "<unknown>" when unreadable, else quoted
+            t = self.strtemp()
+            n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
+            raw = f"pd_user_string_safe(c, {t}, {args[0]}, {n}, \"\")"
+            return (f"({{ int64_t a_ = {args[0]}; a_ == 0 ? (const char *)\"NULL\" : "
+                    f"(pd_strcpy({t}, \"\"), {raw}[0] || pd_user_read_ok(c, a_)) ? "
+                    f"pd_text_str({t}, {t}, -1, 1) : (const char *)\"<unknown>\"; }})")
+        if name == "text_str":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
+        if name == "text_strn":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, {args[1]}, (int)({args[2]}))"
+        if name == "tokenize":
+            return f"pd_tokenize({self.strtemp()}, {args[0]}, {args[1]})"
         if name in ("user_string", "user_string_n"):
             t = self.strtemp()
             n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
@@ -997,6 +1072,8 @@ class Emitter:
             size_c = "sizeof(long)" if size == 0 else str(size)
             return f"(c->where = {_where(e)}, pd_user_read(c, {args[0]}, {size_c}, {signed}))"
         info = self.tr.funcs[name]
+        if info.uses_globals:
+            self.needs_lock = True
         if info.ret == STRING:
             t = self.strtemp()
             return f"f_{name}(c, {t}{''.join(', ' + a for a in args)})"
@@ -1092,7 +1169,18 @@ class Emitter:
         if isinstance(s, ast.Empty):
             return
         self.line(f"PD_ACTION(c, {_where(s.expr if isinstance(s, ast.ExprStatement) else s)});")
-        if isinstance(s, ast.ExprStatement):
+        target = _counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
+        if isinstance(s, ast.ExprStatement) and target is not None and \
+                self.is_global(target.name) and target.name in self.tr.atomic_globals:
+            off = self.tr.globals[target.name].offset
+            e = s.expr
+            value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
+            op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
+            fn = "__atomic_fetch_add" if op[0] == "+" else "__atomic_fetch_sub"
+            self.line(f"(void){fn}((int64_t *)(c->globals + {off}), (int64_t)({value}), "
+                      "__ATOMIC_RELAXED);")
+            self.check()
+        elif isinstance(s, ast.ExprStatement):
             self.line(f"(void)({self.expr(s.expr)});")
             self.check()
         elif isinstance(s, ast.If):
@@ -1197,6 +1285,16 @@ class Emitter:
                   f"{column}, {order});")
         self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
         self.check()
+        if s.slice is not None:
+            # `foreach (... in a[*, k])`: keep the entries the slice matches, in order
+            blob = self.key_blob(var, s.slice)
+            kept = self.temp("uint32_t")
+            self.line(f"{{ const uint8_t *kb_ = {blob}; {kept} = 0;")
+            self.line(f"  for ({i} = 0; {i} < {n}; {i}++)")
+            self.line(f"    if (pd_map_entry_matches(&md_{var.name}, {it}[{i}], kb_, "
+                      f"{self.wildcard_mask(s.slice)})) {it}[{kept}++] = {it}[{i}];")
+            self.line(f"  {n} = {kept}; }}")
+            self.check()
         self.line(f"for ({i} = 0; {i} < {n} && ({lim} < 0 || {i} < {lim}); {i}++) {{")
         self.indent += 1
         at = 0
@@ -1236,8 +1334,13 @@ class Emitter:
             return
         assert isinstance(t, ast.Index) and isinstance(t.base, ast.Symbol)
         var = self.tr.globals[t.base.name]
-        self.line(f"pd_map_delete({self.gptr(var)}, &md_{var.name}, "
-                  f"{self.key_blob(var, t.indexes)});")
+        mask = self.wildcard_mask(t.indexes)
+        if mask:
+            self.line(f"pd_map_match({self.gptr(var)}, &md_{var.name}, "
+                      f"{self.key_blob(var, t.indexes)}, {mask}, 1);")
+        else:
+            self.line(f"pd_map_delete({self.gptr(var)}, &md_{var.name}, "
+                      f"{self.key_blob(var, t.indexes)});")
         self.check()
 
     def local_decls(self, skip: set[str]) -> list[str]:
@@ -1272,6 +1375,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
               defines: dict[str, str] | None = None) -> Program:
     tr = Translator(script, resolution)
     tr.infer()
+    tr.atomic_globals = _find_atomic_globals(script, tr)
     globals_size = tr.layout_globals()
     # -D limits are compiled into both modules; naming them here puts them
     # into the checksum, so a module built with other limits is never reused.
@@ -1296,7 +1400,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
             out.append(f"static const struct pd_mapdesc md_{var.name} = {{"
                        f"{_c_string(var.name)}, {cap}, {max_entries}, {len(var.array.keys)}, "
                        f"{tr._key_size(var)}, {_type_size(var.array.value)}, "
-                       f"{tr._entry_size(var)}, {vt}, {{{ktypes}}}, {sd}}};")
+                       f"{tr._entry_size(var)}, {vt}, {{{ktypes}}}, {sd}, "
+                       f"{int(bool(var.decl and var.decl.wrap))}}};")
     out.append("")
     # function prototypes and bodies
     for f in script.functions:
@@ -1314,6 +1419,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
     needs_wait = False
     all_sites: list[ProbeSite] = []
     all_plans: list[PatchPlan] = []
+    # function probes (issue 7): one site per entry address, with its entry/return probes
+    fgroups: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
 
     def object_index(path: str, abi: str) -> int:
         if path not in objects:
@@ -1321,54 +1428,79 @@ def translate(script: ast.Script, resolution: Resolution, *,
             object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
         return objects[path]
 
+    ordered: list[tuple[int, ResolvedPoint]] = []
+    locks: dict[int, bool] = {}
     for pi, probe in enumerate(script.probes):
         scope = tr.scopes[id(probe)]
-        points = resolution.points.get(id(probe), [])
         em = Emitter(tr, scope, scope.sites)
         em.stmt(probe.body)
+        locks[pi] = em.needs_lock
         body = ["", f"static void probe_{pi}(struct pd_ctx *c)", "{", *em.local_decls(set()),
                 *em.decls, *em.lines, "out:", "    return;", "}"]
         out.extend(body)
-        for rp in points:
-            pidx = len(probe_rows)
-            obj = -1
-            if rp.kind in ("process_begin", "process_end") and rp.object_path:
-                info = resolution.objects.get(rp.object_path)
-                abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
-                obj = object_index(rp.object_path, abi)
-                required.add(abi)
-            probe_rows.append(
-                f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
-                f"{int(scope.uses_globals)}, probe_{pi}, {_c_string(format_point(rp.point))}, "
-                f"{obj}, {rp.period_ns}}},")
-            if rp.kind in ("mark", "timer", "process_begin", "process_end"):
-                needs_wait = True
-            if rp.kind == "timer":
-                timers.append((pidx, rp.period_ns, rp.randomize_ns))
-            if rp.kind == "never":
-                probe_rows.pop()
+        ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
+    # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
+    ordered.sort(key=lambda item: item[1].priority)
+    for pi, rp in ordered:
+        scope = tr.scopes[id(script.probes[pi])]
+        pidx = len(probe_rows)
+        obj = -1
+        if rp.kind in ("process_begin", "process_end") and rp.object_path:
+            info = resolution.objects.get(rp.object_path)
+            abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
+            obj = object_index(rp.object_path, abi)
+            required.add(abi)
+        probe_rows.append(
+            f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
+            f"{int(locks[pi])}, probe_{pi}, {_c_string(format_point(rp.point))}, "
+            f"{obj}, {rp.period_ns}}},")
+        if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
+            needs_wait = True
+        if rp.kind == "timer":
+            timers.append((pidx, rp.period_ns, rp.randomize_ns))
+        if rp.kind == "never":
+            probe_rows.pop()
+            continue
+        for site in rp.sites:
+            site_abi = ABI_OF_MACHINE.get(site.machine)
+            if site_abi is None:
+                raise _err(f"{site.path}: {site.machine} targets are not supported yet",
+                           rp.point)
+            required.add(site_abi)
+            oi = object_index(site.path, site_abi)
+            if isinstance(site, FunctionSite):
+                group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
+                (group[3] if site.is_return else group[2]).append(pidx)
                 continue
-            for site in rp.sites:
-                site_abi = ABI_OF_MACHINE.get(site.machine)
-                if site_abi is None:
-                    raise _err(f"{site.path}: {site.machine} targets are not supported yet",
-                               rp.point)
-                required.add(site_abi)
-                oi = object_index(site.path, site_abi)
-                ai = len(site_rows)
-                arg_tables.append(
-                    f"static const struct pd_argdesc args_{ai}[] = {{"
-                    + ", ".join(_arg_initializer(a) for a in site.args)
-                    + ("" if site.args else "{0}") + "};")
-                plan = plan_site(site)    # issue 6: the runtime only applies it
-                plan_decls, plan_init = plan_c(plan, ai, _c_string)
-                arg_tables.extend(plan_decls)
-                site_rows.append(
-                    f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
-                    f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
-                    f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
-                all_sites.append(site)
-                all_plans.append(plan)
+            ai = len(site_rows)
+            arg_tables.append(
+                f"static const struct pd_argdesc args_{ai}[] = {{"
+                + ", ".join(_arg_initializer(a) for a in site.args)
+                + ("" if site.args else "{0}") + "};")
+            plan = plan_site(site)    # issue 6: the runtime only applies it
+            plan_decls, plan_init = plan_c(plan, ai, _c_string)
+            arg_tables.extend(plan_decls)
+            site_rows.append(
+                f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
+                f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
+                f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
+            all_sites.append(site)
+            all_plans.append(plan)
+    for site, oi, entries, returns in fgroups.values():
+        ai = len(site_rows)
+        arg_tables.append(f"static const struct pd_argdesc args_{ai}[] = {{"
+                          + ", ".join(_arg_initializer(a) for a in site.args) + "};")
+        arg_tables.append(f"static const uint32_t fprobes_{ai}[] = {{"
+                          + ", ".join(str(p) for p in entries + returns) + "};")
+        plan = plan_function(site)
+        plan_decls, plan_init = plan_c(plan, ai, _c_string)
+        arg_tables.extend(plan_decls)
+        site_rows.append(
+            f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
+            f"{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(site.args)}, "
+            f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}}},")
+        all_sites.append(site)
+        all_plans.append(plan)
     # the exit report: globals written but never read are printed after `end`
     report = _exit_report(tr)
     if report:
@@ -1405,7 +1537,56 @@ def translate(script: ast.Script, resolution: Resolution, *,
         "};\n")
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
     return Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
-                   needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans)
+                   needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans,
+                   report=tr.report)
+
+
+def _iter_nodes(node: object) -> Iterator[object]:
+    """Every AST node below `node` (dataclass fields, tuples), depth first."""
+    yield node
+    if isinstance(node, tuple):
+        for item in node:
+            yield from _iter_nodes(item)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+        for f in dataclasses.fields(node):
+            if f.name != "loc":
+                yield from _iter_nodes(getattr(node, f.name))
+
+
+def _counter_update(e: object) -> ast.Symbol | None:
+    """The global target of `x++`, `x--`, `x += v`, `x -= v`, else None."""
+    if isinstance(e, ast.IncDec) and isinstance(e.operand, ast.Symbol):
+        return e.operand
+    if isinstance(e, ast.Assign) and e.op in ("+=", "-=") and isinstance(e.target, ast.Symbol):
+        return e.target
+    return None
+
+
+def _find_atomic_globals(script: ast.Script, tr: Translator) -> set[str]:
+    """Long scalars whose every write is a statement-level counter update.
+
+    Those are updated with one atomic add and read with an atomic load, so
+    probes that touch nothing else run without the globals lock (a counting
+    probe then costs a few ns, not a lock round trip)."""
+    candidates = {n for n, v in tr.globals.items() if v.array is None and v.type == LONG}
+    statement_level: set[int] = set()
+    for node in _iter_nodes((script.probes, script.functions)):
+        if isinstance(node, ast.ExprStatement) and _counter_update(node.expr) is not None:
+            statement_level.add(id(node.expr))
+    for node in _iter_nodes((script.probes, script.functions)):
+        target = None
+        if isinstance(node, ast.Assign | ast.IncDec):
+            target = node.target if isinstance(node, ast.Assign) else node.operand
+        elif isinstance(node, ast.Delete):
+            target = node.target
+        if not isinstance(target, ast.Symbol) or target.name not in candidates:
+            continue
+        if id(node) not in statement_level:
+            candidates.discard(target.name)
+    # A local of the same name shadows the global somewhere: keep it simple.
+    for scope in tr.scopes.values():
+        candidates -= set(scope.locals)
+    return candidates
 
 
 def _func_signature(info: FuncInfo) -> str:
@@ -1452,8 +1633,10 @@ def _exit_report(tr: Translator) -> list[str]:
         g = f"(c->globals + {var.offset})"
         if var.array is None:
             if var.type == STAT:
-                fid = tr.format_id(parse_format(f"{var.name}{STAT_EXIT_FIELDS}\n"))
-                empty = tr.format_id(parse_format(f"{var.name} @count=0x0\n"))
+                fid = tr.report_format_id(parse_format(f"{var.name}{STAT_EXIT_FIELDS}\n"),
+                                          ("stats", var.name, (), "stat"))
+                empty = tr.report_format_id(parse_format(f"{var.name} @count=0x0\n"),
+                                            ("stats", var.name, (), "empty"))
                 lines += [f"    {{ struct pd_stat *s_ = (struct pd_stat *){g};",
                           f"      if (!s_->count) {{ pd_rec_open(c, PD_REC_PRINTF, {empty}, 0); "
                           "pd_rec_close(c); }",
@@ -1462,11 +1645,13 @@ def _exit_report(tr: Translator) -> list[str]:
                           "pd_rec_i64(c, s_->max); pd_rec_i64(c, s_->sum); "
                           "pd_rec_i64(c, s_->sum / s_->count); pd_rec_close(c); } }"]
             elif var.type == STRING:
-                fid = tr.format_id(parse_format(f'{var.name}="%#s"\n'))
+                fid = tr.report_format_id(parse_format(f'{var.name}="%#s"\n'),
+                                          ("map", var.name, (), STRING))
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
                              f"pd_rec_str(c, (const char *){g}); pd_rec_close(c);")
             else:
-                fid = tr.format_id(parse_format(f"{var.name}=%#x\n"))
+                fid = tr.report_format_id(parse_format(f"{var.name}=%#x\n"),
+                                          ("map", var.name, (), LONG))
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
                              f"pd_rec_i64(c, *(int64_t *){g}); pd_rec_close(c);")
             continue
@@ -1474,7 +1659,12 @@ def _exit_report(tr: Translator) -> list[str]:
         keyfmt = ",".join('"%#s"' if k == STRING else "%#d" for k in var.array.keys)
         valfmt, nvals = {STAT: (STAT_EXIT_FIELDS, 5), STRING: ('="%#s"', 1)}.get(
             var.array.value or LONG, ("=%#x", 1))
-        fid = tr.format_id(parse_format(f"{var.name}[{keyfmt}]{valfmt}\n"))
+        value = var.array.value or LONG
+        fid = tr.report_format_id(
+            parse_format(f"{var.name}[{keyfmt}]{valfmt}\n"),
+            ("stats" if value == STAT else "map", var.name,
+             tuple(STRING if k == STRING else LONG for k in var.array.keys),
+             "stat" if value == STAT else value))
         max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
         lines.append("    {")
         lines.append(f"        static __thread uint8_t *it_[{max_entries}];")

@@ -76,6 +76,27 @@ void pd_key_str(uint8_t *slot, const char *s)
     memset(slot + n, 0, MAXSTRINGLEN - n);
 }
 
+static void pd_map_drop_oldest(uint8_t *map, const struct pd_mapdesc *d)
+{
+    struct pd_map_hdr *h = (struct pd_map_hdr *)map;
+    uint8_t *oldest = NULL;
+    uint64_t best = UINT64_MAX;
+    for (uint32_t i = 0; i < d->capacity; i++) {
+        uint8_t *e = pd_map_entry(map, d, i);
+        uint64_t seq;
+        memcpy(&seq, e + 8, 8);
+        if (((uint32_t *)e)[0] == PD_ENTRY_USED && seq < best) {
+            best = seq;
+            oldest = e;
+        }
+    }
+    if (oldest) {
+        ((uint32_t *)oldest)[0] = PD_ENTRY_DELETED;
+        h->count--;
+        h->tombstones++;
+    }
+}
+
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create)
 {
@@ -100,6 +121,8 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
     }
     if (!create)
         return NULL;
+    if (h->count >= d->max_entries && d->wrap)
+        pd_map_drop_oldest(map, d);
     if (h->count >= d->max_entries) {
         pd_error(c, "Array overflow, check size limit (%u)", d->max_entries);
         return NULL;
@@ -153,6 +176,45 @@ void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d)
     uint64_t seq = ((struct pd_map_hdr *)map)->next_seq;
     memset(map, 0, sizeof(struct pd_map_hdr) + (size_t)d->capacity * d->entry_size);
     ((struct pd_map_hdr *)map)->next_seq = seq;
+}
+
+int pd_map_entry_matches(const struct pd_mapdesc *d, const uint8_t *entry_key,
+                         const uint8_t *key, uint32_t mask)
+{
+    uint32_t at = 0;
+    for (uint32_t k = 0; k < d->nkeys; k++) {
+        uint32_t len = d->key_types[k] == PD_T_STRING ? MAXSTRINGLEN : 8;
+        if (!(mask & (1u << k))) {
+            int same = d->key_types[k] == PD_T_STRING
+                           ? strncmp((const char *)entry_key + at, (const char *)key + at,
+                                     MAXSTRINGLEN) == 0
+                           : memcmp(entry_key + at, key + at, 8) == 0;
+            if (!same)
+                return 0;
+        }
+        at += len;
+    }
+    return 1;
+}
+
+uint32_t pd_map_match(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key,
+                      uint32_t mask, int remove)
+{
+    struct pd_map_hdr *h = (struct pd_map_hdr *)map;
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < d->capacity; i++) {
+        uint8_t *e = pd_map_entry(map, d, i);
+        if (((uint32_t *)e)[0] != PD_ENTRY_USED ||
+            !pd_map_entry_matches(d, e + PD_ENTRY_HDR, key, mask))
+            continue;
+        n++;
+        if (remove) {
+            ((uint32_t *)e)[0] = PD_ENTRY_DELETED;
+            h->count--;
+            h->tombstones++;
+        }
+    }
+    return n;
 }
 
 uint32_t pd_map_count(const uint8_t *map) { return ((const struct pd_map_hdr *)map)->count; }

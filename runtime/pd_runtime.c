@@ -49,6 +49,7 @@ struct pd_armed {
     const struct pd_site *site;
     uint8_t saved[8];                 /* original bytes, for disarming */
     uintptr_t stub;                   /* trampoline stub, 0 for a trap site */
+    uintptr_t ool;                    /* function entry: out-of-line copy the trap resumes in */
 };
 static struct pd_armed *pd_armed;     /* sorted by addr */
 static uint32_t pd_narmed;
@@ -232,8 +233,7 @@ void pd_error(struct pd_ctx *c, const char *fmt, ...)
 static int pd_read_user(struct pd_ctx *c, uintptr_t addr, void *dst, size_t n)
 {
     /* process_vm_readv on ourselves: a bad pointer is an error, not a crash. */
-    struct iovec local = {dst, n}, remote = {(void *)addr, n};
-    if (process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == (ssize_t)n)
+    if (pd_read_self(dst, (const void *)addr, n) == (ssize_t)n)
         return 0;
     pd_error(c, "user memory read fault at 0x%lx (%u bytes)", (unsigned long)addr, (unsigned)n);
     return -1;
@@ -433,6 +433,25 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     pd_in_handler = 0;
 }
 
+/* For pd_func.c (function probes, issue 7). */
+void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
+                  const struct pd_regs *regs, uintptr_t bias)
+{
+    pd_run(p, site, regs, bias);
+}
+
+int pd_session_running(void)
+{
+    return pd_seg && __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) ==
+                         PD_SESSION_RUNNING;
+}
+
+void pd_count_skipped(unsigned n)
+{
+    if (pd_seg && n)
+        __atomic_add_fetch(&pd_hdr->skipped_count, n, __ATOMIC_RELAXED);
+}
+
 /* ---- traps --------------------------------------------------------------- */
 
 static struct sigaction pd_prev_sigtrap;
@@ -476,6 +495,12 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     struct pd_regs regs;
     pd_regs_from_ucontext(&regs, uc);
     regs.r[PD_DWARF_IP] = (pd_ureg)at;
+    if (a->site->nop_len == 0) {
+        /* A function entry: the displaced instruction runs from its out-of-line copy. */
+        pd_func_fire(&regs, a->site, a->bias);
+        pd_uc_set_ip(uc, a->ool);
+        return;
+    }
     pd_run(&pd_probes[a->site->probe], a->site, &regs, a->bias);
     /* The patched instruction is a nop: resuming after it is its emulation. */
     pd_uc_set_ip(uc, at + a->site->nop_len);
@@ -515,6 +540,9 @@ static void pd_warn(const char *fmt, ...)
 
 static int pd_is_nop(const uint8_t *p, unsigned len)
 {
+#if defined(__aarch64__)
+    return pd_arch_is_nop(p, len); /* d503201f */
+#endif
     if (len == 1)
         return p[0] == 0x90;
     /* multi-byte nops: [66]* 0f 1f ..., or 66 90 */
@@ -588,13 +616,26 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
         if (pd_objects[o].abi != PD_ARCH_ABI || !pd_object_matches(pd_objects[o].path, info->dlpi_name))
             continue;
         uintptr_t *stubs = pd_tramp_prepare(info, o);
+        uintptr_t *ool = pd_ool_prepare(info, o); /* function entries (issue 7) */
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
             const struct pd_site *site = &pd_sites[s];
             if (site->object != o)
                 continue;
             uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
             int prot = pd_segment_prot(info, (uintptr_t)site->pc);
-            if (prot < 0 || !(prot & PROT_EXEC) || !pd_is_nop((const uint8_t *)addr, site->nop_len)) {
+            if (site->nop_len == 0) { /* a function entry: the plan's bytes, and a way to run them */
+                if (prot < 0 || !(prot & PROT_EXEC) || !ool || !ool[s] ||
+                    memcmp((const void *)addr, site->plan.orig, site->plan.len) != 0) {
+                    pd_warn("%s: function %s at 0x%lx: %s; not armed", pd_objects[o].path,
+                            site->name, (unsigned long)site->pc,
+                            ool && ool[s] ? "not the instructions the plan was made for"
+                                          : "its first instruction cannot run out of line");
+                    if (pd_self)
+                        pd_self->sites_failed++;
+                    __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                    continue;
+                }
+            } else if (prot < 0 || !(prot & PROT_EXEC) || !pd_is_nop((const uint8_t *)addr, site->nop_len)) {
                 pd_warn("%s: probe %s:%s at 0x%lx is not a nop in memory; not armed",
                         pd_objects[o].path, site->provider, site->name, (unsigned long)site->pc);
                 if (pd_self)
@@ -608,6 +649,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             a->site = site;
             memcpy(a->saved, (const void *)addr, site->nop_len);
             a->stub = stubs ? stubs[s] : 0;
+            a->ool = ool ? ool[s] : 0;
             if (a->stub && pd_install_jump(addr, site->plan.len, prot, a->stub) != 0)
                 a->stub = 0;
             if (!a->stub && pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
@@ -623,6 +665,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
                 pd_self->sites_armed++;
         }
         free(stubs);
+        free(ool);
     }
     return 0;
 }
@@ -705,20 +748,26 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
 }
 
 /* An exec'd image re-registers under the same pid: its old entry is marked
- * EXECED, so the table keeps the history the launcher reports with -v. */
+ * EXECED, so the table keeps the history the launcher reports with -v.  That
+ * history is the first to go: with no free entry left, an EXECED one is reused
+ * (a fork+exec storm needs one entry per process, not two). */
 static struct pd_proc *pd_register(uint32_t state)
 {
     if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
         __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
     pid_t pid = getpid();
-    struct pd_proc *slot = NULL;
+    struct pd_proc *slot = NULL, *execed = NULL;
     for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
         struct pd_proc *p = pd_proc_at(i);
         if (p->state == PD_PROC_ALIVE && p->pid == pid)
             p->state = PD_PROC_EXECED;
         if (!slot && p->state == PD_PROC_FREE)
             slot = p;
+        if (!execed && p->state == PD_PROC_EXECED)
+            execed = p;
     }
+    if (!slot)
+        slot = execed;
     if (slot) {
         memset(slot, 0, sizeof *slot);
         slot->pid = pid;
@@ -763,11 +812,29 @@ static void pd_atfork_child(void)
     pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
 }
 
+/* Whether this process is a qemu-user emulator (qemu-aarch64 ...): it carries the
+ * session's environment to its guest, whose own loader preloads the guest's module
+ * (issue 8).  The host module loaded into the emulator itself stays out, so the pid
+ * is registered once, by the guest. */
+static int pd_in_emulator(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return 0;
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    return strncmp(base, "qemu-", 5) == 0;
+}
+
 __attribute__((constructor)) static void pd_target_init(void)
 {
     const char *name = getenv("PYDYN_SHM");
     if (!name || !*name)
         return; /* the launcher, or a process outside any session */
+    if (pd_in_emulator())
+        return;
     int rc = pd_map_segment(name);
     if (rc == PD_ATTACH_NOSHM || rc == PD_ATTACH_BADSEG) {
         /* The session is gone (or never was): stay inert, say nothing loud. */

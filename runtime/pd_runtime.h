@@ -24,8 +24,23 @@
 #include "arch/x86_64/regs.h"
 #elif defined(__i386__)
 #include "arch/i386/regs.h"
+#elif defined(__aarch64__)
+#include "arch/aarch64/regs.h"
 #else
 #error "pydyn runtime: unsupported architecture"
+#endif
+
+#ifndef PD_ARCH_READ_SELF
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <unistd.h>
+/* Reads n bytes of this process at src: n, or <= 0 for a bad address (never a crash).
+ * An arch may define its own (aarch64: qemu-user's process_vm_readv is unusable). */
+static inline ssize_t pd_read_self(void *dst, const void *src, size_t n)
+{
+    struct iovec local = {dst, n}, remote = {(void *)src, n};
+    return process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+}
 #endif
 
 #define PD_EXPORT __attribute__((visibility("default")))
@@ -126,9 +141,12 @@ struct pd_site {
     const char *name;
     uint32_t object;     /* pd_objects index */
     uint32_t probe;      /* pd_probes index */
-    uint8_t nop_len;
+    uint8_t nop_len;     /* 0: a function entry (issue 7), not a nop */
     uint8_t nargs;
     struct pd_plan plan;
+    const uint32_t *fprobes; /* function sites: nentry entry then nreturn return probes */
+    uint16_t nentry;
+    uint16_t nreturn;
 };
 
 struct pd_module_info {
@@ -174,6 +192,14 @@ void pd_rec_i64(struct pd_ctx *c, int64_t v);
 void pd_rec_str(struct pd_ctx *c, const char *s);
 void pd_rec_close(struct pd_ctx *c);
 
+/* Function probes (pd_func.c, issue 7). */
+void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
+                  const struct pd_regs *regs, uintptr_t bias);
+int pd_session_running(void);
+void pd_count_skipped(unsigned n);
+void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
+int64_t pd_func_return(struct pd_ctx *c);
+
 /* Built-ins the translator calls. */
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index);
 int64_t pd_pid(void);
@@ -203,6 +229,7 @@ struct pd_mapdesc {
     uint32_t value_type;   /* enum pd_type */
     uint8_t key_types[PD_MAX_KEYS];
     const struct pd_statdesc *stat;
+    uint32_t wrap;         /* `global a%`: a full array drops its oldest entry */
 };
 
 /* Lives in the segment: only int64 members, so i386 and x86-64 agree. */
@@ -227,6 +254,12 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);
 void pd_map_delete(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key);
 void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d);
+/* Wildcard keys: `mask` has bit k set where key k is `*`.  Returns how many
+ * entries match; with `remove`, deletes them. */
+uint32_t pd_map_match(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key,
+                      uint32_t mask, int remove);
+int pd_map_entry_matches(const struct pd_mapdesc *d, const uint8_t *entry_key,
+                         const uint8_t *key, uint32_t mask);
 uint32_t pd_map_count(const uint8_t *map);
 uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t **out,
                        int column, int order);
@@ -248,6 +281,11 @@ char *pd_str_replace(char *dst, const char *s, const char *from, const char *to)
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
+char *pd_text_str(char *dst, const char *s, int64_t max, int quoted);
+char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
+                          const char *fallback);
+char *pd_tokenize(char *dst, const char *s, const char *delim);
+int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 void pd_sf_lit(char *dst, const char *s);
 int64_t pd_sf_clamp(int64_t v);
 void pd_sf_num(char *dst, int64_t num, char conv, char flag, int64_t size, int64_t precision);

@@ -63,8 +63,7 @@ char *pd_user_string(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen)
         size_t chunk = (size_t)page - ((at + got) & (uintptr_t)(page - 1));
         if (chunk > cap - 1 - got)
             chunk = cap - 1 - got;
-        struct iovec local = {dst + got, chunk}, remote = {(void *)(at + got), chunk};
-        ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+        ssize_t n = pd_read_self(dst + got, (const void *)(at + got), chunk);
         if (n <= 0) {
             dst[got] = 0;
             if (got == 0 || memchr(dst, 0, got) == NULL)
@@ -230,4 +229,96 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width)
     pd_sf_append(dst, &ch, 1);
     if (flag == '-' && pad > 0)
         pd_sf_fill(dst, ' ', pad);
+}
+
+/* ---- quoting and tokenizing (stap's tapset/string.stp semantics) --------- */
+
+/* C escapes for the non-printable bytes of s, at most `max` input bytes. */
+char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
+{
+    char tmp[MAXSTRINGLEN];
+    size_t at = 0, cap = sizeof tmp - (quoted ? 2 : 0) - 1;
+    size_t n = strnlen(s, MAXSTRINGLEN);
+    if (max >= 0 && (size_t)max < n)
+        n = (size_t)max;
+    if (quoted)
+        tmp[at++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        char esc[5];
+        const char *rep = NULL;
+        switch (ch) {
+        case '\n': rep = "\\n"; break;
+        case '\t': rep = "\\t"; break;
+        case '\r': rep = "\\r"; break;
+        case '\v': rep = "\\v"; break;
+        case '\f': rep = "\\f"; break;
+        case '\a': rep = "\\a"; break;
+        case '\b': rep = "\\b"; break;
+        case '"': rep = "\\\""; break;
+        case '\\': rep = "\\\\"; break;
+        default:
+            if (ch < 32 || ch >= 127) {
+                snprintf(esc, sizeof esc, "\\%03o", ch);
+                rep = esc;
+            }
+        }
+        size_t len = rep ? strlen(rep) : 1;
+        if (at + len > cap)
+            break;
+        if (rep)
+            memcpy(tmp + at, rep, len);
+        else
+            tmp[at] = (char)ch;
+        at += len;
+    }
+    if (quoted)
+        tmp[at++] = '"';
+    tmp[at] = 0;
+    return pd_strcpy(dst, tmp);
+}
+
+/* user_string2 / user_string_quoted: never an error; `fallback` on a fault. */
+char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
+                          const char *fallback)
+{
+    char buf[MAXSTRINGLEN];
+    int saved = c->error;
+    char saved_msg[sizeof c->errmsg];
+    memcpy(saved_msg, c->errmsg, sizeof saved_msg);
+    pd_user_string(c, buf, addr, maxlen);
+    int faulted = c->error && !saved;
+    c->error = saved;
+    memcpy(c->errmsg, saved_msg, sizeof saved_msg);
+    return pd_strcpy(dst, faulted ? fallback : buf);
+}
+
+/* tokenize(s, delim): a non-empty s starts a new string; "" continues it. */
+char *pd_tokenize(char *dst, const char *s, const char *delim)
+{
+    static __thread char buf[MAXSTRINGLEN];
+    static __thread size_t pos, len;
+    if (s[0]) {
+        pd_strcpy(buf, s);
+        pos = 0;
+        len = strlen(buf);
+    }
+    while (pos < len && strchr(delim, buf[pos]) && delim[0])
+        pos++;
+    size_t start = pos;
+    while (pos < len && !(delim[0] && strchr(delim, buf[pos])))
+        pos++;
+    size_t n = pos - start;
+    memcpy(dst, buf + start, n);
+    dst[n] = 0;
+    if (pos < len)
+        pos++;
+    return dst;
+}
+
+int pd_user_read_ok(struct pd_ctx *c, int64_t addr)
+{
+    (void)c;
+    char b;
+    return pd_read_self(&b, (const void *)(uintptr_t)addr, 1) == 1;
 }

@@ -31,6 +31,33 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
+#if !defined(__x86_64__) && !defined(__i386__)
+/* aarch64 (issue 8): traps only for now -- B-branch stubs (+-128 MiB) are
+ * future work -- so every site keeps its BRK and no x86 code is emitted. */
+static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
+{
+    (void)info;
+    (void)o;
+    return NULL;
+}
+
+static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
+{
+    (void)addr;
+    (void)len;
+    (void)prot;
+    (void)stub;
+    return -1;
+}
+
+static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
+{
+    (void)info;
+    (void)o;
+    return NULL; /* function probes are x86 only for now (issue 7) */
+}
+#else /* x86-64 and i386 trampolines */
+
 #define PD_STUB_SIZE 640 /* bytes reserved per site (the x86-64 stub with xmm is ~420) */
 
 struct pd_emit {
@@ -98,7 +125,10 @@ static void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uin
 {
     pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
     regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
-    pd_run(&pd_probes[site->probe], site, regs, bias);
+    if (site->nentry + site->nreturn) /* a function entry (issue 7, pd_func.c) */
+        pd_func_fire(regs, site, bias);
+    else
+        pd_run(&pd_probes[site->probe], site, regs, bias);
 }
 
 /* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes).  Returns its length, or -1
@@ -379,4 +409,83 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
     return stubs;
 }
 
+/* ---- out-of-line copies for function entries on the trap path (issue 7) -------- */
+
+#define PD_OOL_SIZE 96 /* relocated code (<= 64) + jmp back */
+
+/* The plan's relocated instructions + `jmp resume`: what a trapped function entry
+ * runs instead of the instruction the int3 replaced.  -1 if it does not reach. */
+static int pd_write_ool(uint8_t *at, const struct pd_site *site, uintptr_t bias)
+{
+    const struct pd_plan *plan = &site->plan;
+    if (!plan->code_len || plan->code_len + 5 > PD_OOL_SIZE)
+        return -1;
+    memcpy(at, plan->code, plan->code_len);
+    for (unsigned i = 0; i < plan->nfixups; i++) {
+        const struct pd_fixup *f = &plan->fixups[i];
+        uint64_t t = (uint64_t)bias + f->target;
+        if (f->kind == PD_FIX_REL32) {
+            if (pd_put_rel32(at + f->at, (uintptr_t)(at + f->anchor), (uintptr_t)t) != 0)
+                return -1;
+        } else {
+            uint32_t v = f->kind == PD_FIX_ABS32HI ? (uint32_t)(t >> 32) : (uint32_t)t;
+            memcpy(at + f->at, &v, 4);
+        }
+    }
+    uint8_t *p = at + plan->code_len;
+    *p = 0xe9;
+    if (pd_put_rel32(p + 1, (uintptr_t)(p + 5), bias + (uintptr_t)plan->resume) != 0)
+        return -1;
+    return 0;
+}
+
+/* Per function site of object `o`: the address of its out-of-line copy (0: none, the
+ * site cannot be trapped), indexed like pd_sites; NULL if the object has none. */
+static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
+{
+    uint32_t n = 0;
+    for (uint32_t s = 0; s < pd_module.nsites; s++)
+        n += pd_sites[s].object == o && pd_sites[s].nop_len == 0 && pd_sites[s].plan.code_len;
+    if (!n)
+        return NULL;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    size_t size = ((size_t)n * PD_OOL_SIZE + (size_t)page - 1) & ~(size_t)(page - 1);
+    uint8_t *area = pd_map_near(lo, hi, size);
+    uintptr_t *ool = area ? calloc(pd_module.nsites, sizeof *ool) : NULL;
+    if (!ool) {
+        if (area)
+            munmap(area, size);
+        pd_warn("no memory for function entry copies within reach of %s", pd_objects[o].path);
+        return NULL;
+    }
+    uint8_t *at = area;
+    for (uint32_t s = 0; s < pd_module.nsites; s++) {
+        const struct pd_site *site = &pd_sites[s];
+        if (site->object != o || site->nop_len != 0 || !site->plan.code_len)
+            continue;
+        if (pd_write_ool(at, site, (uintptr_t)info->dlpi_addr) != 0)
+            continue;
+        ool[s] = (uintptr_t)at;
+        at += PD_OOL_SIZE;
+    }
+    if (mprotect(area, size, PROT_READ | PROT_EXEC) != 0) {
+        free(ool);
+        munmap(area, size);
+        return NULL;
+    }
+    return ool;
+}
+
+#endif /* x86 trampolines */
 #endif

@@ -103,7 +103,7 @@ def assert_script_error(r: Result, file: str, line: int, col: int, message: str)
     assert lines[0] == f"{file}:{line}:{col}: error: {message}", r.stderr
     source, caret = lines[1], lines[2]
     assert source.startswith("    ")   # the offending line, indented by 4
-    assert caret.strip() == "^"
+    assert caret.strip().rstrip("~") == "^"   # ^~~~ under the offending token
     assert caret.index("^") == 4 + col - 1
 
 
@@ -812,3 +812,49 @@ def test_type_errors_and_unresolved_identifiers(pydyn: Pydyn) -> None:
     r = pydyn('probe begin {\n  a = 1\n  s = "x" . a\n}\n', file="bad.stp")
     assert_script_error(r, str(pydyn.tmp / "bad.stp"), 3, 13,
                         "type mismatch for identifier 'a': long vs string")
+
+
+def test_wildcard_keys_slices_and_wrapping_arrays(pydyn: Pydyn) -> None:
+    script = r"""
+global a, w%[3]
+probe begin {
+  a[1,"x"] = 1; a[2,"x"] = 2; a[1,"y"] = 3; a[3,"z"] = 4
+  printf("in1=%d in9=%d\n", [1,*] in a, [9,*] in a)
+  foreach ([k, s] in a[*, "x"]) printf("slice %d %s\n", k, s)
+  delete a[1, *]
+  foreach ([k, s] in a) printf("left %d %s %d\n", k, s, a[k, s])
+  for (i = 0; i < 5; i++) w[i] = i * 10
+  foreach (k in w) printf("w %d %d\n", k, w[k])
+  exit()
+}
+"""
+    assert ok(pydyn(script)) == ("in1=1 in9=0\nslice 1 x\nslice 2 x\nleft 2 x 2\nleft 3 z 4\n"
+                                 "w 2 20\nw 3 30\nw 4 40\n")
+
+
+def test_text_str_and_tokenize(pydyn: Pydyn) -> None:
+    script = r"""
+probe begin {
+  println(text_str("a\tb\"c"))
+  println(text_strn("abcdef", 3, 1))
+  t = tokenize("a,b,,c", ",")
+  while (t != "") { printf("[%s]", t); t = tokenize("", ",") }
+  println("")
+  println(user_string_quoted(0))
+  println(user_string2(1, "unreadable"))
+  exit()
+}
+"""
+    assert ok(pydyn(script)) == 'a\\tb\\"c\n"abc"\n[a][b][c]\nNULL\nunreadable\n'
+
+
+def test_begin_and_end_priorities(pydyn: Pydyn) -> None:
+    script = r"""
+probe begin(10) { println("ten") }
+probe begin { println("zero") }
+probe begin(-5) { println("minus") }
+probe end(1) { println("end1") }
+probe end { println("end0") }
+probe begin(20) { exit() }
+"""
+    assert ok(pydyn(script)) == "minus\nzero\nten\nend0\nend1\n"

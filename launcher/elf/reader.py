@@ -36,7 +36,7 @@ _NT_GNU_BUILD_ID = 3
 
 _MACHINES = {"EM_X86_64": "x86_64", "EM_386": "i386", "EM_AARCH64": "aarch64"}
 _ABIS = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
-SUPPORTED_MACHINES = ("x86_64", "i386")
+SUPPORTED_MACHINES = ("x86_64", "i386", "aarch64")
 
 # What pyelftools (and its bundled construct) and struct raise on corrupt input.
 _PARSE_ERRORS = (ELFError, ConstructError, struct.error, UnicodeDecodeError)

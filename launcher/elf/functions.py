@@ -1,0 +1,198 @@
+"""Function probe sites: `process("PATH").function("NAME")` and `.return` (issue 7).
+
+Functions are the defined STT_FUNC symbols with a size of `.symtab` and
+`.dynsym` (aliases at one address are one function, named by the first
+global name, else the first name).  The site of a function is its entry
+address, after an `endbr64`/`endbr32` if one is there (CET: the jump the
+runtime installs must not replace the landing pad indirect calls need).
+
+A FunctionSite is a ProbeSite with `nop_len == 0` (the patched instruction is
+not a nop: the runtime executes a relocated copy of it) whose `$argN` are the
+platform ABI's integer arguments at entry: x86-64 rdi, rsi, rdx, rcx, r8, r9;
+i386 `4*N(%esp)`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import TargetError
+from .argspec import ArgKind, ArgSpec
+from .reader import open_elf, read_elf_info
+from .stapsdt import ProbeSite
+from .symbols import SymbolTable
+
+ENDBR64 = b"\xf3\x0f\x1e\xfa"
+ENDBR32 = b"\xf3\x0f\x1e\xfb"
+NARGS = 6
+# DWARF register numbers of the x86-64 SysV integer argument registers
+_X86_64_ARG_REGS = (5, 4, 1, 2, 8, 9)
+_X86_64_NAMES = ("%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9")
+_I386_ESP = 4
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    addr: int        # link-time address of the symbol
+    size: int
+    entry: int       # where the probe goes: addr, or after endbr
+
+
+@dataclass(frozen=True)
+class FunctionSite(ProbeSite):
+    """A function entry (`is_return` False) or the return of the function entered at `pc`."""
+
+    is_return: bool = False
+    func_addr: int = 0
+    func_size: int = 0
+
+    def __str__(self) -> str:
+        kind = ".return" if self.is_return else ""
+        return (f'process("{self.path}").function("{self.name}"){kind} '
+                f'pc={self.pc:#x} (function {self.func_addr:#x}+{self.func_size})')
+
+
+def abi_args(machine: str) -> tuple[ArgSpec, ...]:
+    """$arg1..$arg6 at a function's entry, by the platform ABI (as C longs)."""
+    if machine == "x86_64":
+        return tuple(ArgSpec(f"8@{n}", 8, True, False, ArgKind.REG, reg=r, machine=machine)
+                     for r, n in zip(_X86_64_ARG_REGS, _X86_64_NAMES, strict=True))
+    if machine == "i386":
+        return tuple(ArgSpec(f"-4@{4 * (i + 1)}(%esp)", 4, True, False, ArgKind.MEM,
+                             base=_I386_ESP, disp=4 * (i + 1), machine=machine)
+                     for i in range(NARGS))
+    raise TargetError("", f"function probes are not supported on {machine} yet")
+
+
+class FunctionTable:
+    """The functions of one ELF file."""
+
+    def __init__(self, path: str, machine: str, elf_class: int,
+                 functions: list[Function]) -> None:
+        self.path = path
+        self.machine = machine
+        self.elf_class = elf_class
+        self.functions = functions
+
+    def match(self, pattern: str) -> list[Function]:
+        return [f for f in self.functions if fnmatch.fnmatchcase(f.name, pattern)]
+
+    def sites(self, functions: list[Function], is_return: bool) -> tuple[FunctionSite, ...]:
+        args = abi_args(self.machine)
+        return tuple(FunctionSite(self.path, "function", f.name, f.entry, 0, "", args, 0,
+                                  self.machine, self.elf_class, is_return, f.addr, f.size)
+                     for f in functions)
+
+
+_cache: dict[tuple[str, int, int], FunctionTable] = {}
+
+
+def get_functions(path: str) -> FunctionTable:
+    """Every probeable function of the ELF file at `path` (TargetError if unreadable)."""
+    import os
+    st = os.stat(path)
+    key = (path, st.st_mtime_ns, st.st_size)
+    table = _cache.get(key)
+    if table is not None:
+        return table
+    with open_elf(path) as h:
+        info = read_elf_info(h)
+        if info.machine not in ("x86_64", "i386"):
+            raise TargetError(info.path, f"function probes are not supported on "
+                                         f"{info.machine} yet")
+        code = [s for s in info.segments if s.executable]
+        by_addr: dict[int, list[tuple[str, str, int]]] = {}
+        symbols = SymbolTable.from_handle(h)
+        symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
+        for name, syms in symbols._by_name.items():  # noqa: SLF001
+            for sym in syms:
+                if sym.type != "FUNC" or sym.size <= 0 or sym.section in ("ABS", "COMMON"):
+                    continue
+                if not any(s.contains(sym.value, 1) for s in code):
+                    continue
+                by_addr.setdefault(sym.value, []).append((name, sym.bind, sym.size))
+        functions: list[Function] = []
+        for addr in sorted(by_addr):
+            names = by_addr[addr]
+            names.sort(key=lambda n: (n[1] == "LOCAL", n[0].startswith("_"), n[0]))
+            name, _bind, size = names[0]
+            entry = addr
+            seg = next(s for s in code if s.contains(addr, 1))
+            off = seg.file_offset(addr, 4)
+            head = h.read(off, 4) if off is not None else None
+            if head in (ENDBR64, ENDBR32) and size > 4:
+                entry = addr + 4
+            functions.append(Function(name, addr, size, entry))
+            # aliases share the site: each name can be matched
+            for alias, _b, _s in names[1:]:
+                functions.append(Function(alias, addr, size, entry))
+    table = FunctionTable(info.path, info.machine, info.elf_class, functions)
+    _cache[key] = table
+    return table
+
+
+def unique_by_entry(functions: list[Function]) -> list[Function]:
+    """One function per entry address (a glob matching two aliases probes it once)."""
+    seen: dict[int, Function] = {}
+    for f in functions:
+        seen.setdefault(f.entry, f)
+    return list(seen.values())
+
+
+def _never_returns_here(table: FunctionTable, f: Function, entry_point: int) -> str | None:
+    """Why a return probe on `f` would break the program, or None."""
+    if f.addr == entry_point:
+        return "is the ELF entry point (entered without a return address)"
+    if f.name.startswith("__x86.get_pc_thunk"):
+        return "reads its own return address"
+    return None
+
+
+def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
+    """The sites of `.function("PATTERN")[.call|.return]` in `binary` (ScriptError if none)."""
+    import difflib
+
+    from ..errors import ScriptError
+    pattern = rest[0].arg
+    if not isinstance(pattern, str) or not pattern:
+        raise ScriptError("function() takes a name or glob string", point.loc)
+    if "@" in pattern:
+        raise ScriptError(f"function(\"{pattern}\"): NAME@FILE needs DWARF line information, "
+                          "which pydyn does not read yet", point.loc)
+    tail = [c.name for c in rest[1:]]
+    if tail not in ([], ["call"], ["return"]) or any(c.arg is not None for c in rest[1:]):
+        raise ScriptError(f"unsupported function probe point component(s) "
+                          f"'.{'.'.join(tail)}'", point.loc,
+                          "supported: .function(\"NAME\"), .call, .return")
+    is_return = tail == ["return"]
+    try:
+        table = get_functions(binary)
+    except TargetError as exc:
+        raise ScriptError(str(exc), point.loc) from exc
+    found = unique_by_entry(table.match(pattern))
+    if is_return:
+        entry_point = _entry_point(binary)
+        kept = []
+        for f in found:
+            why = _never_returns_here(table, f, entry_point)
+            if why is None:
+                kept.append(f)
+            elif not any(c in pattern for c in "*?["):
+                raise ScriptError(f"function(\"{f.name}\").return: {f.name} {why}", point.loc)
+        found = kept
+    if not found:
+        names = sorted({f.name for f in table.functions})
+        close = difflib.get_close_matches(pattern, names, n=3)
+        hint = (f"did you mean {', '.join(close)}?" if close else
+                f"{binary} has no function symbols (stripped?)" if not names else None)
+        raise ScriptError(f"function(\"{pattern}\") matches no function in {binary}",
+                          point.loc, hint)
+    return table.sites(found, is_return)
+
+
+def _entry_point(path: str) -> int:
+    with open_elf(path) as h:
+        return int(h.elffile["e_entry"])

@@ -1,0 +1,75 @@
+"""`pydyn -l PROBEPOINT` / `-L`: the probe points a pattern matches, as stap lists them.
+
+`-l` prints each matching probe point once, sorted, in stap's syntax
+(`process("/abs/path").mark("tick")`).  `-L` adds the context variables of the
+mark, `$argN:long` as stap prints them; `-L -v` names each site on its own line
+with the typed variables (`$arg1:int32`), the raw argument spec and the PC, so
+duplicate sites of one mark are visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydyn.launcher.elf.argspec import ArgSpec
+from pydyn.launcher.elf.stapsdt import ProbeSite
+from pydyn.launcher.errors import PydynError, ScriptError
+from pydyn.launcher.resolve import ResolvedPoint, Resolver, format_point
+
+
+def arg_type(arg: ArgSpec, typed: bool) -> str:
+    """stap's `long` for every argument; with `typed`, the width and sign of the note."""
+    if not typed:
+        return "long"
+    if arg.is_float:
+        return "double" if arg.size == 8 else "float"
+    return f"{'int' if arg.signed else 'uint'}{arg.size * 8}"
+
+
+def mark_point(site: ProbeSite) -> str:
+    return f'process("{site.path}").mark("{site.name}")'
+
+
+def context_vars(site: ProbeSite, typed: bool) -> str:
+    return " ".join(f"$arg{i}:{arg_type(a, typed)}" for i, a in enumerate(site.args, 1))
+
+
+def _lines(points: Iterable[ResolvedPoint], with_vars: bool, verbose: int) -> list[str]:
+    lines: set[str] = set()
+    for rp in points:
+        if rp.kind != "mark":
+            lines.add(format_point(rp.point).rstrip("?"))
+            continue
+        for site in rp.sites:
+            line = mark_point(site)
+            if with_vars and verbose:
+                line = (f"{line} {context_vars(site, True)} "
+                        f'args="{site.arg_text}" pc={site.pc:#x}').replace("  ", " ")
+            elif with_vars:
+                line = f"{line} {context_vars(site, False)}".rstrip()
+            lines.add(line)
+    return sorted(lines)
+
+
+def list_probes(pattern: str, *, with_vars: bool, verbose: int,
+                target_path: str | None = None) -> list[str]:
+    """The listing lines for `pattern`; a PydynError when nothing matches."""
+    from pydyn.launcher.script import parse_script
+
+    warnings: list[str] = []
+    try:
+        script = parse_script(f"probe {pattern} {{}}", "<-l>")
+        if len(script.probes) != 1:
+            raise PydynError(f"-l '{pattern}': expected one probe point")
+        resolver = Resolver(target_path, warn=warnings.append)
+        points: list[ResolvedPoint] = []
+        for point in script.probes[0].points:
+            points.extend(resolver.resolve_point(point))
+    except ScriptError as exc:
+        # The location points into the synthetic `probe ... {}`: name the pattern instead.
+        hint = f"\nhint: {exc.hint}" if exc.hint else ""
+        raise PydynError(f"-l '{pattern}': {exc.message}{hint}") from exc
+    lines = _lines(points, with_vars, verbose)
+    if not lines:
+        raise PydynError(f"-l '{pattern}': no probe point matches")
+    return lines

@@ -1,0 +1,7 @@
+"""`python -m pydyn`: the same as the `pydyn` command."""
+
+import sys
+
+from pydyn.launcher.cli import main
+
+sys.exit(main())

@@ -1,0 +1,267 @@
+"""aarch64 targets under qemu-user (issue 8): an x86-64 launcher, aarch64 probe modules.
+
+Programs are cross-compiled (`aarch64-linux-gnu-gcc`, `<sys/sdt.h>` from the x86-64
+multiarch dir: it is arch-generic) and run under `qemu-aarch64 -L
+/usr/aarch64-linux-gnu`, either as the `-c` program (the launcher adds qemu) or from
+a shell line.  As in test_e2e_core.py the programs print the values they pass
+(`expect TAG NAME ...`), the scripts print what pydyn fetched (`got TAG NAME ...`).
+Everything here is verified under emulation only: qemu-user delivers SIGTRAP for BRK
+and emulates the i-cache, signal frames and syscalls, which real hardware does not
+do the same way (README, "aarch64").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cbuild import MULTIARCH_INCLUDE, PROGS, build_c, have_cc
+
+from pydyn.launcher.build import LIB_DIRS
+from pydyn.launcher.elf.argspec import ArgKind
+from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
+
+A64_CC = os.environ.get("PYDYN_CC_AARCH64", "aarch64-linux-gnu-gcc")
+QEMU = shutil.which("qemu-aarch64")
+SYSROOT = "/usr/aarch64-linux-gnu"
+TIMEOUT = 80
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which(A64_CC) is None,
+                       reason=f"{A64_CC} not installed (gcc-aarch64-linux-gnu)"),
+    pytest.mark.skipif(QEMU is None, reason="qemu-aarch64 not installed (qemu-user)"),
+    pytest.mark.skipif(not Path(SYSROOT, "lib", "ld-linux-aarch64.so.1").exists(),
+                       reason="no aarch64 sysroot (libc6-dev-arm64-cross)"),
+    pytest.mark.skipif(not Path(MULTIARCH_INCLUDE, "sys", "sdt.h").exists(),
+                       reason="<sys/sdt.h> not installed (systemtap-sdt-dev)"),
+]
+
+
+def qemu_cmd(prog: Path, *args: str) -> str:
+    return f"{QEMU} -L {SYSROOT} {prog} {' '.join(args)}".strip()
+
+
+@pytest.fixture(scope="module")
+def a64dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A build directory with `inc/sys/sdt.h` (+ sdt-config.h) linked from the host."""
+    root = tmp_path_factory.mktemp("a64")
+    (root / "inc" / "sys").mkdir(parents=True)
+    for name in ("sdt.h", "sdt-config.h"):
+        (root / "inc" / "sys" / name).symlink_to(Path(MULTIARCH_INCLUDE, "sys", name))
+    return root
+
+
+def build_a64(a64dir: Path, srcs: Sequence[Path], out: str, opt: str = "-O2",
+              extra: Sequence[str] = ()) -> Path:
+    target = a64dir / out
+    cmd = [A64_CC, opt, "-g0", "-Wall", "-Werror", "-idirafter", str(a64dir / "inc"),
+           *map(str, srcs), *extra, "-o", str(target)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.fail(f"cross compile failed: {' '.join(cmd)}\n{res.stderr}", pytrace=False)
+    return target
+
+
+@pytest.fixture(scope="module")
+def run_pydyn(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    cache = tmp_path_factory.mktemp("a64-cache")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+        return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                              capture_output=True, text=True, env=env, timeout=TIMEOUT)
+
+    return run
+
+
+def lines_with(text: str, prefix: str) -> list[list[str]]:
+    return sorted(line.split()[1:] for line in text.splitlines() if line.startswith(prefix))
+
+
+# --- the guest loader's $LIB ------------------------------------------------------------
+
+def test_guest_loader_expands_lib_to_the_aarch64_link_dir(a64dir: Path) -> None:
+    """`LD_PRELOAD=DIR/$LIB/x.so` under qemu finds exactly the dir build.py links."""
+    lib = a64dir / "libprobe.c"
+    lib.write_text('#include <stdio.h>\n__attribute__((constructor)) static void c(void)'
+                   '{ fputs("PD-A64-CTOR\\n", stderr); }\n')
+    hello = build_a64(a64dir, [PROGS / "a64_worker.c"], "hello")
+    for libdir in ("lib", "lib64", *LIB_DIRS["aarch64"]):
+        d = a64dir / f"libtest-{libdir.replace('/', '_')}"
+        (d / libdir).mkdir(parents=True)
+        build_a64(a64dir, [lib], str((d / libdir / "x.so").relative_to(a64dir)),
+                  extra=("-shared", "-fPIC"))
+        res = subprocess.run([str(QEMU), "-L", SYSROOT, "-E", f"LD_PRELOAD={d}/$LIB/x.so",
+                              str(hello), "1"], capture_output=True, text=True, timeout=30)
+        assert res.stdout == "worker 3 1 0\n"
+        assert ("PD-A64-CTOR" in res.stderr) == (libdir in LIB_DIRS["aarch64"]), (libdir, res)
+
+
+# --- arguments, -O0 and -O2 ---------------------------------------------------------------
+
+FLAVOURS = ("a64-O0", "a64-O2")
+
+
+@dataclass(frozen=True)
+class ArgsSession:
+    scans: dict[str, SiteScan]
+    result: subprocess.CompletedProcess[str]
+
+
+def args_script(tag: str, scan: SiteScan) -> str:
+    probes = []
+    for site in scan.sites:
+        assert all(spec.supported for spec in site.args), [str(s) for s in site.args]
+        fmt = " ".join("%d" for _ in site.args)
+        values = "".join(f", $arg{i + 1}" for i in range(len(site.args)))
+        probes.append(f'probe process("{scan.info.path}").mark("{site.name}") '
+                      f'{{ printf("got {tag} %s {fmt}\\n", $$name{values}) }}')
+    return "\n".join(probes) + "\n"
+
+
+@pytest.fixture(scope="module")
+def args_session(a64dir: Path, run_pydyn: Run
+                 ) -> ArgsSession:
+    """Both builds in one session, started from a shell line through qemu-aarch64: the
+    m64 module the emulator itself inherits must stay out of the way."""
+    scans = {}
+    for tag in FLAVOURS:
+        out = build_a64(a64dir, [PROGS / "e2e_args.c", PROGS / "e2e_args_mem.c"], tag,
+                        opt=tag.split("-")[1].replace("O", "-O"),
+                        extra=(f'-DE2E_TAG="{tag}"',))
+        scans[tag] = get_probe_sites(str(out))
+    script = a64dir / "args.stp"
+    script.write_text("".join(args_script(tag, scans[tag]) for tag in FLAVOURS))
+    command = "; ".join(qemu_cmd(Path(scans[tag].info.path)) for tag in FLAVOURS)
+    return ArgsSession(scans, run_pydyn("-v", str(script), "-c", command))
+
+
+def test_args_session_is_clean(args_session: ArgsSession) -> None:
+    res = args_session.result
+    assert res.returncode == 0, res
+    errors = [line for line in res.stderr.splitlines()
+              if not line.startswith(("Pass ", "sites:", "pydyn: "))]
+    assert errors == []
+    attached = [line for line in res.stderr.splitlines() if " attached pid " in line]
+    a64 = [line for line in attached if " aarch64 " in line]
+    assert len(a64) == 2, attached                 # one per guest, each once ...
+    assert not any("qemu" in line for line in attached), attached   # ... qemu never
+
+
+@pytest.mark.parametrize("tag", FLAVOURS)
+def test_mark_arguments_match_the_program(args_session: ArgsSession, tag: str) -> None:
+    out = args_session.result.stdout
+    expected = {line[1]: line[2:] for line in lines_with(out, f"expect {tag} ")}
+    got = [line[1:] for line in lines_with(out, f"got {tag} ")]
+    names = sorted(s.name for s in args_session.scans[tag].sites)
+    assert sorted(expected) == names
+    assert sorted(g[0] for g in got) == names       # every mark fired exactly once
+    for name, *values in got:
+        assert (name, values) == (name, expected[name])
+
+
+@pytest.mark.parametrize("tag", FLAVOURS)
+def test_aarch64_operand_forms_are_exercised(args_session: ArgsSession, tag: str) -> None:
+    specs = [a for s in args_session.scans[tag].sites for a in s.args]
+    texts = [a.text for a in specs]
+    assert {ArgKind.CONST, ArgKind.REG, ArgKind.MEM} <= {a.kind for a in specs}
+    assert any(re.fullmatch(r"-?\d@-?\d+", t) for t in texts), texts      # bare constants
+    assert any(re.fullmatch(r"-?\d@\[sp, \d+\]", t) for t in texts), texts  # [sp, N]
+    assert any(re.fullmatch(r"-?\d@\[x\d+\]", t) for t in texts), texts     # [xN]
+    if tag == "a64-O2":
+        assert any(re.fullmatch(r"-?\d@[xw]\d+", t) for t in texts), texts
+
+
+# --- semaphore, counting, user_string: the aarch64 program as the -c command -----------------
+
+COUNT_SCRIPT = """global hits, total
+probe process("{prog}").mark("tick") {{ hits++; total += $arg1 }}
+probe process("{prog}").mark("done") {{
+    printf("done n=%d sum=%d label=%s\\n", $arg1, $arg2, user_string($arg3))
+}}
+probe end {{ printf("hits=%d total=%d\\n", hits, total) }}
+"""
+
+
+@pytest.fixture(scope="module")
+def counter(a64dir: Path) -> Path:
+    return build_a64(a64dir, [PROGS / "a64_count.c"], "a64_count", opt="-O2")
+
+
+def test_semaphore_is_down_without_pydyn(counter: Path) -> None:
+    res = subprocess.run([str(QEMU), "-L", SYSROOT, str(counter), "50"],
+                         capture_output=True, text=True, timeout=30)
+    assert res.stdout.splitlines() == ["a64_count: semaphore 0",
+                                       "a64_count: 50 ticks, 0 guarded, sum 1225"]
+
+
+def test_counting_with_semaphore_under_qemu(counter: Path, a64dir: Path,
+                                            run_pydyn: Run) -> None:
+    n = 3000
+    script = a64dir / "count.stp"
+    script.write_text(COUNT_SCRIPT.format(prog=counter))
+    res = run_pydyn("-v", str(script), "-c", f"{counter} {n}")
+    assert res.returncode == 0, res
+    s = n * (n - 1) // 2
+    # The program's stdout is a pipe: flushed at its exit, after the probe output.
+    assert sorted(res.stdout.splitlines()) == sorted([
+        "a64_count: semaphore 1", f"a64_count: {n} ticks, {n} guarded, sum {s}",
+        f"done n={n} sum={s} label=a64-count label", f"hits={n} total={s}"])
+    assert f"started {QEMU} as pid" in res.stderr       # the launcher added the emulator
+    assert re.search(r"attached pid \d+ .* aarch64 .*_aarch64\.so", res.stderr), res.stderr
+
+
+def test_aarch64_target_without_qemu_is_refused(counter: Path, a64dir: Path,
+                                                run_pydyn: Run) -> None:
+    script = a64dir / "count.stp"
+    script.write_text(COUNT_SCRIPT.format(prog=counter))
+    env_qemu = "/nonexistent/qemu-aarch64"
+    os.environ["PYDYN_QEMU_AARCH64"] = env_qemu
+    try:
+        res = run_pydyn(str(script), "-c", f"{counter} 5")
+    finally:
+        del os.environ["PYDYN_QEMU_AARCH64"]
+    assert res.returncode == 1
+    assert "Traceback" not in res.stderr and env_qemu in res.stderr, res.stderr
+
+
+# --- a mixed session: an x86-64 and an aarch64 process update one array ------------------------
+
+MIXED_SCRIPT = """global by_arch, total, n
+probe process("{w64}").mark("work"), process("{wa64}").mark("work") {{
+    by_arch[$arg1]++; total += $arg2; n++
+}}
+probe end {{
+    foreach (a in by_arch+) printf("arch %d hits %d\\n", a, by_arch[a])
+    printf("n=%d total=%d\\n", n, total)
+}}
+"""
+
+
+def test_mixed_session_shares_one_array(a64dir: Path, run_pydyn: Run) -> None:
+    if not have_cc():
+        pytest.skip("no native C compiler")
+    w64 = build_c(PROGS / "a64_worker.c", a64dir / "worker_x86_64", opt="-O2")
+    wa64 = build_a64(a64dir, [PROGS / "a64_worker.c"], "worker_aarch64", opt="-O2")
+    n = 4000
+    script = a64dir / "mixed.stp"
+    script.write_text(MIXED_SCRIPT.format(w64=w64, wa64=wa64))
+    # Both run at once: their handlers contend for the same futex lock across ISAs.
+    res = run_pydyn("-v", str(script), "-c", f"{w64} {n} & {qemu_cmd(wa64, str(n))}; wait")
+    assert res.returncode == 0, res
+    s = n * (n - 1) // 2
+    out = res.stdout.splitlines()
+    assert sorted(out[:2]) == [f"worker 1 {n} {s}", f"worker 3 {n} {s}"]
+    assert out[2:] == [f"arch 1 hits {n}", f"arch 3 hits {n}", f"n={2 * n} total={2 * s}"]
+    attached = [line for line in res.stderr.splitlines() if " attached pid " in line]
+    assert any(" m64 " in line and str(w64) in line for line in attached), attached
+    assert any(" aarch64 " in line and str(wa64) in line for line in attached), attached

@@ -1,0 +1,148 @@
+"""Diagnostics: gcc's shape (`FILE:LINE:COL: error:`, the line, `^~~~` under the range,
+`hint:`), colour only when asked or on a tty, for a table of broken scripts."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PY = "/usr/bin/python3.11"
+
+
+@dataclass(frozen=True)
+class Broken:
+    id: str
+    text: str
+    line: int
+    col: int
+    message: str
+    underlined: str          # exactly the text under ^~~~
+    hint: str | None = None
+
+
+TABLE = [
+    Broken("unknown-function", "probe begin {\n  x = fooo(1)\n}\n", 2, 7,
+           "unresolved function 'fooo'", "fooo"),
+    Broken("missing-expr", "probe begin { x = 1 + }\n", 1, 23,
+           "expected an expression but found '}'", "}"),
+    Broken("unknown-probe", "probe bgin { }\n", 1, 7, "unknown probe point 'bgin'",
+           "bgin", "did you mean begin?"),
+    Broken("bad-string", 'probe begin { printf("%d\\n", "s") }\n', 1, 30, "", '"s"'),
+    Broken("type-mismatch", "global s\nprobe begin { s = \"a\"; s <<= 2 }\n", 2, 24,
+           "type mismatch for global 's'", "s"),
+    Broken("aggregate", "probe begin { x = 1 <<< 2 }\n", 1, 19, "need a global statistic",
+           "1"),
+]
+if os.path.exists(PY):
+    TABLE.append(Broken(
+        "unknown-mark", f'probe process("{PY}").mark("functon__entry") {{ }}\n', 1, 7,
+        f"probe point 'process(\"{PY}\").mark(\"functon__entry\")' matches no mark",
+        f'process("{PY}").mark("functon__entry")', "did you mean function__entry"))
+
+
+def pydyn(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                          capture_output=True, text=True, timeout=60, **kw)  # type: ignore
+
+
+@pytest.mark.parametrize("bad", TABLE, ids=[b.id for b in TABLE])
+def test_diagnostic_shape(bad: Broken, tmp_path: Path) -> None:
+    path = tmp_path / "bad.stp"
+    path.write_text(bad.text)
+    r = pydyn(["-p3", str(path)])
+    assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
+    assert "\033[" not in r.stderr            # stderr is a pipe: no colour
+    head, source, caret, *rest = r.stderr.splitlines()
+    assert head.startswith(f"{path}:{bad.line}:{bad.col}: error: "), r.stderr
+    assert bad.message in head
+    assert source == "    " + bad.text.splitlines()[bad.line - 1].expandtabs(1)
+    stripped = caret.lstrip(" ")
+    assert stripped == "^" + "~" * (len(bad.underlined) - 1), r.stderr
+    start = len(caret) - len(stripped)
+    assert source[start:start + len(stripped)] == bad.underlined
+    if bad.hint:
+        assert rest and rest[0].startswith("hint: ") and bad.hint in rest[0], r.stderr
+    else:
+        assert not any(line.startswith("note:") for line in rest)
+
+
+def run_on_pty(args: list[str], env: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """Run pydyn with stderr on a pseudo-tty; its exit status and what it wrote there."""
+    master, slave = pty.openpty()
+    environ = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
+    environ.update(env or {})
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=slave, env=environ)
+        os.close(slave)
+        slave = -1
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:      # EIO: the last writer closed the tty
+                break
+            if not chunk:
+                break
+            err += chunk
+        return proc.wait(timeout=120), err
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+
+
+def test_color_always_never_and_tty() -> None:
+    script = "probe begin { x = fooo(1) }"
+    always = pydyn(["--color=always", "-p3", "-e", script]).stderr
+    assert "\033[1;31merror:\033[0m" in always and "\033[1m<input>:1:19:\033[0m" in always
+    assert "\033[1;32m^~~~\033[0m" in always
+    assert "\033[" not in pydyn(["--color", "never", "-p3", "-e", script]).stderr
+    # auto on a tty colours; --color=never wins over the tty
+    for args, coloured in ((["-p3"], True), (["--color=never", "-p3"], False)):
+        rc, err = run_on_pty([*args, "-e", script])
+        assert rc == 1
+        assert (b"\033[1;31merror:" in err) is coloured, err
+        assert b"unresolved function 'fooo'" in err
+
+
+def test_plain_error_has_no_location_and_one_line() -> None:
+    r = pydyn(["-p3", "/nonexistent/script.stp"])
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        "pydyn: error: cannot read script /nonexistent/script.stp: No such file or directory"]
+
+
+SITE_SCRIPT = 'probe process("/usr/bin/python3.11").mark("gc__start") { n++ }'
+RUN = ["-e", SITE_SCRIPT, "-c", f"{PY} -c pass"]
+
+
+@pytest.mark.skipif(not os.path.exists(PY), reason="Debian's python3.11 not installed")
+def test_cold_build_progress_on_tty_only(tmp_path: Path) -> None:
+    rc, err = run_on_pty(RUN, env={"PYDYN_CACHE_DIR": str(tmp_path / "a")})
+    assert rc == 0, err
+    text = err.decode()
+    assert text.count("pydyn: compiling ") == 1, text
+    assert "pydyn: compiling 1 probe site(s) into m64" in text and " modules ..." in text
+    assert "\r\033[K" in text, text          # erased when the build is done
+    piped = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", "-p4", "-e",
+                            SITE_SCRIPT], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "PYDYN_CACHE_DIR": str(tmp_path / "b")})
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stderr == ""
+    rc, warm = run_on_pty(RUN, env={"PYDYN_CACHE_DIR": str(tmp_path / "a")})  # cache hit
+    assert rc == 0 and b"compiling" not in warm
+
+
+def test_version_and_help_examples() -> None:
+    r = pydyn(["--version"])
+    assert r.returncode == 0 and r.stdout.startswith("pydyn ") and r.stdout.split()[1][0].isdigit()
+    r = pydyn(["--help"])
+    assert r.returncode == 0 and "examples:" in r.stdout and "pydyn -l " in r.stdout
