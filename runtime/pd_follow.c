@@ -11,6 +11,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <spawn.h>
+#include <stdio.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

@@ -71,7 +71,22 @@ int main(int argc, char **argv)
             DTRACE_PROBE1(rel, hold, 0); /* never returns: killed inside the handler */
             _exit(3);
         }
-        usleep(300000);                 /* the holder is spinning with the lock */
+        /* Wait until the holder spins with the lock: >= 20 ticks of CPU time. */
+        for (int i = 0; i < 1000; i++) {
+            char path[64], buf[512];
+            snprintf(path, sizeof path, "/proc/%d/stat", (int)holder);
+            FILE *f = fopen(path, "r");
+            size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+            if (f)
+                fclose(f);
+            buf[got] = 0;
+            char *p = strrchr(buf, ')');
+            unsigned long ut = 0;
+            if (p && sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu", &ut) == 1 &&
+                ut >= 20)
+                break;
+            usleep(10000);
+        }
         pthread_t t;
         pthread_create(&t, NULL, tick_thread, NULL);
         usleep(200000);                 /* the thread is waiting for the lock */
