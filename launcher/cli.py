@@ -124,8 +124,11 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
         name, _, value = d.partition("=")
         if name not in allowed or not value.isdigit():
             raise PydynError(f"-D {d}: expected one of {', '.join(sorted(allowed))}=NUMBER")
-        if name in ("MAXSTRINGLEN", "MAXMAPENTRIES"):
-            raise PydynError(f"-D {name} is fixed at translation in this version")
+        if name == "MAXSTRINGLEN":
+            if not 16 <= int(value) <= 65536:
+                raise PydynError(f"-D {d}: MAXSTRINGLEN must be between 16 and 65536")
+            # string slots in the segment stay 8-aligned on every ABI
+            d = f"MAXSTRINGLEN={(int(value) + 7) & ~7}"
         out.append(d)
     return out
 

@@ -26,6 +26,13 @@ from pydyn.shmlayout import (
     unpack_header,
 )
 
+# Errors that a limit caused, and the advice the exit summary gives for them.
+LIMIT_ADVICE = {
+    "Array overflow": "raise -D MAXMAPENTRIES=N, or the array's own size (global a[N])",
+    "MAXACTION exceeded": "raise -D MAXACTION=N",
+    "MAXNESTING exceeded": "raise -D MAXNESTING=N",
+}
+
 
 def _kinds(spec: FormatSpec) -> str:
     return "".join("s" if t == "string" else "i" for t in spec.arg_types)
@@ -44,6 +51,7 @@ class OutputSink:
     stdout: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)
     stderr: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
     errors: int = 0
+    error_kinds: set[str] = field(default_factory=set)  # which LIMIT_ADVICE errors were seen
     warnings: int = 0
     exit_requested: bool = False
     bad_records: int = 0
@@ -85,6 +93,7 @@ class OutputSink:
             label = "ERROR" if kind == PD_REC_ERROR else "WARNING"
             if kind == PD_REC_ERROR:
                 self.errors += 1
+                self.error_kinds.update(k for k in LIMIT_ADVICE if msg.startswith(k))
             else:
                 self.warnings += 1
             self.stdout.flush()

@@ -31,7 +31,7 @@ import posix_ipc
 from pydyn.launcher.build import ModuleSet
 from pydyn.launcher.elf.reader import check_preloadable, get_elf_info
 from pydyn.launcher.errors import SessionError, TargetError
-from pydyn.launcher.output import OutputSink
+from pydyn.launcher.output import LIMIT_ADVICE, OutputSink
 from pydyn.launcher.translate import Program
 from pydyn.shmlayout import (
     PD_ABI_AARCH64,
@@ -441,6 +441,8 @@ class Session:
         status = child.returncode if child is not None else None
         if errors or skipped:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
+            for kind in sorted(self.sink.error_kinds):
+                self.log(f"hint: {kind}: {LIMIT_ADVICE[kind]}")
         if h.lock_recoveries:
             self.log(f"WARNING: {h.lock_recoveries} segment lock(s) recovered from a process "
                      "that died holding them")

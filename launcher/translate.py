@@ -26,8 +26,10 @@ from pydyn.launcher.resolve import Resolution, ResolvedPoint, format_point
 from pydyn.launcher.script import ast
 
 LONG, STRING, STAT = "long", "string", "stat"
-MAXSTRINGLEN = 512
-MAXMAPENTRIES = 2048
+# stap's defaults; `-D MAXSTRINGLEN=` / `-D MAXMAPENTRIES=` change them for one
+# translation (translate() sets LIMITS, the emitted C gets the same -D).
+DEFAULT_LIMITS = {"MAXSTRINGLEN": 512, "MAXMAPENTRIES": 2048}
+LIMITS = dict(DEFAULT_LIMITS)
 STAT_SIZE = 8 * (7 + 128)  # struct pd_stat
 ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
 PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH64"}
@@ -162,6 +164,17 @@ def _describe(node: object) -> str:
     return "statement"
 
 
+def _max_entries(var: GlobalVar) -> int:
+    """`global a[N]`, else MAXMAPENTRIES."""
+    return var.decl.size if var.decl is not None and var.decl.size else LIMITS["MAXMAPENTRIES"]
+
+
+def _capacity(var: GlobalVar) -> int:
+    """Hash slots of an array: a power of two with 25% headroom over its limit."""
+    n = _max_entries(var)
+    return _next_pow2(n + n // 4 + 1)
+
+
 def _next_pow2(n: int) -> int:
     p = 1
     while p < n:
@@ -170,7 +183,9 @@ def _next_pow2(n: int) -> int:
 
 
 def _type_size(t: str | None) -> int:
-    return {LONG: 8, STRING: MAXSTRINGLEN, STAT: STAT_SIZE}.get(t or LONG, 8)
+    # strings keep 8-byte alignment so the slots after them stay aligned
+    string_size = (LIMITS["MAXSTRINGLEN"] + 7) & ~7
+    return {LONG: 8, STRING: string_size, STAT: STAT_SIZE}.get(t or LONG, 8)
 
 
 # Built-in functions: name -> (argument types, return type).  None = any.
@@ -192,6 +207,12 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_string_quoted": ((LONG,), STRING), "user_string_n_quoted": ((LONG, LONG), STRING),
     "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
     "tokenize": ((STRING, STRING), STRING),
+    "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
+    "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
+    "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
+    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG),
+    "fp_to_long": ((LONG,), LONG), "string_to_fp": ((STRING,), LONG),
+    "fp_to_string": ((LONG, LONG), STRING),
     "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
     "user_long": ((LONG,), LONG), "user_int8": ((LONG,), LONG), "user_uint8": ((LONG,), LONG),
     "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
@@ -708,9 +729,7 @@ class Translator:
         for var in self.globals.values():
             var.offset = off
             if var.array is not None:
-                size_limit = (var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES)
-                cap = _next_pow2(size_limit + size_limit // 4 + 1)
-                var.size = 16 + cap * self._entry_size(var)
+                var.size = 16 + _capacity(var) * self._entry_size(var)
             else:
                 var.size = _type_size(var.type)
             off += (var.size + 63) & ~63
@@ -1061,6 +1080,14 @@ class Emitter:
             return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
         if name == "text_strn":
             return f"pd_text_str({self.strtemp()}, {args[0]}, {args[1]}, (int)({args[2]}))"
+        fp_ops = {"fp_add": "+", "fp_sub": "-", "fp_mul": "*", "fp_div": "/", "fp_lt": "<",
+                  "fp_le": "l", "fp_eq": "="}
+        if name in fp_ops:
+            return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long", "string_to_fp"):
+            return f"pd_{name}({args[0]})"
+        if name == "fp_to_string":
+            return f"pd_fp_to_string({self.strtemp()}, {args[0]}, {args[1]})"
         if name == "tokenize":
             return f"pd_tokenize({self.strtemp()}, {args[0]}, {args[1]})"
         if name in ("user_string", "user_string_n"):
@@ -1268,7 +1295,7 @@ class Emitter:
         assert isinstance(s.array, ast.Symbol)
         var = self.tr.globals[s.array.name]
         assert var.array is not None
-        max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
+        max_entries = _max_entries(var)
         it = self.temp("uint8_t *", f"[{max_entries}]")
         column, order = 0, 1
         if s.sort is not None:
@@ -1373,6 +1400,11 @@ def _arg_initializer(spec: ArgSpec) -> str:
 
 def translate(script: ast.Script, resolution: Resolution, *,
               defines: dict[str, str] | None = None) -> Program:
+    LIMITS.clear()
+    LIMITS.update(DEFAULT_LIMITS)
+    for name in DEFAULT_LIMITS:
+        if defines and name in defines:
+            LIMITS[name] = int(defines[name])
     tr = Translator(script, resolution)
     tr.infer()
     tr.atomic_globals = _find_atomic_globals(script, tr)
@@ -1390,8 +1422,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
                        f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
                        f"{lo}, {hi}, {step}}};")
         if var.array is not None:
-            max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
-            cap = _next_pow2(max_entries + max_entries // 4 + 1)
+            max_entries = _max_entries(var)
+            cap = _capacity(var)
             ktypes = ", ".join("PD_T_STRING" if k == STRING else "PD_T_LONG"
                                for k in var.array.keys)
             vt = {STRING: "PD_T_STRING", STAT: "PD_T_STAT"}.get(var.array.value or LONG,
@@ -1665,7 +1697,7 @@ def _exit_report(tr: Translator) -> list[str]:
             ("stats" if value == STAT else "map", var.name,
              tuple(STRING if k == STRING else LONG for k in var.array.keys),
              "stat" if value == STAT else value))
-        max_entries = var.decl.size if var.decl and var.decl.size else MAXMAPENTRIES
+        max_entries = _max_entries(var)
         lines.append("    {")
         lines.append(f"        static __thread uint8_t *it_[{max_entries}];")
         lines.append(f"        uint32_t n_ = pd_map_sorted({g}, &md_{var.name}, it_, -1, -1);")

@@ -186,9 +186,13 @@ void pd_rec_i64(struct pd_ctx *c, int64_t v)
     c->outlen += 8;
 }
 
-void pd_rec_str(struct pd_ctx *c, const char *s)
+static void pd_rec_strn(struct pd_ctx *c, const char *s, size_t max);
+
+void pd_rec_str(struct pd_ctx *c, const char *s) { pd_rec_strn(c, s, MAXSTRINGLEN); }
+
+static void pd_rec_strn(struct pd_ctx *c, const char *s, size_t max)
 {
-    uint32_t len = (uint32_t)strnlen(s, MAXSTRINGLEN);
+    uint32_t len = (uint32_t)strnlen(s, max);
     uint32_t padded = (4 + len + 7) & ~7u;
     if (!pd_out_reserve(c, padded))
         return;
@@ -213,7 +217,7 @@ void pd_rec_close(struct pd_ctx *c)
 static void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg)
 {
     pd_rec_open(c, kind, 0, 1);
-    pd_rec_str(c, msg);
+    pd_rec_strn(c, msg, 1024); /* messages are not script strings: no MAXSTRINGLEN cut */
     pd_rec_close(c);
 }
 

@@ -286,6 +286,12 @@ char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t max
                           const char *fallback);
 char *pd_tokenize(char *dst, const char *s, const char *delim);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
+int64_t pd_fp_op(int64_t a, int64_t b, char op);
+int64_t pd_fp32_to_fp64(int64_t v);
+int64_t pd_long_to_fp(int64_t v);
+int64_t pd_fp_to_long(int64_t v);
+int64_t pd_string_to_fp(const char *s);
+char *pd_fp_to_string(char *dst, int64_t v, int64_t precision);
 void pd_sf_lit(char *dst, const char *s);
 int64_t pd_sf_clamp(int64_t v);
 void pd_sf_num(char *dst, int64_t num, char conv, char flag, int64_t size, int64_t precision);

@@ -322,3 +322,54 @@ int pd_user_read_ok(struct pd_ctx *c, int64_t addr)
     char b;
     return pd_read_self(&b, (const void *)(uintptr_t)addr, 1) == 1;
 }
+
+/* ---- floating point (stap's floatingpoint tapset): a double travels in a
+ * long as its IEEE-754 bits, which is also how `8f@` arguments arrive. */
+
+static double pd_fp(int64_t bits)
+{
+    double d;
+    memcpy(&d, &bits, 8);
+    return d;
+}
+
+static int64_t pd_bits(double d)
+{
+    int64_t bits;
+    memcpy(&bits, &d, 8);
+    return bits;
+}
+
+int64_t pd_fp_op(int64_t a, int64_t b, char op)
+{
+    double x = pd_fp(a), y = pd_fp(b);
+    switch (op) {
+    case '+': return pd_bits(x + y);
+    case '-': return pd_bits(x - y);
+    case '*': return pd_bits(x * y);
+    case '/': return pd_bits(x / y);
+    case '<': return x < y;
+    case 'l': return x <= y;
+    case '=': return x == y;
+    }
+    return 0;
+}
+
+int64_t pd_fp32_to_fp64(int64_t v)
+{
+    uint32_t raw = (uint32_t)(uint64_t)v;
+    float f;
+    memcpy(&f, &raw, 4);
+    return pd_bits((double)f);
+}
+
+int64_t pd_long_to_fp(int64_t v) { return pd_bits((double)v); }
+int64_t pd_fp_to_long(int64_t v) { return (int64_t)pd_fp(v); }
+int64_t pd_string_to_fp(const char *s) { return pd_bits(strtod(s, NULL)); }
+
+char *pd_fp_to_string(char *dst, int64_t v, int64_t precision)
+{
+    snprintf(dst, MAXSTRINGLEN, "%.*f", (int)(precision < 0 ? 6 : precision > 50 ? 50 : precision),
+             pd_fp(v));
+    return dst;
+}

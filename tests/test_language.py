@@ -858,3 +858,36 @@ probe end { println("end0") }
 probe begin(20) { exit() }
 """
     assert ok(pydyn(script)) == "minus\nzero\nten\nend0\nend1\n"
+
+
+def test_floating_point_builtins(pydyn: Pydyn) -> None:
+    script = r"""
+probe begin {
+  a = string_to_fp("1.5"); b = long_to_fp(2)
+  println(fp_to_string(fp_mul(a, b), 3), " ", fp_lt(a, b), " ", fp_le(b, a), " ",
+          fp_eq(a, a), " ", fp_to_long(fp_div(b, a)), " ", fp_to_string(fp_sub(a, b), 1))
+  println(fp_to_string(fp32_to_fp64(0x40490fdb), 5), " ", fp_to_string(fp_add(a, a), 0))
+  exit()
+}
+"""
+    assert ok(pydyn(script)) == "3.000 1 0 1 1 -0.5\n3.14159 3\n"
+
+
+def test_string_and_map_limits_from_the_command_line(pydyn: Pydyn) -> None:
+    script = r"""
+global a
+probe begin {
+  s = "0123456789012345678901234567890"
+  println(s)
+  a[1] = 1; a[2] = 2; a[3] = 3; a[4] = 4
+  exit()
+}
+"""
+    r = pydyn(script, defines=("MAXSTRINGLEN=20", "MAXMAPENTRIES=3"))
+    assert r.returncode == 1
+    assert r.stdout.splitlines()[0] == "01234567890123456789012"   # 20, rounded up to 24
+    errors = r.stderr.splitlines()
+    assert errors[0] == "ERROR: Array overflow, check size limit (3) near identifier 'a' at " \
+                        "<input>:6:33"  # the 4th insertion
+    assert "WARNING: Number of errors: 1, skipped probes: 0" in errors
+    assert any(line.startswith("hint: Array overflow: raise -D MAXMAPENTRIES") for line in errors)
