@@ -217,9 +217,10 @@ def test_arrays(pydyn: Pydyn) -> None:
         "end\n")
     # a full `global small[3]` refuses a fourth key: an error ends the probe
     assert r.returncode == 1
-    assert len(r.err_lines) == 2, r.stderr
+    assert len(r.err_lines) == 3, r.stderr  # the error, the summary, the advice
     assert r.err_lines[0].startswith("ERROR: ")
     assert "rray overflow, check size limit (3)" in r.err_lines[0]
+    assert r.err_lines[2].startswith("hint: Array overflow: raise -D MAXMAPENTRIES")
     assert r.err_lines[1] == ERRORS_1
 
 
@@ -474,7 +475,8 @@ def test_recursion_limits(pydyn: Pydyn) -> None:
     assert r.returncode == 1
     # stap names the called function where it is defined (its last_stmt)
     assert r.err_lines == [
-        "ERROR: MAXNESTING exceeded near identifier 'depth' at <input>:2:10", ERRORS_1]
+        "ERROR: MAXNESTING exceeded near identifier 'depth' at <input>:2:10", ERRORS_1,
+        "hint: MAXNESTING exceeded: raise -D MAXNESTING=N"]
     # fib(15) nests 15 deep and runs ~5000 statements: fine with raised limits
     fib = r"""
 function fib(n) { if (n < 2) return n; return fib(n - 1) + fib(n - 2) }
@@ -548,9 +550,10 @@ probe end { println("end") }
     assert r.returncode is not None, "still looping after 30 s"
     assert r.stdout == "end\n"
     assert r.returncode == 1
-    assert len(r.err_lines) == 2, r.stderr
+    assert len(r.err_lines) == 3, r.stderr
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded near ")
     assert r.err_lines[1] == ERRORS_1
+    assert r.err_lines[2] == "hint: MAXACTION exceeded: raise -D MAXACTION=N"
     # 5000 iterations need more than the default 1000 actions
     loop = "probe begin { for (i = 0; i < 5000; i++) ; println(i); exit() }"
     r = pydyn(loop)
