@@ -264,7 +264,8 @@ def program_to_json(program: Any) -> dict[str, Any]:
             "needs_wait": program.needs_wait,
             "required_abis": sorted(program.required_abis),
             "globals_size": program.globals_size,
-            "report": {str(k): [t[0], t[1], list(t[2]), t[3]] for k, t in program.report.items()}}
+            "report": {str(k): [t[0], t[1], list(t[2]), t[3]] for k, t in program.report.items()},
+            "scalars": {k: list(v) for k, v in program.scalars.items()}}
 
 
 def program_from_json(d: dict[str, Any], c_source: str) -> Any:
@@ -275,7 +276,9 @@ def program_from_json(d: dict[str, Any], c_source: str) -> Any:
                    needs_wait=bool(d["needs_wait"]),
                    timers=[(int(a), int(b), int(c)) for a, b, c in d["timers"]],
                    report={int(k): (t[0], t[1], tuple(t[2]), t[3])
-                           for k, t in d.get("report", {}).items()})
+                           for k, t in d.get("report", {}).items()},
+                   scalars={k: (int(v[0]), str(v[1]), int(v[2]))
+                            for k, v in d.get("scalars", {}).items()})
 
 
 def _site_json(site: Any, plan: Any) -> dict[str, Any]:

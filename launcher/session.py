@@ -92,6 +92,7 @@ class SessionOptions:
     proctab_count: int = 256
     verbose: int = 0
     target_checked: bool = False   # the launcher checked the -c target (or a cache hit vouches)
+    set_globals: tuple[tuple[str, str], ...] = ()   # NAME=VALUE, applied before `begin`
 
 
 @dataclass
@@ -260,6 +261,27 @@ class Session:
         except BaseException as exc:  # surfaced by run(), never lost in a thread
             self._drain_error = exc
 
+    def _set_globals(self, mem: mmap.mmap) -> None:
+        """NAME=VALUE from the command line, written after the script's own initialisers."""
+        base = int(self.view.header.globals_off)
+        for name, value in self.options.set_globals:
+            if name not in self.program.scalars:
+                known = ", ".join(sorted(self.program.scalars)) or "none"
+                raise SessionError(f"{name}={value}: no scalar global '{name}' "
+                                   f"(scalar globals: {known})")
+            offset, kind, size = self.program.scalars[name]
+            at = base + offset
+            if kind == "string":
+                raw = value.encode()[:size - 1] + b"\0"
+                mem[at:at + len(raw)] = raw
+            else:
+                try:
+                    number = int(value, 0)
+                except ValueError as exc:
+                    raise SessionError(f"{name}={value}: '{name}' is a long, "
+                                       "the value is not a number") from exc
+                mem[at:at + 8] = (number & ((1 << 64) - 1)).to_bytes(8, "little")
+
     # -- timers --------------------------------------------------------------
     def _timer_loop(self, module: _Module, index: int, period_ns: int, rand_ns: int) -> None:
         """timer.* probes run in the launcher, as in stapdyn, on their own thread."""
@@ -341,6 +363,7 @@ class Session:
             if rc != 0:
                 raise SessionError(f"launcher attach failed: {_ATTACH_ERRORS.get(rc, rc)}")
             module.lib.pd_launcher_init_globals()
+            self._set_globals(mem)
             drain.start()
             module.lib.pd_launcher_run(PD_PROBE_BEGIN)
             header = self.view.header

@@ -72,6 +72,9 @@ class Program:
     # Exit-report formats (never shared with a printf): id -> (record type "map" or
     # "stats", global name, key types, value type "long"/"string"/"stat"/"empty").
     report: dict[int, ReportTag] = field(default_factory=dict)
+    # Scalar globals by name: (offset in the globals area, "long" | "string", size),
+    # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
+    scalars: dict[str, tuple[int, str, int]] = field(default_factory=dict)
 
     @property
     def checksum_hex(self) -> str:
@@ -1570,6 +1573,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
     return Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
                    needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans,
+                   scalars={n: (v.offset, v.type, v.size) for n, v in tr.globals.items()
+                            if v.array is None and v.type in (LONG, STRING)},
                    report=tr.report)
 
 

@@ -87,8 +87,9 @@ def test_target_killed_holding_the_lock_is_recovered(bins: dict[str, Path], cach
                                                      abi: str) -> None:
     t = need(bins, abi)
     script = (f'global spins, hits\n'
-              f'probe process("{t}").mark("hold") {{ while (1) {{ spins++ }} }}\n'
-              f'probe process("{t}").mark("tick") {{ hits++ }}\n'
+              f'probe process("{t}").mark("hold") {{ while (1) {{ spins = spins + 1 }} }}\n'
+              # (plain assignments: ++ on a scalar is a lock-free atomic and takes no lock)
+              f'probe process("{t}").mark("tick") {{ hits = hits + 1 }}\n'
               'probe end { printf("hits=%d spinning=%d\\n", hits, spins > 0) }\n')
     res = pydyn(cache, "-D", "MAXACTION=1000000000000", "-e", script, "-c", f"{t} lock")
     no_traceback(res)
