@@ -106,40 +106,33 @@ typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                         const posix_spawnattr_t *, char *const[], char *const[]);
 
+/* Calls the real `call` with pydyn's variables restored in `envp`; keeps the
+ * callee's errno across freeing the copy. */
+#define PD_WITH_FIXED_ENV(name, type, call)                                        \
+    do {                                                                           \
+        PD_REAL(name, type);                                                       \
+        char *freeme;                                                              \
+        char **env = pd_fixed_env(envp, &freeme);                                  \
+        int rc = call;                                                             \
+        int saved = errno;                                                         \
+        free(freeme);                                                              \
+        errno = saved;                                                             \
+        return rc;                                                                 \
+    } while (0)
+
 PD_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-    PD_REAL(execve, execve_fn);
-    char *freeme;
-    char **env = pd_fixed_env(envp, &freeme);
-    int rc = real_execve(path, argv, env);
-    int saved = errno;
-    free(freeme);
-    errno = saved;
-    return rc;
+    PD_WITH_FIXED_ENV(execve, execve_fn, real_execve(path, argv, env));
 }
 
 PD_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    PD_REAL(execvpe, execvpe_fn);
-    char *freeme;
-    char **env = pd_fixed_env(envp, &freeme);
-    int rc = real_execvpe(file, argv, env);
-    int saved = errno;
-    free(freeme);
-    errno = saved;
-    return rc;
+    PD_WITH_FIXED_ENV(execvpe, execvpe_fn, real_execvpe(file, argv, env));
 }
 
 PD_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    PD_REAL(fexecve, fexecve_fn);
-    char *freeme;
-    char **env = pd_fixed_env(envp, &freeme);
-    int rc = real_fexecve(fd, argv, env);
-    int saved = errno;
-    free(freeme);
-    errno = saved;
-    return rc;
+    PD_WITH_FIXED_ENV(fexecve, fexecve_fn, real_fexecve(fd, argv, env));
 }
 
 /* execv/execvp use `environ`, which the program may have cleared. */
@@ -206,21 +199,11 @@ PD_EXPORT int execle(const char *path, const char *arg, ...)
 PD_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    PD_REAL(posix_spawn, spawn_fn);
-    char *freeme;
-    char **env = pd_fixed_env(envp, &freeme);
-    int rc = real_posix_spawn(pid, path, fa, attr, argv, env);
-    free(freeme);
-    return rc;
+    PD_WITH_FIXED_ENV(posix_spawn, spawn_fn, real_posix_spawn(pid, path, fa, attr, argv, env));
 }
 
 PD_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    PD_REAL(posix_spawnp, spawn_fn);
-    char *freeme;
-    char **env = pd_fixed_env(envp, &freeme);
-    int rc = real_posix_spawnp(pid, file, fa, attr, argv, env);
-    free(freeme);
-    return rc;
+    PD_WITH_FIXED_ENV(posix_spawnp, spawn_fn, real_posix_spawnp(pid, file, fa, attr, argv, env));
 }

@@ -162,7 +162,7 @@ def test_endless_handler_stops_at_maxaction(bins: dict[str, Path], cache: Path) 
     res = pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 20")
     no_traceback(res)
     assert res.returncode == 1
-    assert res.stderr.count("MAXACTION exceeded") == 20, res.stderr
+    assert res.stderr.count("ERROR: MAXACTION exceeded") == 20, res.stderr
     assert "spin done 20" in res.stdout  # the target ran on through every failed handler
     assert "Number of errors: 20" in res.stderr
 

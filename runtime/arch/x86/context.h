@@ -1,0 +1,47 @@
+/* What x86-64 and i386 share: the register context filled from a ucontext,
+ * and int3 traps.  The arch header defines PD_NREGS, pd_ureg,
+ * pd_gregs_by_dwarf (the ucontext slot of each DWARF register), PD_GREG_IP and
+ * pd_thread_pointer() before including this. */
+#ifndef PD_ARCH_X86_CONTEXT_H
+#define PD_ARCH_X86_CONTEXT_H
+
+#define PD_TRAP_LEN 1
+
+/* A trampoline pushes registers in exactly this order, so trap and trampoline
+ * hand the handler the same context. */
+struct pd_regs {
+    pd_ureg r[PD_NREGS];
+    pd_ureg flags;
+};
+
+static inline pd_ureg pd_reg(const struct pd_regs *regs, int dwarfno)
+{
+    return (unsigned)dwarfno < PD_NREGS ? regs->r[dwarfno] : 0;
+}
+
+static inline void pd_regs_from_ucontext(struct pd_regs *regs, const ucontext_t *uc)
+{
+    for (int i = 0; i < PD_NREGS; i++)
+        regs->r[i] = (pd_ureg)uc->uc_mcontext.gregs[pd_gregs_by_dwarf[i]];
+    regs->flags = (pd_ureg)uc->uc_mcontext.gregs[REG_EFL];
+}
+
+static inline uintptr_t pd_uc_get_ip(const ucontext_t *uc)
+{
+    return (uintptr_t)uc->uc_mcontext.gregs[PD_GREG_IP];
+}
+
+static inline void pd_uc_set_ip(ucontext_t *uc, uintptr_t ip)
+{
+    uc->uc_mcontext.gregs[PD_GREG_IP] = (greg_t)ip;
+}
+
+/* int3 reports the address after itself. */
+static inline uintptr_t pd_trap_site_from_ip(uintptr_t ip) { return ip - PD_TRAP_LEN; }
+
+static inline void pd_write_trap(uint8_t *at) { at[0] = 0xcc; }
+
+/* x86 keeps instruction and data caches coherent. */
+static inline void pd_flush_icache(void *start, void *end) { (void)start; (void)end; }
+
+#endif
