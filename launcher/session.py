@@ -182,11 +182,13 @@ def check_command_target(argv: Sequence[str]) -> None:
     p = Path(path)
     if not p.exists():
         raise TargetError(path, "no such file")
-    if p.is_file() and p.read_bytes()[:2] == b"#!":
-        return  # a script: its interpreter takes the preload
-    if p.is_file() and not os.access(p, os.X_OK):
-        raise TargetError(path, "is not executable")
-    check_preloadable(get_elf_info(str(p)))
+    if p.is_file():
+        with p.open("rb") as f:
+            if f.read(2) == b"#!":
+                return  # a script: its interpreter takes the preload
+        if not os.access(p, os.X_OK):
+            raise TargetError(path, "is not executable")
+    check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
 
 
 class _Module:
