@@ -346,6 +346,27 @@ static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stu
     return pd_patch(addr, 1, prot, pd_write_first);
 }
 
+/* `bytes` (rounded up to pages, returned in *size) of RX-able memory within
+ * reach of every PT_LOAD segment of the object, or NULL. */
+static uint8_t *pd_map_near_object(const struct dl_phdr_info *info, size_t bytes,
+                                   size_t *size)
+{
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        if (a < lo)
+            lo = a;
+        if (a + ph->p_memsz > hi)
+            hi = a + ph->p_memsz;
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    *size = (bytes + (size_t)page - 1) & ~(size_t)(page - 1);
+    return pd_map_near(lo, hi, *size);
+}
+
 /* Maps and writes the stubs of object `o`'s trampoline sites; returns an array
  * indexed like pd_sites with each stub's address (0: that site keeps the trap), or
  * NULL.  The stubs are executable before any site jumps to them. */
@@ -359,20 +380,8 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
         n += pd_sites[s].object == o && pd_sites[s].plan.tactic != PD_TACTIC_TRAP;
     if (!n)
         return NULL;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
-    }
-    long page = sysconf(_SC_PAGESIZE);
-    size_t size = ((size_t)n * PD_STUB_SIZE + (size_t)page - 1) & ~(size_t)(page - 1);
-    uint8_t *area = pd_map_near(lo, hi, size);
+    size_t size;
+    uint8_t *area = pd_map_near_object(info, (size_t)n * PD_STUB_SIZE, &size);
     if (!area) {
         pd_warn("no memory for trampolines within reach of %s; using traps",
                 pd_objects[o].path);
@@ -448,20 +457,8 @@ static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
         n += pd_sites[s].object == o && pd_sites[s].nop_len == 0 && pd_sites[s].plan.code_len;
     if (!n)
         return NULL;
-    uintptr_t lo = UINTPTR_MAX, hi = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
-            continue;
-        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
-        if (a < lo)
-            lo = a;
-        if (a + ph->p_memsz > hi)
-            hi = a + ph->p_memsz;
-    }
-    long page = sysconf(_SC_PAGESIZE);
-    size_t size = ((size_t)n * PD_OOL_SIZE + (size_t)page - 1) & ~(size_t)(page - 1);
-    uint8_t *area = pd_map_near(lo, hi, size);
+    size_t size;
+    uint8_t *area = pd_map_near_object(info, (size_t)n * PD_OOL_SIZE, &size);
     uintptr_t *ool = area ? calloc(pd_module.nsites, sizeof *ool) : NULL;
     if (!ool) {
         if (area)
