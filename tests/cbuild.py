@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,19 @@ PROGS = Path(__file__).resolve().parent / "progs"
 MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 
 Source = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Build:
+    """One flavour of a test program: ABI and optimisation level."""
+
+    id: str
+    m32: bool
+    opt: str
+
+
+BUILDS = [Build(f"{abi}-{opt[1:]}", abi == "m32", opt)
+          for abi in ("m64", "m32") for opt in ("-O0", "-O2")]
 
 
 def m32_cflags() -> tuple[str, ...]:

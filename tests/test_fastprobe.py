@@ -14,27 +14,15 @@ import platform
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import BUILDS, PROGS, Build, build_c, have_m32
 
 from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
 from pydyn.launcher.patchplan import TACTICS, PatchPlan, coverage, plan_site
 
 TIMEOUT = 120
-
-
-@dataclass(frozen=True)
-class Build:
-    id: str
-    m32: bool
-    opt: str
-
-
-BUILDS = [Build(f"{abi}-{opt[1:]}", abi == "m32", opt)
-          for abi in ("m64", "m32") for opt in ("-O0", "-O2")]
 
 
 def pydyn(cache: Path, *args: str, no_aslr: bool = False) -> subprocess.CompletedProcess[str]:

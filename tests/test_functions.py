@@ -12,26 +12,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import BUILDS, PROGS, Build, build_c, have_m32
 
 from pydyn.launcher.elf.functions import ENDBR64, get_functions
 
 TIMEOUT = 120
-
-
-@dataclass(frozen=True)
-class Build:
-    id: str
-    m32: bool
-    opt: str
-
-
-BUILDS = [Build(f"{abi}-{opt[1:]}", abi == "m32", opt)
-          for abi in ("m64", "m32") for opt in ("-O0", "-O2")]
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
