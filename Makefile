@@ -5,7 +5,9 @@ CC ?= gcc
 SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 # gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
 # aarch64 cross compiler is installed.
-DEB_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
+# The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
+DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
 .PHONY: deps deb-deps py-deps examples demo test lint clean bench
@@ -25,6 +27,10 @@ deb-deps:
 py-deps:
 	@$(PYTHON) -c "import sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; sys.exit(not c.__file__.startswith('$(CURDIR)/'))" 2>/dev/null || \
 	  $(PYTHON) -m pip install -q -e '.[test]'
+	@# PYTHONDONTWRITEBYTECODE=1 stops Python writing .pyc files, not reading them: without
+	@# these every run compiles the launcher again (~50 ms CPU of a warm run, more of a cold
+	@# one). pip compiled the dependencies.
+	@$(PYTHON) -m compileall -q launcher shmlayout runtime
 
 examples/bin/counter: examples/src/counter.c
 	@mkdir -p examples/bin
@@ -61,15 +67,18 @@ demo: examples
 	ln -sfn ../../runtime .mypy-tree/pydyn/runtime
 
 lint: py-deps .mypy-tree/pydyn
-	ruff check launcher shmlayout runtime tests
+	ruff check launcher shmlayout runtime tests bench
 	mypy
 
 test: examples lint
 	$(PYTHON) -m pytest -q tests
 
-# ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6)
-bench: py-deps
+# ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6); startup ms:
+# bare / warm / cold / bpftrace (issue 5)
+bench: deb-deps py-deps
+	@$(PYTHON) -c "import frida" 2>/dev/null || $(PYTHON) -m pip install -q -e '.[test,bench]'
 	$(PYTHON) bench/run.py
+	$(PYTHON) bench/startup.py
 
 clean:
 	rm -rf examples/bin .pytest_cache .mypy_cache

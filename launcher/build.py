@@ -10,11 +10,12 @@ either loader.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -83,6 +84,7 @@ def runtime_sources() -> list[Path]:
     return files
 
 
+@cache   # a run needs it up to five times (cache key, checksum, object store per ABI)
 def runtime_digest() -> bytes:
     """Digest of the runtime and the segment layout: part of every checksum."""
     h = hashlib.sha256()
@@ -118,12 +120,18 @@ def compiler_version(cc: str) -> str:
     return (proc.stdout + proc.stderr).decode(errors="replace") + f"exit {proc.returncode}\n"
 
 
+# TLS descriptors: a module's __thread variables cost a call returning a constant when
+# the module is preloaded (static TLS), not a __tls_get_addr call per access, and the
+# same module still works dlopen'ed (the launcher, -x attach).  aarch64's default.
+TLS_DIALECT = "-mtls-dialect=gnu2"
+
+
 def abi_flags(abi: str) -> tuple[str, ...]:
     if abi == "m32":
-        return ("-m32", "-idirafter", MULTIARCH_INCLUDE)
+        return ("-m32", "-idirafter", MULTIARCH_INCLUDE, TLS_DIALECT)
     if abi in CROSS_CC:
         return ()
-    return ("-m64",)
+    return ("-m64", TLS_DIALECT)
 
 
 @cache
@@ -141,12 +149,6 @@ def get_toolchain(abi: str) -> Toolchain | None:
     return Toolchain(abi, cc, flags) if proc.returncode == 0 else None
 
 
-def require_toolchains(required: Iterable[str]) -> None:
-    for abi in required:
-        if get_toolchain(abi) is None:
-            raise BuildError(f"no {abi} toolchain: {INSTALL_HINT[abi]}")
-
-
 COMMON_CFLAGS = (
     "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
     "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unused-variable",
@@ -160,47 +162,151 @@ def _write_replace(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+# Object sets kept in a runtime store (one per compiler, ABI flags and -D values).
+RUNTIME_STORE_KEEP = 16
+
+
+def runtime_objects(tc: Toolchain, defines: Sequence[str], store: Path,
+                    warn: Callable[[str], None] | None = None) -> list[Path]:
+    """The runtime's object files for this toolchain and `-D` values, compiled once into
+    `store/<abi>-<hash>/` (checked against their sha256s on every use), so a cold build
+    compiles only the generated C.  Concurrent builders each compile and the first rename
+    wins; a damaged set is replaced."""
+    sources = sorted(RUNTIME_DIR.glob("*.c"))
+    final = _objects_dir(tc, defines, store)
+    objs = [final / f"{p.stem}.o" for p in sources]
+    if _objects_sound(final, objs):
+        os.utime(final)   # last use, for RUNTIME_STORE_KEEP
+        return objs
+    if final.exists() and warn is not None:
+        warn(f"precompiled runtime {final} is damaged; compiling it again")
+    store.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = Path(tempfile.mkdtemp(dir=store, prefix=f".{final.name}."))
+    try:
+        (tmp / "pd_shm.h").write_text(render_c_header())
+        proc = subprocess.run([tc.cc, *tc.flags, *COMMON_CFLAGS, "-c",
+                               *(f"-D{d}" for d in defines), "-I", str(tmp),
+                               "-I", str(RUNTIME_DIR), *(str(p) for p in sources)],
+                              cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if proc.returncode != 0:
+            raise BuildError(f"{tc.abi} runtime failed to compile:\n"
+                             f"{proc.stdout.decode(errors='replace')}")
+        (tmp / "sha256.json").write_text(json.dumps(
+            {p.name: _sha256_file(tmp / p.name) for p in objs}))
+        if final.exists():   # damaged (a sound one was taken above): out of the way
+            trash = store / f".trash.{final.name}.{os.getpid()}"
+            os.rename(final, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+        try:
+            os.rename(tmp, final)
+        except OSError:   # a concurrent build renamed its own set first: use that one
+            if not _objects_sound(final, objs):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    _trim_store(store)
+    return objs
+
+
+def _objects_dir(tc: Toolchain, defines: Sequence[str], store: Path) -> Path:
+    real = os.path.realpath(tc.cc)
+    st = os.stat(real)
+    ident = "\n".join([runtime_digest().hex(), real, f"{st.st_size} {st.st_mtime_ns}",
+                       *tc.flags, *COMMON_CFLAGS, *sorted(defines)])
+    return store / f"{tc.abi}-{hashlib.sha256(ident.encode()).hexdigest()[:24]}"
+
+
+def _stored_toolchain(abi: str, defines: Sequence[str], store: Path | None) -> Toolchain | None:
+    """`abi`'s toolchain, without the probe compile of get_toolchain, when this very
+    compiler already built the runtime into `store` (it works for the ABI)."""
+    cc = compiler_path(abi)
+    if store is None or cc is None:
+        return None
+    tc = Toolchain(abi, cc, abi_flags(abi))
+    try:
+        return tc if (_objects_dir(tc, defines, store) / "sha256.json").exists() else None
+    except OSError:
+        return None
+
+
+def _sha256_file(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _objects_sound(directory: Path, objs: Sequence[Path]) -> bool:
+    try:
+        sums = json.loads((directory / "sha256.json").read_text())
+        return all(sums.get(p.name) == _sha256_file(p) for p in objs)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _trim_store(store: Path) -> None:
+    sets = sorted((p.stat().st_mtime, p) for p in store.iterdir()
+                  if p.is_dir() and not p.name.startswith("."))
+    for _, old in sets[:-RUNTIME_STORE_KEEP]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _compile_abi(tc: Toolchain, src: Path, target: Path, defines: Sequence[str],
+                 runtime_store: Path | None, warn: Callable[[str], None] | None) -> str | None:
+    """Build one ABI's module; None, or why it failed."""
+    tmp = target.with_suffix(f".so.tmp{os.getpid()}")
+    runtime = sorted(RUNTIME_DIR.glob("*.c"))
+    if runtime_store is not None:
+        try:
+            runtime = runtime_objects(tc, defines, runtime_store, warn)
+        except BuildError as exc:
+            return str(exc)
+        except OSError as exc:
+            return f"{tc.abi} runtime store {runtime_store}: {exc.strerror or exc}"
+    cmd = [tc.cc, *tc.flags, *COMMON_CFLAGS, *(f"-D{d}" for d in defines),
+           "-I", str(src.parent), "-I", str(RUNTIME_DIR), "-o", str(tmp),
+           str(src), *(str(p) for p in runtime)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return f"{tc.abi} module failed to compile:\n{proc.stdout.decode(errors='replace')}"
+    os.replace(tmp, target)
+    return None
+
+
 def build_modules(c_source: str, checksum_hex: str, out_dir: Path,
-                  required: Iterable[str], defines: Iterable[str] = ()) -> ModuleSet:
+                  required: Iterable[str], defines: Iterable[str] = (),
+                  runtime_store: Path | None = None,
+                  warn: Callable[[str], None] | None = None) -> ModuleSet:
     """Compile `c_source` for every ABI the host can build; the `required` ones must build.
 
     `checksum_hex` names the files (`pydyn_<it>_m64.so` ...): the cache passes its key.
     Whether an earlier build can be reused is the cache's business (`cache.py`), not this
     function's: it always compiles, all ABIs in parallel (a cross ABI, aarch64, only
-    when required).
+    when required).  With `runtime_store` the runtime comes precompiled from there
+    (`runtime_objects`), else it is compiled from source with the generated C.
     """
+    from concurrent.futures import ThreadPoolExecutor  # imports logging: a cold path only
     required = set(required)
+    defines = list(defines)
     out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     src = out_dir / f"pydyn_{checksum_hex}.c"
     header = out_dir / "pd_shm.h"
-    require_toolchains(required)
+    abis = [abi for abi in ABIS if abi not in CROSS_ABIS or abi in required]
+    toolchains = {abi: _stored_toolchain(abi, defines, runtime_store) for abi in abis}
+    unknown = [abi for abi, tc in toolchains.items() if tc is None]
+    with ThreadPoolExecutor(max(1, len(unknown))) as pool:   # probes (one gcc each) at once
+        toolchains.update(zip(unknown, pool.map(get_toolchain, unknown), strict=True))
+    for abi in required:
+        if toolchains.get(abi) is None:
+            raise BuildError(f"no {abi} toolchain: {INSTALL_HINT[abi]}")
     _write_replace(src, c_source)
     _write_replace(header, render_c_header())
-    jobs: list[tuple[str, Path, subprocess.Popen[bytes]]] = []
-    for abi in ABIS:
-        if abi in CROSS_ABIS and abi not in required:
-            continue
-        tc = get_toolchain(abi)
-        if tc is None:
-            continue
-        target = out_dir / f"pydyn_{checksum_hex}_{abi}.so"
-        tmp = target.with_suffix(f".so.tmp{os.getpid()}")
-        cmd = [tc.cc, *tc.flags, *COMMON_CFLAGS, *(f"-D{d}" for d in defines),
-               "-I", str(out_dir), "-I", str(RUNTIME_DIR), "-o", str(tmp),
-               str(src), *(str(p) for p in sorted(RUNTIME_DIR.glob("*.c")))]
-        jobs.append((abi, target, subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                                   stderr=subprocess.STDOUT)))
-    modules: dict[str, Path] = {}
-    failures: list[str] = []
-    for abi, target, proc in jobs:
-        out, _ = proc.communicate()
-        tmp = target.with_suffix(f".so.tmp{os.getpid()}")
-        if proc.returncode != 0:
-            tmp.unlink(missing_ok=True)
-            failures.append(f"{abi} module failed to compile:\n{out.decode(errors='replace')}")
-            continue
-        os.replace(tmp, target)
-        modules[abi] = target
+    jobs = {abi: tc for abi, tc in toolchains.items() if tc is not None}
+    targets = {abi: out_dir / f"pydyn_{checksum_hex}_{abi}.so" for abi in jobs}
+    with ThreadPoolExecutor(max(1, len(jobs))) as pool:
+        errors = dict(zip(jobs, pool.map(
+            lambda abi: _compile_abi(jobs[abi], src, targets[abi], defines, runtime_store, warn),
+            jobs), strict=True))
+    modules = {abi: targets[abi] for abi, err in errors.items() if err is None}
+    failures = [err for err in errors.values() if err is not None]
     for abi in required:
         if abi not in modules:
             raise BuildError("\n".join(failures) or f"no {abi} module was built")

@@ -12,14 +12,19 @@ from cheap facts only, before resolve runs:
 - every probed binary and the `-c` target: the path each probe point names
   (after `$PATH`), and per file its GNU build-id read with a small `struct`
   walk of the PT_NOTE segments (size and mtime when it has none).  Libraries
-  found by `.library()` are only known after a resolve, so `index/<base>.json`
-  remembers which files the last resolve of this script touched.
+  found by `.library()` are only known after a resolve, so `index/<hash>.json`,
+  named by the inputs known before parsing, remembers the points' paths as
+  written and which files the last resolve of this script touched: a hit
+  recomputes the paths' realpaths and fingerprints and never parses.
 
 Layout of `DIR/<key>/`: `pydyn_<key>.c`, `pd_shm.h`, `pydyn_<key>_m64.so`,
 `pydyn_<key>_m32.so`, the `$LIB` links, `pydyn_<key>.json` (the manifest:
 the key's inputs, each artefact's sha256, the probe sites and what the
 session needs of the `Program`, so a hit skips resolve and translate) and
 `pydyn_<key>.hash` (a readable log of each input and its hash, like stap's).
+`DIR/runtime/<abi>-<hash>/` holds the runtime's object files per compiler, ABI
+flags and `-D` values (`build.runtime_objects`): a cold build compiles only
+the generated C and links.
 
 Concurrency: `.lock` in an entry is held exclusively while it is built and
 shared while it is verified; `.inuse` is held shared for a session's whole
@@ -34,7 +39,6 @@ import fcntl
 import hashlib
 import json
 import os
-import platform
 import pwd
 import shutil
 import stat
@@ -68,6 +72,7 @@ DEFAULT_SIZE_MIB = 256
 KEY_LEN = 32
 LAUNCHER_DIR = Path(__file__).resolve().parent
 NO_ELF_ENV = "PYDYN_DEBUG_NO_ELF"
+RUNTIME_STORE = "runtime"   # precompiled runtime objects (build.runtime_objects)
 _PT_NOTE = 4
 _NT_GNU_BUILD_ID = 3
 _MAX_NOTE_SEGMENT = 1 << 20
@@ -141,16 +146,25 @@ def file_fingerprint(path: str) -> str:
 
 
 def _launcher_digest() -> str:
+    # os.walk and plain strings: pathlib's rglob/relative_to cost ~3 ms of every run.
+    root = str(LAUNCHER_DIR)
+    found = []
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = os.path.relpath(dirpath, root)
+        found += [(os.path.normpath(os.path.join(rel, f)), os.path.join(dirpath, f))
+                  for f in files if f.endswith(".py")]
     h = hashlib.sha256()
-    for p in sorted(LAUNCHER_DIR.rglob("*.py")):
-        h.update(str(p.relative_to(LAUNCHER_DIR)).encode() + b"\0" + p.read_bytes())
+    for rel, path in sorted(found):
+        with open(path, "rb") as f:
+            h.update(rel.encode() + b"\0" + f.read())
     return h.hexdigest()
 
 
-def named_binaries(script: Any, target_path: str | None) -> tuple[list[str], bool]:
-    """Realpaths of the binaries the probe points name (as resolve will find them), and
-    whether any point uses `.library()`: computed from the AST, no ELF read."""
-    out: list[str] = []
+def probe_paths(script: Any) -> tuple[list[str], bool]:
+    """The `process("...")` paths of the probe points as written, and whether any point
+    uses `.library()`: from the AST, kept in the index so a hit needs no parse."""
+    out: set[str] = set()
     uses_library = False
     for probe in script.probes:
         for point in probe.points:
@@ -158,14 +172,22 @@ def named_binaries(script: Any, target_path: str | None) -> tuple[list[str], boo
             if not comps or comps[0].name != "process":
                 continue
             uses_library |= any(c.name == "library" for c in comps)
-            arg = comps[0].arg
-            if isinstance(arg, str):
-                found = shutil.which(arg) if "/" not in arg else arg
-                out.append(os.path.realpath(found) if found and os.path.exists(found)
-                           else f"<missing {arg}>")
+            if isinstance(comps[0].arg, str):
+                out.add(comps[0].arg)
+    return sorted(out), uses_library
+
+
+def named_binaries(points: Iterable[str], target_path: str | None) -> list[str]:
+    """Realpaths of the binaries the paths name, as resolve will find them (after $PATH,
+    from the current directory, through symlinks): recomputed on every lookup."""
+    out: list[str] = []
+    for arg in points:
+        found = shutil.which(arg) if "/" not in arg else arg
+        out.append(os.path.realpath(found) if found and os.path.exists(found)
+                   else f"<missing {arg}>")
     if target_path:
         out.append(target_path)
-    return sorted(set(out)), uses_library
+    return sorted(set(out))
 
 
 @dataclass
@@ -180,33 +202,65 @@ class KeyInput:
 
 @dataclass
 class Lookup:
-    """The cheap half of a key: what is known before resolve."""
+    """The cheap half of a key: what is known before resolve.
 
-    base: list[KeyInput]
+    `script` (inputs known before parsing) names the index entry, which records the
+    probe points' paths (`points`) and the files the last resolve read (`deps`)."""
+
+    script: list[KeyInput]
+    target_path: str | None = None
+    points: list[str] | None = None   # None until bound from the index or the AST
+    uses_library: bool = False
+    named: list[str] = field(default_factory=list)
     deps: list[str] = field(default_factory=list)   # files whose fingerprints complete the key
 
     @property
-    def base_hash(self) -> str:
-        return _sha("\n".join(i.line() for i in self.base))
+    def script_hash(self) -> str:
+        return _sha("\n".join(i.line() for i in self.script))
+
+    def bind(self, points: Sequence[str], uses_library: bool) -> None:
+        self.points, self.uses_library = list(points), uses_library
+        self.named = named_binaries(points, self.target_path)
+
+    def bind_script(self, script: Any) -> None:
+        """After a parse (a miss): the points as the AST has them."""
+        self.bind(*probe_paths(script))
+
+    @property
+    def base(self) -> list[KeyInput]:
+        if self.points is None:
+            raise RuntimeError("cache lookup not bound to its probe points")
+        return [*self.script, *point_inputs(self.named, self.uses_library)]
 
 
-def base_inputs(text: str, filename: str, args: Sequence[str], defines: Sequence[str],
-                named: Sequence[str], uses_library: bool, argv0: str | None,
-                target_path: str | None, compilers: Iterable[KeyInput]) -> list[KeyInput]:
-    inputs = [
+def _host() -> str:
+    # os.uname, not the platform module (~10 ms of regex compiles at import): the same
+    # machine and release strings on Linux.
+    u = os.uname()
+    return f"{u.machine} {u.release}"
+
+
+def script_inputs(text: str, filename: str, args: Sequence[str], defines: Sequence[str],
+                  argv0: str | None, target_path: str | None,
+                  compilers: Iterable[KeyInput]) -> list[KeyInput]:
+    """The key's inputs known without parsing the script."""
+    return [
         KeyInput("pydyn cache format", str(FORMAT_VERSION)),
         KeyInput(f"script {filename}", _sha(text.encode(errors="surrogateescape")),
                  f"{len(text)} chars"),
         KeyInput("script arguments", _sha(json.dumps(list(args))), json.dumps(list(args))),
         KeyInput("-D values", _sha(json.dumps(sorted(defines))), " ".join(sorted(defines))),
-        KeyInput("host", _sha(f"{platform.machine()} {platform.release()}"),
-                 f"{platform.machine()} {platform.release()}"),
+        KeyInput("host", _sha(_host()), _host()),
         KeyInput("launcher sources", _launcher_digest()),
         KeyInput("runtime and shmlayout sources", runtime_digest().hex()),
         *compilers,
-        KeyInput("probed binaries", _sha("\n".join(named)), " ".join(named)),
         KeyInput("-c target", _sha(f"{argv0}\n{target_path}"), f"{argv0} -> {target_path}"),
     ]
+
+
+def point_inputs(named: Sequence[str], uses_library: bool) -> list[KeyInput]:
+    """The key's inputs that depend on the probe points."""
+    inputs = [KeyInput("probed binaries", _sha("\n".join(named)), " ".join(named))]
     if uses_library:
         ld_cache = "/etc/ld.so.cache"
         try:
@@ -250,7 +304,7 @@ def _dump_format(fmt: Any) -> dict[str, Any]:
 
 def _load_format(d: dict[str, Any]) -> Any:
     from pydyn.launcher.format import Conversion, FormatSpec
-    from pydyn.launcher.translate import HistFormat
+    from pydyn.launcher.program import HistFormat
     if d["kind"] == "printf":
         return FormatSpec(tuple(p if isinstance(p, str) else Conversion(**p)
                                 for p in d["pieces"]), tuple(d["arg_types"]))
@@ -269,7 +323,7 @@ def program_to_json(program: Any) -> dict[str, Any]:
 
 
 def program_from_json(d: dict[str, Any], c_source: str) -> Any:
-    from pydyn.launcher.translate import Program
+    from pydyn.launcher.program import Program
     return Program(c_source=c_source, checksum=bytes.fromhex(d["checksum"]),
                    formats=[_load_format(f) for f in d["formats"]],
                    required_abis=frozenset(d["required_abis"]), globals_size=d["globals_size"],
@@ -456,17 +510,20 @@ class ModuleCache:
                         f"{real} {' '.join(abi_flags(abi))} ({first})")
 
     # -- lookup ------------------------------------------------------------------
-    def lookup_script(self, text: str, filename: str, args: Sequence[str],
-                      defines: Sequence[str], script: Any, argv0: str | None,
-                      target_path: str | None) -> tuple[Lookup | None, Hit | None]:
-        """The cheap key of this run and the entry it names, if that entry is sound.
+    def lookup_text(self, text: str, filename: str, args: Sequence[str],
+                    defines: Sequence[str], argv0: str | None, target_path: str | None,
+                    guru: bool = False) -> tuple[Lookup | None, Hit | None]:
+        """The cheap key of this run and the entry it names, if that entry is sound;
+        before any parse (a hit never parses, resolves nor translates).  On a miss the
+        caller parses and binds the Lookup (`bind_script`) before `build`.
 
         (None, None) after one warning if the entry is not safely ours: build privately."""
-        named, uses_library = named_binaries(script, target_path)
-        base = base_inputs(text, filename, args, defines, named, uses_library, argv0,
-                           target_path, self.compiler_inputs())
+        inputs = script_inputs(text, filename, args, defines, argv0, target_path,
+                               self.compiler_inputs())
+        if guru:   # -g changes guru_mode conditions and what translates: never shared
+            inputs.append(KeyInput("guru mode", "1"))
         try:
-            return self.lookup(base, named)
+            return self.lookup(Lookup(inputs, target_path))
         except CacheRefused as exc:
             self.warn(f"{exc}; building in a private directory instead")
             return None, None
@@ -483,14 +540,17 @@ class ModuleCache:
                 self.warn(f"{exc}; building in a private directory instead")
         return build_private(program, required, defines, keep)
 
-    def lookup(self, base: list[KeyInput], named: Sequence[str]) -> tuple[Lookup, Hit | None]:
-        lk = Lookup(base, list(named))
+    def lookup(self, lk: Lookup) -> tuple[Lookup, Hit | None]:
         try:
-            index = json.loads((self.root / "index" / f"{lk.base_hash}.json").read_text())
-            lk.deps = sorted(set(index["deps"]) | set(named))
+            index = json.loads((self.root / "index" / f"{lk.script_hash}.json").read_text())
+            points, deps = index["points"], index["deps"]
+            if not all(isinstance(p, str) for p in [*points, *deps]):
+                return lk, None
+            lk.bind(points, bool(index["uses_library"]))
         except (OSError, ValueError, KeyError, TypeError):
             return lk, None
-        key = full_key(base, dep_inputs(lk.deps))
+        lk.deps = sorted(set(deps) | set(lk.named))
+        key = full_key(lk.base, dep_inputs(lk.deps))
         entry = self.entry_dir(key)
         if not entry.is_dir():
             return lk, None
@@ -557,12 +617,15 @@ class ModuleCache:
               verbose_lines: Sequence[str] = ()) -> ModuleSet:
         """Build the modules into their entry (or take the one a concurrent run built)."""
         plans = list(getattr(program, "plans", []))
-        lk.deps = sorted(set(deps) | set(lk.deps))
+        base = lk.base
+        lk.deps = sorted(set(deps) | set(lk.deps) | set(lk.named))
         dep_keys = dep_inputs(lk.deps)
-        key = full_key(lk.base, dep_keys)
+        key = full_key(base, dep_keys)
         index_dir = self.root / "index"
         index_dir.mkdir(mode=0o700, exist_ok=True)
-        _write_atomic(index_dir / f"{lk.base_hash}.json", json.dumps({"deps": lk.deps}))
+        _write_atomic(index_dir / f"{lk.script_hash}.json",
+                      json.dumps({"points": lk.points, "uses_library": lk.uses_library,
+                                  "deps": lk.deps}))
         entry = self.entry_dir(key)
         entry.mkdir(mode=0o700, exist_ok=True)
         check_private(entry, "cache entry")
@@ -574,12 +637,16 @@ class ModuleCache:
             for stale in entry.glob("*.tmp*"):
                 stale.unlink(missing_ok=True)
             (entry / f"pydyn_{key}.json").unlink(missing_ok=True)
-            modules = build_modules(program.c_source, key, entry, required, defines)
+            store = self.root / RUNTIME_STORE
+            if store.exists():
+                check_private(store, "runtime object store")
+            modules = build_modules(program.c_source, key, entry, required, defines,
+                                    runtime_store=store, warn=self.warn)
             _tighten(entry)
             artefacts = {p.name: _file_sha(p) for p in
                          [entry / f"pydyn_{key}.c", entry / "pd_shm.h",
                           *modules.modules.values()]}
-            inputs = [*lk.base, *dep_keys]
+            inputs = [*base, *dep_keys]
             body = {
                 "format": FORMAT_VERSION, "key": key, "created": time.time(),
                 "inputs": [{"name": i.label, "sha256": i.digest, "value": i.note}
@@ -671,9 +738,11 @@ class ModuleCache:
             lock.release()
 
     def clean(self) -> tuple[int, int]:
-        """--clean-cache: every entry not in use, the index and the compiler memo."""
+        """--clean-cache: every entry not in use, the index, the compiler memo and the
+        precompiled runtime."""
         removed, busy = self.evict(limit=-1)
         shutil.rmtree(self.root / "index", ignore_errors=True)
+        shutil.rmtree(self.root / RUNTIME_STORE, ignore_errors=True)
         (self.root / "compilers.json").unlink(missing_ok=True)
         for trash in self.root.glob(".trash.*"):
             shutil.rmtree(trash, ignore_errors=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import signal
 import sys
 import threading
@@ -22,6 +21,7 @@ from pydyn.launcher.errors import PydynError, ScriptError
 if TYPE_CHECKING:
     from pydyn.launcher.build import ModuleSet
     from pydyn.launcher.cache import Lookup, ModuleCache
+    from pydyn.launcher.output import OutputSink
     from pydyn.launcher.translate import Program
 
 CACHE_ENV = "PYDYN_CACHE_DIR"
@@ -31,6 +31,7 @@ examples:
   pydyn -e 'probe process("./app").mark("tick") { n++ } probe end { printf("%d\\n", n) }' \\
         -c ./app
   pydyn script.stp -c './server 4'        run a script on a command and its children
+  pydyn script.stp -x 1234 -T 10          attach to pid 1234 for 10 seconds, then detach
   pydyn -l 'process("/usr/bin/python3.11").mark("*")'      list probe points
   pydyn -L 'process("/usr/lib/*/libpython*.so*").mark("function__entry")'
   pydyn --json script.stp -c ./app        newline-delimited JSON records
@@ -73,11 +74,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
     p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
+    p.add_argument("-x", dest="attach_pid", metavar="PID", type=int,
+                   help="attach to the running process PID (target() is PID)")
+    p.add_argument("-T", dest="timeout", metavar="SECS", type=float,
+                   help="end the session after SECS seconds")
     p.add_argument("-p", dest="pass_", metavar="N", type=int, choices=range(1, 6),
                    help="stop after pass N (1 parse, 2 resolve, 3 C, 4 build)")
     p.add_argument("-v", dest="verbose", action="count", default=0, help="more output")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="set a limit such as MAXACTION=10000")
+    p.add_argument("-g", dest="guru", action="store_true",
+                   help="guru mode: allow embedded C (%%{ %%}) and set_user_* writes")
     p.add_argument("--probe-mode", choices=("auto", "trap"), default="auto",
                    help="auto: trampolines where the patch plan allows (default); trap: int3 only")
     p.add_argument("--cache-dir", help=f"module cache (default ${CACHE_ENV} or ~/.cache/pydyn)")
@@ -89,6 +96,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="cache size limit; least recently used entries go first (default 256)")
     p.add_argument("-s", dest="bufsize", type=int, default=4, metavar="MiB",
                    help="output ring size in MiB (power of two)")
+    p.add_argument("-o", dest="output", metavar="FILE",
+                   help="write the probes' output to FILE instead of stdout")
     return p
 
 
@@ -234,7 +243,6 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 def run(argv: Sequence[str]) -> int:
     from pydyn.launcher.cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from pydyn.launcher.script import parse_script
     from pydyn.launcher.session import Session, SessionOptions, split_command
 
     opts = _parser().parse_args(argv)
@@ -277,15 +285,31 @@ def run(argv: Sequence[str]) -> int:
             ms = (time.monotonic() - start) * 1000
             print(f"Pass {n}: {what} in {ms:.0f}ms", file=sys.stderr)
 
-    t0 = time.monotonic()
-    script = parse_script(text, filename, args=opts.args, arch=platform.machine())
-    step(1, "parsed user script", t0)
+    def parse() -> Any:
+        # Only on a cache miss: the parser and the AST cost ~100 ms of imports alone.
+        from pydyn.launcher.script import parse_script
+        t0 = time.monotonic()
+        script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
+                              guru=opts.guru)
+        step(1, "parsed user script", t0)
+        return script
+
     if opts.pass_ == 1:
+        script = parse()
         print(f"# parsed {len(script.probes)} probe(s), {len(script.functions)} function(s), "
               f"{len(script.globals)} global(s)")
         return 0
     target_path = None
     argv_cmd = None
+    if opts.attach_pid is not None:
+        if opts.command:
+            raise PydynError("-c and -x exclude each other: start a command or attach to one")
+        from pydyn.launcher.attach import inspect
+        exe = inspect(opts.attach_pid).exe
+        # the running image when its file was replaced or deleted since it started
+        target_path = exe if os.path.isfile(exe) else f"/proc/{opts.attach_pid}/exe"
+    if opts.timeout is not None and opts.timeout <= 0:
+        raise PydynError(f"-T {opts.timeout:g}: the timeout must be a positive number of seconds")
     if opts.command:
         argv_cmd = split_command(opts.command)
         from shutil import which
@@ -297,10 +321,11 @@ def run(argv: Sequence[str]) -> int:
     if not opts.disable_cache and (opts.pass_ is None or opts.pass_ >= 4):
         cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
     t0 = time.monotonic()
-    lookup, hit = cache.lookup_script(text, filename, opts.args, defines, script,
-                                      argv_cmd[0] if argv_cmd else None,
-                                      target_path) if cache else (None, None)
+    lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
+                                    argv_cmd[0] if argv_cmd else None,
+                                    target_path, guru=opts.guru) if cache else (None, None)
     if hit is not None:
+        step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:
             print(line, file=sys.stderr)
         step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
@@ -312,6 +337,9 @@ def run(argv: Sequence[str]) -> int:
         built = ", ".join(sorted(modules.modules, reverse=True))
         step(4, f"using cached {built} modules", time.monotonic())
     else:
+        script = parse()
+        if lookup is not None:
+            lookup.bind_script(script)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
         if compiled is None:
             return 0   # -p2, -p3
@@ -325,14 +353,31 @@ def run(argv: Sequence[str]) -> int:
     ring = opts.bufsize << 20
     if ring & (ring - 1) or ring <= 0:
         raise PydynError(f"-s {opts.bufsize}: the ring size must be a power of two MiB")
-    sink = None
+    stream = None
+    if opts.output:
+        try:
+            stream = open(opts.output, "wb")  # noqa: SIM115 - open for the whole session
+        except OSError as exc:
+            raise PydynError(f"{opts.output}: cannot write the output there: "
+                             f"{exc.strerror or exc}") from None
+    sink: OutputSink | None = None
     if opts.json:
         from pydyn.launcher.jsonout import JsonSink
-        sink = JsonSink(program.formats, program.report, version())
+        sink = JsonSink(program.formats, program.report, version(),
+                        **({"stdout": stream} if stream else {}))
+    elif stream:
+        from pydyn.launcher.output import OutputSink as Sink  # lazily: start-up time
+        sink = Sink(program.formats, stdout=stream)
     session = Session(program, modules, SessionOptions(command=opts.command, ring_size=ring,
-                                                        verbose=verbose, target_checked=True),
+                                                        verbose=verbose, target_checked=True,
+                                                        attach_pid=opts.attach_pid,
+                                                        timeout=opts.timeout),
                       sink=sink)
-    result = session.run()
+    try:
+        result = session.run()
+    finally:
+        if stream:
+            stream.close()
     return result.exit_status
 
 

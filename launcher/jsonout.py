@@ -61,6 +61,7 @@ class JsonSink(OutputSink):
 
     def __init__(self, formats: Any, report: dict[int, Any], version: str, **kw: Any) -> None:
         super().__init__(formats, **kw)
+        self.merge_text = False  # one JSON record per printf
         self.report = report
         self.emit(header_record(version))
         self.stdout.flush()

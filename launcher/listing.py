@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from pydyn.launcher.elf.argspec import ArgSpec
+from pydyn.launcher.elf.functions import FunctionSite
 from pydyn.launcher.elf.stapsdt import ProbeSite
 from pydyn.launcher.errors import PydynError, ScriptError
 from pydyn.launcher.resolve import ResolvedPoint, Resolver, format_point
@@ -34,9 +35,33 @@ def context_vars(site: ProbeSite, typed: bool) -> str:
     return " ".join(f"$arg{i}:{arg_type(a, typed)}" for i, a in enumerate(site.args, 1))
 
 
+def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
+    """`process("P").function("add@/src/t.c:12") $a:int $b:long int`, as stap lists a
+    function; with -v each parameter's location at the entry ("ABI": not from DWARF)."""
+    from pydyn.launcher.elf.dwarf import function_at
+    func = function_at(site.path, site.func_addr)
+    name = func.where if func is not None else site.name
+    line = f'process("{site.path}").function("{name}"){".return" if site.is_return else ""}'
+    if not with_vars or func is None:
+        return line
+    params = [] if site.is_return else list(func.params)
+    line += "".join(f" ${p.name}:{p.type_name}" for p in params)
+    if site.is_return:
+        line += " $return:long"
+    if verbose:
+        where = " ".join(f"{p.name}={p.location.text}{'(ABI)' if p.via_abi else ''}"
+                         if p.location else f"{p.name}=?" for p in params)
+        line += f" pc={site.pc:#x}" + (f' locations="{where}"' if params else "")
+    return line
+
+
 def _lines(points: Iterable[ResolvedPoint], with_vars: bool, verbose: int) -> list[str]:
     lines: set[str] = set()
     for rp in points:
+        if rp.kind == "function":
+            lines.update(function_line(s, with_vars, verbose) for s in rp.sites
+                         if isinstance(s, FunctionSite))
+            continue
         if rp.kind != "mark":
             lines.add(format_point(rp.point).rstrip("?"))
             continue

@@ -55,6 +55,7 @@ class OutputSink:
     warnings: int = 0
     exit_requested: bool = False
     bad_records: int = 0
+    merge_text: bool = True  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
 
     def _write(self, stream: BinaryIO, text: str) -> None:
         stream.write(text.encode("utf-8", "surrogateescape"))

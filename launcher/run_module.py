@@ -27,8 +27,8 @@ from pydyn.launcher.build import ModuleSet, link_lib_dirs
 from pydyn.launcher.cache import program_from_json
 from pydyn.launcher.errors import PydynError, TargetError
 from pydyn.launcher.output import OutputSink
+from pydyn.launcher.program import Program
 from pydyn.launcher.session import Session, SessionOptions
-from pydyn.launcher.translate import Program
 
 MODULE_NAME = re.compile(r"pydyn_([0-9a-f]+)_(m64|m32|aarch64)\.so$")
 CHECKSUM_LEN = 32

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import mmap
 import os
-import platform
 import random
 import secrets
 import shlex
@@ -25,18 +24,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import cffi
 import posix_ipc
 
 from pydyn.launcher.build import ModuleSet
-from pydyn.launcher.elf.reader import check_preloadable, get_elf_info
 from pydyn.launcher.errors import SessionError, TargetError
+from pydyn.launcher.modffi import launcher_ffi
 from pydyn.launcher.output import LIMIT_ADVICE, OutputSink
-from pydyn.launcher.translate import Program
+from pydyn.launcher.program import Program
 from pydyn.shmlayout import (
     PD_ABI_AARCH64,
     PD_ABI_I386,
     PD_ABI_X86_64,
+    PD_FLAG_MERGE_TEXT,
     PD_PROC_ALIVE,
     PD_PROC_EXECED,
     PD_PROC_EXITED,
@@ -66,20 +65,6 @@ PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR = 1, 2, 3
 ENV_SHM = "PYDYN_SHM"
 ENV_PRELOAD_MARK = "PYDYN_PRELOAD"  # our LD_PRELOAD entry, for children that scrub it
 
-_CDEF = """
-struct pd_module_info {
-    uint8_t checksum[32]; uint64_t globals_size;
-    uint32_t nprobes; uint32_t nsites; uint32_t nobjects; uint32_t maxaction;
-};
-const struct pd_module_info *pd_launcher_module_info(void);
-int pd_launcher_attach(const char *name);
-void pd_launcher_init_globals(void);
-int pd_launcher_run(uint32_t kind);
-void pd_launcher_run_probe(uint32_t index);
-uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap);
-void pd_launcher_wait(uint32_t timeout_ms);
-void pd_launcher_detach(void);
-"""
 _ATTACH_ERRORS = {-1: "cannot map the segment", -2: "the segment is not a pydyn segment",
                   -3: "the module was built from another source than the segment"}
 SHELL_CHARS = set("|&;<>()$`\\\"'*?[]{}~#\n=%")
@@ -93,6 +78,8 @@ class SessionOptions:
     verbose: int = 0
     target_checked: bool = False   # the launcher checked the -c target (or a cache hit vouches)
     set_globals: tuple[tuple[str, str], ...] = ()   # NAME=VALUE, applied before `begin`
+    attach_pid: int | None = None   # -x PID: attach to a running process (launcher/attach.py)
+    timeout: float | None = None    # -T SECS: end the session after SECS, as exit() would
 
 
 @dataclass
@@ -163,7 +150,7 @@ def emulator_prefix(argv: Sequence[str]) -> list[str]:
     exe = argv[0]
     path = exe if "/" in exe else shutil.which(exe)
     machine = _elf_machine(path) if path else None
-    if machine not in QEMU_USER or HOST_MACHINE.get(platform.machine()) == machine:
+    if machine not in QEMU_USER or HOST_MACHINE.get(os.uname().machine) == machine:
         return []
     env_name, default, sysroot = QEMU_USER[machine]
     qemu = os.environ.get(env_name) or shutil.which(default)
@@ -188,15 +175,26 @@ def check_command_target(argv: Sequence[str]) -> None:
                 return  # a script: its interpreter takes the preload
         if not os.access(p, os.X_OK):
             raise TargetError(path, "is not executable")
+    from pydyn.launcher.elf.reader import check_preloadable, get_elf_info  # pyelftools: ~50 ms
     check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
+
+
+def process_gone(pid: int) -> bool:
+    """Whether pid has exited (a zombie counts as exited)."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OSError):
+        return False
 
 
 class _Module:
     """The native module loaded into the launcher."""
 
     def __init__(self, path: Path) -> None:
-        self.ffi = cffi.FFI()
-        self.ffi.cdef(_CDEF)
+        self.ffi = launcher_ffi()   # out-of-line ABI mode: no C parser at run time
         try:
             self.lib: Any = self.ffi.dlopen(str(path))
         except OSError as exc:
@@ -219,6 +217,8 @@ class Session:
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
         self._stop_timers = threading.Event()
         self._drain_error: BaseException | None = None
+        self._attached: Any = None   # attach.AttachedProcess under -x
+        self._detach_failed = False
 
     # -- segment -------------------------------------------------------------
     def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
@@ -252,12 +252,20 @@ class Session:
             self.sink.feed(bytes(module.ffi.buffer(buf, n)))
         return n
 
+    def _stop_draining(self, module: _Module) -> None:
+        self._stop_drain.set()
+        # Wake the drain thread from pd_launcher_wait (a module built before
+        # pd_launcher_wake existed, given to pydyn-run, lets the wait time out).
+        wake = getattr(module.lib, "pd_launcher_wake", None)
+        if wake is not None:
+            wake()
+
     def _drain_loop(self, module: _Module) -> None:
         buf = module.ffi.new("uint8_t[]", 1 << 20)
         try:
             while not self._stop_drain.is_set():
                 if self._drain_once(module, buf) == 0:
-                    module.lib.pd_launcher_wait(50)
+                    module.lib.pd_launcher_wait(10)  # producers wake it only in bulk
             while self._drain_once(module, buf):
                 pass
         except BaseException as exc:  # surfaced by run(), never lost in a thread
@@ -326,20 +334,14 @@ class Session:
 
     def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
         """A process killed by a signal never runs its destructor: mark it here."""
-        for proc in self.view.procs():
+        for _, proc in self.view.used_procs():
             if proc.state != PD_PROC_ALIVE:
                 continue
             pid = proc.pid
             if child is not None and pid == child.pid and child.returncode is not None:
                 gone = True
             else:
-                try:
-                    os.kill(pid, 0)
-                    gone = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] == "Z"
-                except ProcessLookupError:
-                    gone = True
-                except (PermissionError, OSError):
-                    gone = False
+                gone = process_gone(pid)
             if gone:
                 proc.state = PD_PROC_KILLED
 
@@ -366,6 +368,8 @@ class Session:
                 raise SessionError(f"launcher attach failed: {_ATTACH_ERRORS.get(rc, rc)}")
             module.lib.pd_launcher_init_globals()
             self._set_globals(mem)
+            if self.sink.merge_text:  # before the drain thread runs: it sets bit 0 itself
+                self.view.header.flags |= PD_FLAG_MERGE_TEXT
             drain.start()
             module.lib.pd_launcher_run(PD_PROBE_BEGIN)
             header = self.view.header
@@ -383,6 +387,9 @@ class Session:
                     header.target_pid = child.pid
                     if self.options.verbose:
                         self.log(f"pydyn: started {argv[0]} as pid {child.pid}")
+                elif self.options.attach_pid is not None:
+                    header.target_pid = self.options.attach_pid
+                    self._attach(self.options.attach_pid)
                 for index, period, rand in self.program.timers:
                     t = threading.Thread(target=self._timer_loop,
                                          args=(module, index, period, rand), daemon=True)
@@ -396,6 +403,7 @@ class Session:
             self._stop_timers.set()
             for t in timers:
                 t.join()
+            self._detach()
             # Interrupted: the user wants everything stopped.  exit() or an error
             # only ends the session; the target runs on with its probes inert.
             if child is not None and child.poll() is None and interrupted:
@@ -410,14 +418,15 @@ class Session:
                 module.lib.pd_launcher_run(PD_PROBE_ERROR)
             module.lib.pd_launcher_run(PD_PROBE_END)
             header.session_state = PD_SESSION_STOPPED
-            self._stop_drain.set()
+            self._stop_draining(module)
             drain.join()
             if self._drain_error is not None:
                 raise self._drain_error
             return self._result(child)
         finally:
             self._stop_timers.set()
-            self._stop_drain.set()
+            self._detach()
+            self._stop_draining(module)
             if drain.is_alive():
                 drain.join(timeout=5)
             module.lib.pd_launcher_detach()
@@ -432,7 +441,7 @@ class Session:
 
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
-        for i, proc in enumerate(self.view.procs()):
+        for i, proc in self.view.used_procs():
             key = (i, int(proc.pid), int(proc.start_ns))  # an exec'd entry may be reused
             if proc.state == 0 or key in self._seen_procs:
                 continue
@@ -444,15 +453,57 @@ class Session:
                      f"{_cstr(proc.exe)} module {module.name if module else '?'}, "
                      f"{proc.sites_armed} site(s) armed")
 
+    def _attach(self, pid: int) -> None:
+        """-x PID: load the module of the process's class into it and arm its sites."""
+        from pydyn.launcher.attach import AttachedProcess, inspect, share_with
+        from pydyn.launcher.build import INSTALL_HINT
+
+        target = inspect(pid)
+        modules = self.modules
+        if modules.get_module(target.abi) is None:
+            raise TargetError(f"pid {pid} ({target.exe})", f"is a {target.abi} process and no "
+                              f"{target.abi} module was built: {INSTALL_HINT[target.abi]}")
+        if target.uid != os.geteuid():
+            modules = share_with(target, modules, self.shm_name)
+        module = modules.get_module(target.abi)
+        assert module is not None
+        self._attached = AttachedProcess(target, module, self.log, self.options.verbose)
+        self._attached.attach(self.shm_name, modules.preload_entry,
+                              os.environ.get("PYDYN_PROBE_MODE", "auto"))
+
+    def _detach(self) -> None:
+        """-x: restore the attached process (once; also when the session failed)."""
+        attached, self._attached = self._attached, None
+        if attached is None:
+            return
+        try:
+            attached.detach()
+        except (SessionError, TargetError, OSError) as exc:
+            self._detach_failed = True
+            self.log(f"pydyn: error: could not restore pid {attached.target.pid}: {exc}")
+
     def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
         header = self.view.header
         last_scan = time.monotonic()
+        deadline = None if self.options.timeout is None else last_scan + self.options.timeout
+        attached = self.options.attach_pid
         while not header.exit_requested:
             if child is not None and child.poll() is not None:
                 return
-            if child is None and not self.program.needs_wait:
+            if deadline is not None and time.monotonic() >= deadline:
                 return
-            time.sleep(0.02)
+            if attached is not None:
+                if process_gone(attached):
+                    return
+            elif child is None and not self.program.needs_wait:
+                return
+            if child is not None:
+                try:   # returns within ~1 ms of the exit, where a sleep costs 10 ms on average
+                    child.wait(timeout=0.02)
+                except subprocess.TimeoutExpired:
+                    pass
+            else:
+                time.sleep(0.02)
             if self.options.verbose:
                 self._report_new_processes()
             if time.monotonic() - last_scan > 0.5:
@@ -479,7 +530,7 @@ class Session:
         if status is not None and status < 0:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
-        procs = [p.as_dict() for p in self.view.procs() if p.state != 0]
+        procs = [p.as_dict() for _, p in self.view.used_procs()]
         if skipped and len(procs) >= self.options.proctab_count and not any(
                 p["state"] == PD_PROC_EXECED for p in procs):
             self.log(f"WARNING: the process table is full ({self.options.proctab_count} "
@@ -494,4 +545,5 @@ class Session:
                 states[name] = states.get(name, 0) + 1
             summary = ", ".join(f"{n} {k}" for k, n in sorted(states.items()))
             self.log(f"pydyn: {len(procs)} process image(s) in the session: {summary}")
-        return SessionResult(1 if errors else 0, errors, skipped, status, procs)
+        return SessionResult(1 if errors or self._detach_failed else 0, errors, skipped,
+                             status, procs)

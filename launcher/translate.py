@@ -12,16 +12,30 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pydyn.launcher.build import runtime_digest
+from pydyn.launcher.elf import dwarf
 from pydyn.launcher.elf.argspec import ArgKind, ArgSpec
-from pydyn.launcher.elf.functions import FunctionSite
+from pydyn.launcher.elf.functions import NARGS, FunctionSite
 from pydyn.launcher.elf.stapsdt import ProbeSite
-from pydyn.launcher.errors import ScriptError, SourceLocation
+from pydyn.launcher.elf.unwind import unwind_c
+from pydyn.launcher.entry import helpers_c as entry_helpers_c
+from pydyn.launcher.entry import pop_c as entry_pop_c
+from pydyn.launcher.errors import ScriptError, SourceLocation, TargetError
 from pydyn.launcher.format import FormatSpec, parse_format
+from pydyn.launcher.guru import (
+    SET_USER,
+    embedded_expr_c,
+    embedded_function_c,
+    set_user_c,
+    set_user_params,
+    toplevel_c,
+)
 from pydyn.launcher.patchplan import PatchPlan, plan_c, plan_function, plan_site
+from pydyn.launcher.program import Format, HistFormat, Program, ReportTag  # noqa: F401
 from pydyn.launcher.resolve import Resolution, ResolvedPoint, format_point
 from pydyn.launcher.script import ast
 
@@ -39,46 +53,6 @@ PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_P
                 "function": "PD_PROBE_MARK"}
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
             "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
-
-
-@dataclass(frozen=True)
-class HistFormat:
-    """A histogram record: its arguments are the bucket counts."""
-
-    kind: str  # "log" | "linear"
-    lo: int = 0
-    hi: int = 0
-    step: int = 1
-
-
-Format = FormatSpec | HistFormat
-ReportTag = tuple[str, str, tuple[str, ...], str]
-
-
-@dataclass
-class Program:
-    """What translation produces: the C source and what the launcher needs to run it."""
-
-    c_source: str
-    checksum: bytes
-    formats: list[Format]
-    required_abis: frozenset[str]
-    globals_size: int
-    needs_wait: bool              # has probes that fire outside begin/end (marks, timers)
-    timers: list[tuple[int, int, int]] = field(default_factory=list)  # (probe, period, rand)
-    sites: list[ProbeSite] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    plans: list[PatchPlan] = field(default_factory=list)   # one per site, same order
-    # Exit-report formats (never shared with a printf): id -> (record type "map" or
-    # "stats", global name, key types, value type "long"/"string"/"stat"/"empty").
-    report: dict[int, ReportTag] = field(default_factory=dict)
-    # Scalar globals by name: (offset in the globals area, "long" | "string", size),
-    # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
-    scalars: dict[str, tuple[int, str, int]] = field(default_factory=dict)
-
-    @property
-    def checksum_hex(self) -> str:
-        return self.checksum.hex()[:16]
 
 
 @dataclass
@@ -185,6 +159,21 @@ def _next_pow2(n: int) -> int:
     return p
 
 
+def _formats_in_probe(spec: FormatSpec) -> bool:
+    """Whether printf(spec) can be formatted by the handler (pd_sf_* in pd_string.c, the
+    rules format.py applies): integer conversions with fixed widths, whose longest output
+    fits a MAXSTRINGLEN string.  Strings and '*' widths stay records formatted here."""
+    bound = 0
+    for piece in spec.pieces:
+        if isinstance(piece, str):
+            bound += len(piece.encode())
+        elif piece.conv not in "diuxX" or piece.width == -1 or piece.precision == -1:
+            return False
+        else:
+            bound += max(piece.width or 0, piece.precision or 0) + 24   # 2^64 in octal-ish digits
+    return bound < LIMITS["MAXSTRINGLEN"]
+
+
 def _type_size(t: str | None) -> int:
     # strings keep 8-byte alignment so the slots after them stay aligned
     string_size = (LIMITS["MAXSTRINGLEN"] + 7) & ~7
@@ -208,6 +197,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_string": ((LONG,), STRING), "user_string_n": ((LONG, LONG), STRING),
     "user_string2": ((LONG, STRING), STRING), "user_string_n2": ((LONG, LONG, STRING), STRING),
     "user_string_quoted": ((LONG,), STRING), "user_string_n_quoted": ((LONG, LONG), STRING),
+    "user_string_nofault": ((LONG,), STRING),
     "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
     "tokenize": ((STRING, STRING), STRING),
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
@@ -223,6 +213,8 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
     "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
     "abs": ((LONG,), LONG),
+    # issue 7: symbols and backtraces from the launcher's tables (elf/unwind.py)
+    "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
 }
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln"}
@@ -245,6 +237,7 @@ class Scope:
         self.probe_kinds = probe_kinds
         self.uses_globals = False
         self.first_use: dict[str, ast.Symbol] = {}
+        self.in_entry = False   # inside @entry(...): the entry's registers (entry.py)
 
 
 class Translator:
@@ -259,6 +252,10 @@ class Translator:
         self.changed = False
         self.warnings: list[str] = []
         self.atomic_globals: set[str] = set()
+        # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
+        self.param_names: list[str] = []
+        self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
+        self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -309,7 +306,8 @@ class Translator:
             for probe in self.script.probes:
                 self._infer_stmt(probe.body, self.scopes[id(probe)])
             for f in self.script.functions:
-                self._infer_stmt(f.body, self.scopes[id(f)])
+                if not isinstance(f.body, ast.Embedded):   # guru C: typed by its callers
+                    self._infer_stmt(f.body, self.scopes[id(f)])
             if not self.changed:
                 break
         for name, var in list(self.globals.items()):
@@ -489,8 +487,10 @@ class Translator:
             return "hist"
         if isinstance(e, ast.Call):
             return self._infer_call(e, scope)
-        if isinstance(e, ast.Defined):
+        if isinstance(e, ast.Defined | ast.Embedded):
             return LONG
+        if isinstance(e, ast.Entry):
+            return self._entry_type(e, scope)
         if isinstance(e, ast.Wildcard):
             raise _err("unexpected '*'", e)
         raise _err(f"{type(e).__name__} expressions are not supported yet", e)
@@ -547,15 +547,67 @@ class Translator:
         if name in self.globals:
             self.globals[name].read = True
 
+    def param_slot(self, name: str) -> int:
+        if name not in self.param_names:
+            self.param_names.append(name)
+        return NARGS + self.param_names.index(name)
+
+    def _entry_type(self, e: ast.Entry, scope: Scope) -> str:
+        if scope.in_entry or scope.kind != "probe" or not scope.sites or not all(
+                isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
+            raise _err("@entry is only available in function .return probes", e)
+        scope.in_entry = True
+        try:
+            t = self._infer(e.operand, scope)
+        finally:
+            scope.in_entry = False
+        if t not in (None, LONG):
+            raise _err(f"@entry of a {t} is not supported: only long values", e)
+        return LONG
+
+    def _dwarf_param(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        """`$name` in a function probe: a DWARF parameter every site has (issue 7)."""
+        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+        if not scope.in_entry and any(returns) and not all(returns):
+            raise _err(f"'{e.name}' in a probe on both entries and returns", e,
+                       "use separate probes")
+        for site in scope.sites:
+            assert isinstance(site, FunctionSite)
+            try:
+                dwarf.readable_param(site.path, site.func_addr, e.name[1:])
+            except TargetError as exc:
+                raise _err(f"'{e.name}': {exc}", e) from exc
+        return LONG
+
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
         name = e.name
         if e.components:
             raise _err(f"'{name}' has no members here: marks expose only $argN", e)
+        functions = scope.kind == "probe" and bool(scope.sites) and all(
+            isinstance(s, FunctionSite) for s in scope.sites)
+        if functions and _is_param_name(name):
+            return self._dwarf_param(e, scope)
+        if functions and name in ("$$parms", "$$vars") and not scope.in_entry and any(
+                isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
+            raise _err(f"'{name}' is not available in .return probes", e,
+                       "name the parameters: $x there is its value at the entry")
+        if functions and name in ("$$parms", "$$vars"):
+            # a glob may match functions without DWARF (the C runtime's): "" for them
+            errors: list[TargetError] = []
+            for site in scope.sites:
+                assert isinstance(site, FunctionSite)
+                try:
+                    dwarf.site_function(site.path, site.func_addr)
+                except TargetError as exc:
+                    errors.append(exc)
+            if len(errors) == len(scope.sites):
+                raise _err(f"'{name}': {errors[0]}", e)
         if name in ("$$name", "$$provider", "$$parms", "$$vars"):
             if scope.kind != "probe" or not scope.sites:
                 raise _err(f"'{name}' is only available in process mark probes", e)
             return STRING
-        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites or ()]
+        returns = [isinstance(s, FunctionSite) and s.is_return and not scope.in_entry
+                   for s in scope.sites or ()]
         if name in ("$return", "$$return"):   # issue 7: function .return probes
             if scope.kind != "probe" or not returns or not all(returns):
                 raise _err(f"'{name}' is only available in function .return probes", e)
@@ -599,8 +651,16 @@ class Translator:
                 for a, t in zip(args, spec.arg_types, strict=True):
                     self._expect(a, t, scope)
             return STRING if name.startswith("s") else None
-        if name in BUILTINS:
+        user_fn = name in self.funcs
+        params: tuple[str, ...]
+        if name in SET_USER and not user_fn:
+            if not self.script.guru:
+                raise _err(f"{name}() writes into the target's memory: only in guru mode", e,
+                           "run with -g")
+            params, ret = set_user_params(name), None
+        elif name in BUILTINS:
             params, ret = BUILTINS[name]
+        if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
             if name == "substr" and len(e.args) == 2:
@@ -915,6 +975,10 @@ class Emitter:
             return self.call(e)
         if isinstance(e, ast.Defined):
             return "1" if self._defined(e.operand) else "0"
+        if isinstance(e, ast.Embedded):
+            return embedded_expr_c(e.code)
+        if isinstance(e, ast.Entry):
+            return f"ent_[{self.tr.entry_index[id(e)]}]"
         raise _err(f"{type(e).__name__} is not supported here", e)
 
     def _defined(self, e: ast.Expr) -> bool:
@@ -1009,6 +1073,13 @@ class Emitter:
         if name == "$$return":
             return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
                    "(unsigned long long)pd_func_return(c))"
+        if name in ("$$parms", "$$vars") and self.sites and \
+                all(isinstance(s, FunctionSite) for s in self.sites):
+            return self.function_parms()
+        if _is_param_name(name):
+            if not self.scope.in_entry and id(e) in self.tr.entry_index:
+                return f"ent_[{self.tr.entry_index[id(e)]}]"   # .return: as at the entry
+            return f"pd_fetch_arg(c, {self.tr.param_slot(name[1:])})"
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
             n = min(len(s.args) for s in self.sites) if self.sites else 0
@@ -1018,6 +1089,36 @@ class Emitter:
             args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
         return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+
+    def function_parms(self) -> str:
+        """stap's `$$parms` of a function probe, "a=0x1 b=0x7ffc..." ("?": unreadable),
+        chosen by the site when the probe covers several functions."""
+        t = self.strtemp()
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites:
+            assert isinstance(site, FunctionSite)
+            func = dwarf.function_at(site.path, site.func_addr)
+            params = func.params if func is not None else ()
+            fmt = " ".join(f"{p.name}=0x%llx" if p.location else f"{p.name}=?" for p in params)
+            args = "".join(f", (unsigned long long)pd_fetch_arg(c, {self.tr.param_slot(p.name)})"
+                           for p in params if p.location)
+            cases[(site.path, site.pc)] = f"pd_sprintf({t}, {_c_string(fmt)}{args})" \
+                if args else _c_string(fmt)
+        if len(cases) == 1:
+            return next(iter(cases.values()))
+        out = '""'
+        for (path, pc), value in cases.items():
+            out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
+                   f"{_c_string(path)}) ? (const char *){value} : {out})")
+        return out
+
+    def usym_call(self, name: str, args: list[str]) -> str:
+        self.tr.usym = True
+        if name == "print_ubacktrace":
+            fid = self.tr.format_id(parse_format("%s\n"))
+            return f"(pd_print_ubacktrace(c, {fid}), 0)"
+        t = self.strtemp()
+        return f"pd_usymname(c, {t}, {args[0]})" if args else f"pd_ubacktrace(c, {t})"
 
     def call(self, e: ast.Call) -> str:
         name = e.name
@@ -1042,6 +1143,8 @@ class Emitter:
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"
+        if name in ("usymname", "ubacktrace", "print_ubacktrace"):
+            return self.usym_call(name, args)
         if name == "log":
             fid = self.tr.format_id(parse_format("%s\n"))
             tmp = self.strtemp()
@@ -1071,6 +1174,10 @@ class Emitter:
             t = self.strtemp()
             n = args[1] if name == "user_string_n2" else "MAXSTRINGLEN"
             return f"pd_user_string_safe(c, {t}, {args[0]}, {n}, {args[-1]})"
+        if name == "user_string_nofault":   # stap: "" when unreadable, never an error
+            return f"pd_user_string_safe(c, {self.strtemp()}, {args[0]}, MAXSTRINGLEN, \"\")"
+        if name in SET_USER and name not in self.tr.funcs:
+            return set_user_c(name, args, _where(e))
         if name in ("user_string_quoted", "user_string_n_quoted"):
             # stap: "NULL" for a null pointer, "<unknown>" when unreadable, else quoted
             t = self.strtemp()
@@ -1133,6 +1240,11 @@ class Emitter:
             spec = parse_format(text, e.loc)
         if name.startswith("s"):
             return self.sprintf(spec, args, e)
+        if _formats_in_probe(spec):
+            # numbers only, bounded: formatted in the handler into one TEXT record,
+            # which the drain joins with its neighbours (issue 6: millions a second)
+            return f"({{ const char *t_ = {self.sprintf(spec, args, e)}; " \
+                   "pd_rec_open(c, PD_REC_TEXT, 0, 1); pd_rec_str(c, t_); pd_rec_close(c); 0; })"
         fid = self.tr.format_id(spec)
         # Arguments are evaluated before the record opens: a user function called
         # in an argument may print records of its own.
@@ -1385,6 +1497,31 @@ class Emitter:
         return out
 
 
+def _entry_handler(tr: Translator, pi: int, scope: Scope,
+                   nodes: list[ast.Expr]) -> tuple[list[str], bool]:
+    """The hidden entry handler of a .return probe using @entry (entry.py), and
+    whether it takes the globals lock."""
+    em = Emitter(tr, scope, scope.sites)
+    scope.in_entry = True
+    try:
+        em.line("int64_t v_[PD_ENTRY_VALS] = {0};")
+        for k, n in enumerate(nodes):
+            em.line(f"v_[{k}] = {em.expr(n.operand if isinstance(n, ast.Entry) else n)};")
+            em.check()
+        em.line(f"pd_entry_push(c, {pi}, v_);")
+    finally:
+        scope.in_entry = False
+    return (["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
+             *em.local_decls(set()), *em.decls, *em.lines,
+             "out:", "    return;", "}"], em.needs_lock)
+
+
+def _is_param_name(name: str) -> bool:
+    """`$fd`: a DWARF parameter (not `$argN`, `$return` or a `$$` variable)."""
+    return re.fullmatch(r"\$[A-Za-z_]\w*", name) is not None and name != "$return" and \
+        re.fullmatch(r"\$arg\d+", name) is None
+
+
 def _arg_initializer(spec: ArgSpec) -> str:
     if spec.kind == ArgKind.CONST:
         # `$sym` immediates are link-time addresses: the runtime adds the load bias.
@@ -1416,7 +1553,9 @@ def translate(script: ast.Script, resolution: Resolution, *,
     # into the checksum, so a module built with other limits is never reused.
     limits = [f"/* -D {k}={v} */" for k, v in sorted((defines or {}).items())]
     out: list[str] = ["/* Generated by pydyn: one source for every ABI. */", *limits,
-                      '#include "pd_runtime.h"', "#include <sched.h>", "#include <unistd.h>", ""]
+                      '#include "pd_runtime.h"', "#include <sched.h>", "#include <stdlib.h>",
+                      "#include <unistd.h>", "",
+                      *toplevel_c(script)]
     # globals: array and statistic descriptors
     for var in tr.globals.values():
         if var.type == STAT or (var.array and var.array.value == STAT):
@@ -1465,13 +1604,34 @@ def translate(script: ast.Script, resolution: Resolution, *,
 
     ordered: list[tuple[int, ResolvedPoint]] = []
     locks: dict[int, bool] = {}
+    hidden: dict[tuple[int, int], int] = {}
+
+    def hidden_entry(pi: int, rp: ResolvedPoint) -> int:
+        """The probe row of probe pi's @entry handler for point rp (entry.py)."""
+        if (pi, id(rp)) not in hidden:
+            hidden[(pi, id(rp))] = len(probe_rows)
+            probe_rows.append(f"    {{PD_PROBE_MARK, {int(entry_locks[pi])}, probe_{pi}_entry, "
+                              f"{_c_string(format_point(rp.point))}, -1, 0}},")
+        return hidden[(pi, id(rp))]
+
+    entry_locks: dict[int, bool] = {}   # probes with @entry: their hidden entry handler
+    entries_of = [_entry_values(p, tr.scopes[id(p)]) for p in script.probes]
+    if any(entries_of):
+        out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
+    for nodes in entries_of:
+        tr.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
         scope = tr.scopes[id(probe)]
         em = Emitter(tr, scope, scope.sites)
         em.stmt(probe.body)
         locks[pi] = em.needs_lock
+        pop: list[str] = []
+        if entries_of[pi]:
+            pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
+            handler, entry_locks[pi] = _entry_handler(tr, pi, scope, entries_of[pi])
+            out.extend(handler)
         body = ["", f"static void probe_{pi}(struct pd_ctx *c)", "{", *em.local_decls(set()),
-                *em.decls, *em.lines, "out:", "    return;", "}"]
+                *em.decls, *pop, *em.lines, "out:", "    return;", "}"]
         out.extend(body)
         ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
@@ -1506,6 +1666,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
             if isinstance(site, FunctionSite):
                 group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
+                if pi in entry_locks:
+                    group[2].append(hidden_entry(pi, rp))
                 continue
             ai = len(site_rows)
             arg_tables.append(
@@ -1523,8 +1685,10 @@ def translate(script: ast.Script, resolution: Resolution, *,
             all_plans.append(plan)
     for site, oi, entries, returns in fgroups.values():
         ai = len(site_rows)
+        fargs = [*site.args, *(dwarf.param_args(site.path, site.func_addr, tr.param_names)
+                               if tr.param_names else [])]
         arg_tables.append(f"static const struct pd_argdesc args_{ai}[] = {{"
-                          + ", ".join(_arg_initializer(a) for a in site.args) + "};")
+                          + ", ".join(_arg_initializer(a) for a in fargs) + "};")
         arg_tables.append(f"static const uint32_t fprobes_{ai}[] = {{"
                           + ", ".join(str(p) for p in entries + returns) + "};")
         plan = plan_function(site)
@@ -1532,7 +1696,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
         arg_tables.extend(plan_decls)
         site_rows.append(
             f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
-            f"{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(site.args)}, "
+            f"{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
             f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}}},")
         all_sites.append(site)
         all_plans.append(plan)
@@ -1553,6 +1717,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
     out.append("const struct pd_object pd_objects[] = {")
     out.extend(object_rows or ['    {"", 0},'])
     out.append("};")
+    if tr.usym:
+        out.extend(unwind_c(objects, _c_string))
     out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
     for var in tr.globals.values():
         if var.decl is not None and var.decl.init is not None:
@@ -1578,16 +1744,27 @@ def translate(script: ast.Script, resolution: Resolution, *,
                    report=tr.report)
 
 
-def _iter_nodes(node: object) -> Iterator[object]:
-    """Every AST node below `node` (dataclass fields, tuples), depth first."""
+def _iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
+    """Every AST node below `node` (dataclass fields, tuples), depth first; not
+    below a node of a `prune` type."""
     yield node
     if isinstance(node, tuple):
         for item in node:
-            yield from _iter_nodes(item)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, type):
+            yield from _iter_nodes(item, prune)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, (type, *prune)):
         for f in dataclasses.fields(node):
             if f.name != "loc":
-                yield from _iter_nodes(getattr(node, f.name))
+                yield from _iter_nodes(getattr(node, f.name), prune)
+
+
+def _entry_values(probe: ast.Probe, scope: Scope) -> list[ast.Expr]:
+    """What a .return probe needs from its entry (entry.py): each `@entry(x)` and,
+    as in stap, each `$param` outside one (its value at the entry)."""
+    returns = bool(scope.sites) and all(isinstance(s, FunctionSite) and s.is_return
+                                        for s in scope.sites)
+    return [n for n in _iter_nodes(probe.body, (ast.Entry, ast.Defined))
+            if isinstance(n, ast.Entry) or (returns and isinstance(n, ast.TargetSymbol)
+                                            and _is_param_name(n.name))]
 
 
 def _counter_update(e: object) -> ast.Symbol | None:
@@ -1637,6 +1814,10 @@ def _func_signature(info: FuncInfo) -> str:
 
 def _emit_function(tr: Translator, f: ast.Function) -> list[str]:
     info = tr.funcs[f.name]
+    if isinstance(f.body, ast.Embedded):
+        return embedded_function_c(_func_signature(info), [
+            (p.name, t or LONG) for p, t in zip(f.params, info.params, strict=True)],
+            info.ret, f.body.code, _where(f))
     scope = tr.scopes[id(f)]
     em = Emitter(tr, scope)
     em.stmt(f.body)

@@ -96,10 +96,6 @@ static char **pd_fixed_env(char *const envp[], char **freeme)
     return out;
 }
 
-#define PD_REAL(name, type) \
-    static type real_##name; \
-    if (!real_##name) real_##name = (type)dlsym(RTLD_NEXT, #name)
-
 typedef int (*execve_fn)(const char *, char *const[], char *const[]);
 typedef int (*fexecve_fn)(int, char *const[], char *const[]);
 typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);

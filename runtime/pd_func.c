@@ -36,9 +36,34 @@ struct pd_shadow {
     uintptr_t bias;
 };
 
-static __thread struct pd_shadow *pd_stk;
-static __thread uint32_t pd_stk_n;
-static __thread int pd_stk_failed;
+/* One TLS block: its address is found once per call (one TLS descriptor call). */
+struct pd_thread {
+    struct pd_shadow *stk;
+    uint32_t n;
+    int failed;
+    uintptr_t alt_lo, alt_hi; /* the thread's sigaltstack (pd_unwind.c tracks it), or 0 */
+};
+static __thread struct pd_thread pd_thr;
+/* The block's address, computed once per function: gcc would repeat the descriptor
+ * call after every memory barrier. */
+#define PD_THR(t)                  \
+    struct pd_thread *t = &pd_thr; \
+    __asm__("" : "+r"(t))
+/* Whether two stack addresses are on the same stack (a signal handler on the
+ * sigaltstack may lie above or below the thread's frames: slot order means nothing
+ * across the two, so no frame is taken for a longjmp leftover there). */
+static inline int pd_same_stack(const struct pd_thread *t, uintptr_t a, uintptr_t b)
+{
+    uintptr_t span = t->alt_hi - t->alt_lo;
+    return (a - t->alt_lo < span) == (b - t->alt_lo < span);
+}
+
+void pd_note_altstack(uintptr_t lo, uintptr_t size)
+{
+    pd_thr.alt_lo = lo;
+    pd_thr.alt_hi = lo + size;
+}
+
 static pthread_key_t pd_stk_key;
 static pthread_once_t pd_stk_once = PTHREAD_ONCE_INIT;
 
@@ -47,28 +72,26 @@ static pthread_once_t pd_stk_once = PTHREAD_ONCE_INIT;
 static void pd_stk_free(void *p)
 {
     munmap(p, PD_SHADOW_MAX * sizeof(struct pd_shadow));
-    pd_stk = NULL;
-    pd_stk_n = 0;
+    pd_thr.stk = NULL;
+    pd_thr.n = 0;
 }
 
 static void pd_stk_key_init(void) { pthread_key_create(&pd_stk_key, pd_stk_free); }
 
-static struct pd_shadow *pd_stack(void)
+static __attribute__((noinline)) struct pd_shadow *pd_stack_alloc(struct pd_thread *t)
 {
-    if (PD_LIKELY(pd_stk != NULL))
-        return pd_stk;
-    if (pd_stk_failed)
+    if (t->failed)
         return NULL;
-    pd_stk_failed = 1; /* a probed mmap/pthread function reached from here is not hooked */
+    t->failed = 1; /* a probed mmap/pthread function reached from here is not hooked */
     void *m = mmap(NULL, PD_SHADOW_MAX * sizeof(struct pd_shadow), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     pthread_once(&pd_stk_once, pd_stk_key_init);
     pthread_setspecific(pd_stk_key, m);
-    pd_stk = m;
-    pd_stk_failed = 0;
-    return pd_stk;
+    t->stk = m;
+    t->failed = 0;
+    return m;
 }
 
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
@@ -82,8 +105,10 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
 #if !defined(__x86_64__) && !defined(__i386__)
     pd_count_skipped(site->nreturn); /* no return trampoline on this arch yet */
 #else
-    struct pd_shadow *stk = pd_stack();
-    if (!stk || pd_stk_n >= PD_SHADOW_MAX) {
+    PD_THR(t);
+    struct pd_shadow *stk = PD_LIKELY(t->stk != NULL) ? t->stk : pd_stack_alloc(t);
+    uint32_t n = t->n;
+    if (!stk || n >= PD_SHADOW_MAX) {
         pd_count_skipped(site->nreturn);
         return;
     }
@@ -91,21 +116,79 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
     /* Frames at or below this return slot were left by longjmp: a live caller's slot
      * is above ours.  The same slot is live only for a tail call from a hooked frame,
      * where it already holds pd_ret_tramp. */
-    int tail = *slot == (pd_ureg)(uintptr_t)pd_ret_tramp;
-    while (pd_stk_n > 0 && (stk[pd_stk_n - 1].at < (uintptr_t)slot ||
-                            (stk[pd_stk_n - 1].at == (uintptr_t)slot && !tail))) {
-        pd_count_skipped(stk[pd_stk_n - 1].site->nreturn);
-        pd_stk_n--;
+    if (PD_UNLIKELY(n > 0 && stk[n - 1].at <= (uintptr_t)slot)) {
+        int tail = *slot == (pd_ureg)(uintptr_t)pd_ret_tramp;
+        while (n > 0 && pd_same_stack(t, stk[n - 1].at, (uintptr_t)slot) &&
+               (stk[n - 1].at < (uintptr_t)slot || (stk[n - 1].at == (uintptr_t)slot && !tail))) {
+            pd_count_skipped(stk[n - 1].site->nreturn);
+            n--;
+        }
     }
-    uint32_t i = pd_stk_n++; /* claim the slot first: a signal handler nests above it */
+    t->n = n + 1; /* claim the slot first: a signal handler nests above it */
     PD_BARRIER();
-    stk[i].ret = (uintptr_t)*slot;
-    stk[i].at = (uintptr_t)slot;
-    stk[i].site = site;
-    stk[i].bias = bias;
+    stk[n].ret = (uintptr_t)*slot;
+    stk[n].at = (uintptr_t)slot;
+    stk[n].site = site;
+    stk[n].bias = bias;
     PD_BARRIER();
     *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
 #endif
+}
+
+/* ---- unwinding through hooked frames (pd_unwind.c) ---------------------------
+ * An unwinder (C++ throw, backtrace) finds no frame information for pd_ret_tramp,
+ * so before it walks this thread's stack every live hooked frame gets its original
+ * return address back; frames already below `cfa` (the interposed function's
+ * caller's stack pointer) are dead: dropped and counted as skipped. */
+#if defined(__x86_64__) || defined(__i386__)
+static void pd_shadow_drop_dead(struct pd_thread *t, uintptr_t cfa)
+{
+    while (t->n > 0 && t->stk[t->n - 1].at < cfa &&
+           pd_same_stack(t, t->stk[t->n - 1].at, cfa)) {
+        pd_count_skipped(t->stk[t->n - 1].site->nreturn);
+        t->n--;
+    }
+}
+
+void pd_shadow_unhook(uintptr_t cfa)
+{
+    PD_THR(t);
+    pd_shadow_drop_dead(t, cfa);
+    for (uint32_t i = 0; i < t->n; i++) {
+        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
+        if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp)
+            *slot = (pd_ureg)t->stk[i].ret;
+    }
+}
+
+/* After the unwinder is done (a catch has begun, a backtrace returned): the frames
+ * still live return through pd_ret_tramp again. */
+void pd_shadow_rehook(uintptr_t cfa)
+{
+    PD_THR(t);
+    pd_shadow_drop_dead(t, cfa);
+    for (uint32_t i = 0; i < t->n; i++) {
+        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
+        if (*slot == (pd_ureg)t->stk[i].ret)
+            *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
+    }
+}
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+uintptr_t pd_ret_tramp_addr(void) { return (uintptr_t)pd_ret_tramp; }
+#else
+uintptr_t pd_ret_tramp_addr(void) { return 0; }
+#endif
+
+/* For a backtrace walking through a hooked frame whose return slot is `at`. */
+uintptr_t pd_shadow_ret(uintptr_t at)
+{
+    PD_THR(t);
+    for (uint32_t i = t->n; i > 0; i--) /* a tail call's entry holds pd_ret_tramp: skip it */
+        if (t->stk[i - 1].at == at && t->stk[i - 1].ret != pd_ret_tramp_addr())
+            return t->stk[i - 1].ret;
+    return 0;
 }
 
 /* Called by pd_ret_tramp with the registers at the return; returns where to go. */
@@ -115,33 +198,48 @@ pd_ureg pd_ret_handler(struct pd_regs *regs)
     uintptr_t sp = (uintptr_t)(regs + 1) + sizeof(pd_ureg); /* after the slot */
     uintptr_t at = sp - sizeof(pd_ureg);
     regs->r[PD_DWARF_SP] = (pd_ureg)sp;
-    struct pd_shadow *stk = pd_stk;
-    uint32_t n = pd_stk_n;
-    /* frames deeper than this one were left by longjmp: their returns never come */
-    while (n > 0 && stk[n - 1].at < at) {
-        n--;
-        pd_count_skipped(stk[n].site->nreturn);
-    }
-    uint32_t k = n;
-    while (k > 0 && stk[k - 1].at != at)
-        k--;
-    if (k == 0) {
-        static const char msg[] = "pydyn: return probe: no shadow frame for this return "
-                                  "(stack switched?); aborting\n";
-        ssize_t w = write(2, msg, sizeof msg - 1);
-        (void)w;
-        abort();
-    }
-    struct pd_shadow e = stk[k - 1];
-    if (k == n) {
-        n--;
-    } else { /* another stack's frames sit above it (stack switching): keep them */
+    PD_THR(t);
+    struct pd_shadow *stk = t->stk;
+    uint32_t n = t->n;
+    struct pd_shadow e;
+    uint32_t below = n; /* the entries below this return's slot: [below, n) */
+    while (below > 0 && stk[below - 1].at < at && pd_same_stack(t, stk[below - 1].at, at))
+        below--;
+    if (PD_LIKELY(n > 0 && stk[n - 1].at == at)) { /* the common case: the top frame */
+        e = stk[--n];
+    } else if ((below == 0 || stk[below - 1].at != at) && below < n &&
+               at - stk[below].at <= 0xffff) {
+        /* `ret $N` (i386: a struct-returning function pops its hidden pointer) returned
+         * N bytes above its slot: the frame that returned is the nearest one below, any
+         * deeper ones were left by longjmp */
+        for (uint32_t j = n; j > below + 1; j--)
+            pd_count_skipped(stk[j - 1].site->nreturn);
+        e = stk[below];
+        n = below;
+    } else {
+        /* frames deeper than this one were left by longjmp: their returns never come */
+        while (n > 0 && stk[n - 1].at < at) {
+            n--;
+            pd_count_skipped(stk[n].site->nreturn);
+        }
+        uint32_t k = n;
+        while (k > 0 && stk[k - 1].at != at)
+            k--;
+        if (k == 0) {
+            static const char msg[] = "pydyn: return probe: no shadow frame for this return "
+                                      "(stack switched?); aborting\n";
+            ssize_t w = write(2, msg, sizeof msg - 1);
+            (void)w;
+            abort();
+        }
+        e = stk[k - 1];
+        /* another stack's frames may sit above it (stack switching): keep them */
         for (uint32_t j = k - 1; j + 1 < n; j++)
             stk[j] = stk[j + 1];
         n--;
     }
     PD_BARRIER();
-    pd_stk_n = n;
+    t->n = n;
     regs->r[PD_DWARF_IP] = (pd_ureg)e.ret;
     const struct pd_site *site = e.site;
     for (unsigned i = 0; i < site->nreturn; i++)
@@ -161,7 +259,74 @@ int64_t pd_func_return(struct pd_ctx *c)
 /* pd_ret_tramp: entered by the `ret` of a hooked function, stack pointer just above
  * where the return address was.  Builds struct pd_regs (DWARF order), keeps the
  * return-value registers (rax/rdx + xmm0/xmm1; eax/edx + the x87 state), calls
- * pd_ret_handler and returns to the address it gives. */
+ * pd_ret_handler and returns to the address it gives.  Like the entry stubs it also
+ * keeps the other xmm registers (unless -D PD_TRAMP_SAVE_XMM=0): gcc's IPA-RA lets
+ * the caller of a local function keep values in registers that function does not
+ * clobber, and a handler's libc calls may. */
+#ifndef PD_TRAMP_SAVE_XMM
+#define PD_TRAMP_SAVE_XMM 1
+#endif
+#if PD_TRAMP_SAVE_XMM
+#define PD_X64_SAVE_XMM \
+    "  movdqa %xmm0,0(%rsp)\n" \
+    "  movdqa %xmm1,16(%rsp)\n" \
+    "  movdqa %xmm2,32(%rsp)\n" \
+    "  movdqa %xmm3,48(%rsp)\n" \
+    "  movdqa %xmm4,64(%rsp)\n" \
+    "  movdqa %xmm5,80(%rsp)\n" \
+    "  movdqa %xmm6,96(%rsp)\n" \
+    "  movdqa %xmm7,112(%rsp)\n" \
+    "  movdqa %xmm8,128(%rsp)\n" \
+    "  movdqa %xmm9,144(%rsp)\n" \
+    "  movdqa %xmm10,160(%rsp)\n" \
+    "  movdqa %xmm11,176(%rsp)\n" \
+    "  movdqa %xmm12,192(%rsp)\n" \
+    "  movdqa %xmm13,208(%rsp)\n" \
+    "  movdqa %xmm14,224(%rsp)\n" \
+    "  movdqa %xmm15,240(%rsp)\n"
+#define PD_X64_LOAD_XMM \
+    "  movdqa 0(%rsp),%xmm0\n" \
+    "  movdqa 16(%rsp),%xmm1\n" \
+    "  movdqa 32(%rsp),%xmm2\n" \
+    "  movdqa 48(%rsp),%xmm3\n" \
+    "  movdqa 64(%rsp),%xmm4\n" \
+    "  movdqa 80(%rsp),%xmm5\n" \
+    "  movdqa 96(%rsp),%xmm6\n" \
+    "  movdqa 112(%rsp),%xmm7\n" \
+    "  movdqa 128(%rsp),%xmm8\n" \
+    "  movdqa 144(%rsp),%xmm9\n" \
+    "  movdqa 160(%rsp),%xmm10\n" \
+    "  movdqa 176(%rsp),%xmm11\n" \
+    "  movdqa 192(%rsp),%xmm12\n" \
+    "  movdqa 208(%rsp),%xmm13\n" \
+    "  movdqa 224(%rsp),%xmm14\n" \
+    "  movdqa 240(%rsp),%xmm15\n"
+#define PD_I386_SAVE_XMM \
+    "  movdqa %xmm0,112(%esp)\n" \
+    "  movdqa %xmm1,128(%esp)\n" \
+    "  movdqa %xmm2,144(%esp)\n" \
+    "  movdqa %xmm3,160(%esp)\n" \
+    "  movdqa %xmm4,176(%esp)\n" \
+    "  movdqa %xmm5,192(%esp)\n" \
+    "  movdqa %xmm6,208(%esp)\n" \
+    "  movdqa %xmm7,224(%esp)\n"
+#define PD_I386_LOAD_XMM \
+    "  movdqa 112(%esp),%xmm0\n" \
+    "  movdqa 128(%esp),%xmm1\n" \
+    "  movdqa 144(%esp),%xmm2\n" \
+    "  movdqa 160(%esp),%xmm3\n" \
+    "  movdqa 176(%esp),%xmm4\n" \
+    "  movdqa 192(%esp),%xmm5\n" \
+    "  movdqa 208(%esp),%xmm6\n" \
+    "  movdqa 224(%esp),%xmm7\n"
+#else /* only the return-value registers */
+#define PD_X64_SAVE_XMM "  movdqa %xmm0,0(%rsp)\n" \
+    "  movdqa %xmm1,16(%rsp)\n"
+#define PD_X64_LOAD_XMM "  movdqa 0(%rsp),%xmm0\n" \
+    "  movdqa 16(%rsp),%xmm1\n"
+#define PD_I386_SAVE_XMM
+#define PD_I386_LOAD_XMM
+#endif
 #if defined(__x86_64__)
 __asm__(".text\n"
         ".globl pd_ret_tramp\n"
@@ -178,15 +343,13 @@ __asm__(".text\n"
         "  push %rcx\n  push %rdx\n  push %rax\n"
         "  mov %rsp,%rbx\n"
         "  and $-16,%rsp\n"
-        "  sub $32,%rsp\n"
-        "  movdqa %xmm0,(%rsp)\n"
-        "  movdqa %xmm1,16(%rsp)\n"
+        "  sub $256,%rsp\n"
+        PD_X64_SAVE_XMM
         "  cld\n"
         "  mov %rbx,%rdi\n"
         "  call pd_ret_handler\n"
         "  mov %rax,144(%rbx)\n"     /* 18 words above: the slot */
-        "  movdqa (%rsp),%xmm0\n"
-        "  movdqa 16(%rsp),%xmm1\n"
+        PD_X64_LOAD_XMM
         "  mov %rbx,%rsp\n"
         "  pop %rax\n  pop %rdx\n  pop %rcx\n  pop %rbx\n"
         "  pop %rsi\n  pop %rdi\n  pop %rbp\n"
@@ -211,14 +374,27 @@ __asm__(".text\n"
         "  push %ebx\n  push %edx\n  push %ecx\n  push %eax\n"
         "  mov %esp,%ebx\n"
         "  and $-16,%esp\n"
-        "  sub $112,%esp\n"
-        "  fnsave (%esp)\n"          /* st0 may hold a float return value */
+        "  sub $240,%esp\n"          /* 128 for xmm0-7, 112 for the x87 state */
+        /* st0 (st1) hold a float return value, if any: else the x87 stack is empty (the
+         * ABI) and the slow fnsave/frstor pair is skipped; the flag lives at 108, after
+         * the 108-byte fnsave image */
+        "  fnstsw %ax\n"
+        "  and $0x3800,%eax\n"      /* TOP: 0 = empty */
+        "  mov %eax,108(%esp)\n"
+        "  jz 1f\n"
+        "  fnsave (%esp)\n"
+        "1:\n"
+        PD_I386_SAVE_XMM
         "  sub $12,%esp\n"
         "  push %ebx\n"
         "  cld\n"
         "  call pd_ret_handler\n"
         "  add $16,%esp\n"
+        PD_I386_LOAD_XMM
+        "  cmpl $0,108(%esp)\n"
+        "  je 2f\n"
         "  frstor (%esp)\n"
+        "2:\n"
         "  mov %eax,40(%ebx)\n"      /* 10 words above: the slot */
         "  mov %ebx,%esp\n"
         "  pop %eax\n  pop %ecx\n  pop %edx\n  pop %ebx\n"

@@ -41,18 +41,30 @@ static uint8_t *pd_seg;               /* the mapped segment, NULL when inert */
 static struct pd_header *pd_hdr;
 static size_t pd_seg_size;
 static int pd_is_launcher;
+static int pd_inert;                  /* detached from a -x process: every entry is a no-op */
 static struct pd_proc *pd_self;       /* this process's registry entry */
 
 struct pd_armed {
     uintptr_t addr;                   /* runtime address of the patched nop */
     uintptr_t bias;
     const struct pd_site *site;
-    uint8_t saved[8];                 /* original bytes, for disarming */
+    uint8_t saved[24];                /* original bytes, for disarming (pd_disarm_all) */
+    uint8_t saved_len;
+    int prot;                         /* the page protection pd_patch restores */
     uintptr_t stub;                   /* trampoline stub, 0 for a trap site */
     uintptr_t ool;                    /* function entry: out-of-line copy the trap resumes in */
 };
-static struct pd_armed *pd_armed;     /* sorted by addr */
+/* Open-addressing hash on addr, never resized or moved: objects dlopen'ed later are
+ * armed (and dlclose'd ones forgotten) while other threads look sites up from the
+ * SIGTRAP handler, so an entry is published by its addr store (release) and retired
+ * as PD_ARMED_DEAD. */
+static struct pd_armed *pd_armed;
+static uint32_t pd_armed_cap;         /* a power of two > 2 * nsites */
 static uint32_t pd_narmed;
+#define PD_ARMED_DEAD ((uintptr_t)1)
+/* Per pd_objects entry: armed in this process, and at which load bias. */
+static uint8_t *pd_obj_armed;
+static uintptr_t *pd_obj_bias;
 
 static __thread int pd_in_handler;   /* reentrancy guard (signal inside a handler) */
 
@@ -115,7 +127,11 @@ static int pd_ring_write(const uint8_t *buf, uint32_t len)
             __atomic_store_n(&pd_hdr->ring_tail, tail + len, __ATOMIC_RELEASE);
             pd_unlock(&pd_hdr->ring_lock);
             __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
-            if (PD_UNLIKELY(__atomic_load_n(&pd_hdr->flags, __ATOMIC_RELAXED) & 1))
+            /* Batched wake-ups: a sleeping consumer is woken once the ring is an eighth
+             * full; below that its wait times out (pd_launcher_wait, ~10 ms) -- a wake
+             * per record (a syscall) would cost more than the record. */
+            if (PD_UNLIKELY(__atomic_load_n(&pd_hdr->flags, __ATOMIC_RELAXED) & PD_FLAG_DRAIN_WAITS) &&
+                tail + len - head >= size / 8)
                 pd_futex_wake(&pd_hdr->ring_data_seq);
             return 0;
         }
@@ -173,7 +189,7 @@ void pd_rec_open(struct pd_ctx *c, uint16_t kind, uint32_t fmt_id, uint16_t narg
     rec.kind = kind;
     rec.nargs = nargs;
     rec.fmt_id = fmt_id;
-    rec.pid = (int32_t)getpid();
+    rec.pid = pd_self ? pd_self->pid : (int32_t)getpid(); /* getpid() is a syscall a record */
     memcpy(c->out + c->outlen, &rec, sizeof rec);
     c->outlen += sizeof rec;
 }
@@ -313,6 +329,12 @@ const char *pd_execname(void)
     static __thread char name[17];
     if (prctl_get_name(name) != 0)
         strcpy(name, "?");
+#ifdef __aarch64__
+    /* Under qemu-user the kernel's comm is the emulator's ("qemu-aarch64")
+     * until the guest renames itself; report what a native kernel would. */
+    else if (strncmp(name, "qemu-", 5) == 0 && strncmp(program_invocation_short_name, "qemu-", 5) != 0)
+        snprintf(name, sizeof name, "%s", program_invocation_short_name);
+#endif
     return name;
 }
 
@@ -372,7 +394,7 @@ int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
 static void pd_run(const struct pd_probe *p, const struct pd_site *site,
                    const struct pd_regs *regs, uintptr_t bias)
 {
-    if (!pd_seg)
+    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE))
         return;
     uint32_t state = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
     int launcher_probe = p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END ||
@@ -460,17 +482,46 @@ void pd_count_skipped(unsigned n)
 
 static struct sigaction pd_prev_sigtrap;
 
+static uint32_t pd_armed_slot(uintptr_t addr)
+{
+    return (uint32_t)(((uint64_t)addr * 0x9e3779b97f4a7c15ull) >> 32) & (pd_armed_cap - 1);
+}
+
 static const struct pd_armed *pd_find_armed(uintptr_t addr)
 {
-    uint32_t lo = 0, hi = pd_narmed;
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (pd_armed[mid].addr < addr)
-            lo = mid + 1;
-        else
-            hi = mid;
+    if (!pd_armed)
+        return NULL;
+    for (uint32_t k = 0, i = pd_armed_slot(addr); k < pd_armed_cap; k++, i = (i + 1) & (pd_armed_cap - 1)) {
+        uintptr_t a = __atomic_load_n(&pd_armed[i].addr, __ATOMIC_ACQUIRE);
+        if (a == addr)
+            return &pd_armed[i];
+        if (a == 0)
+            break;
     }
-    return lo < pd_narmed && pd_armed[lo].addr == addr ? &pd_armed[lo] : NULL;
+    return NULL;
+}
+
+/* Publishes a copy of *e (its addr last); the caller serializes writers. */
+static struct pd_armed *pd_armed_insert(const struct pd_armed *e)
+{
+    for (uint32_t k = 0, i = pd_armed_slot(e->addr); k < pd_armed_cap; k++, i = (i + 1) & (pd_armed_cap - 1)) {
+        struct pd_armed *a = &pd_armed[i];
+        if (a->addr == 0 || a->addr == PD_ARMED_DEAD) {
+            struct pd_armed copy = *e;
+            copy.addr = a->addr;
+            *a = copy;
+            __atomic_store_n(&a->addr, e->addr, __ATOMIC_RELEASE);
+            pd_narmed++;
+            return a;
+        }
+    }
+    return NULL; /* cannot happen: the table has room for every site twice */
+}
+
+static void pd_armed_remove(struct pd_armed *a)
+{
+    __atomic_store_n(&a->addr, PD_ARMED_DEAD, __ATOMIC_RELEASE);
+    pd_narmed--;
 }
 
 static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
@@ -512,12 +563,18 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
 
 static int pd_install_trap_handler(void)
 {
+    static int installed; /* a -x process attached again: pd_prev_sigtrap must not become us */
+    if (installed)
+        return 0;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_sigaction = pd_sigtrap;
-    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER;
+    /* on the thread's pd_altstack.c stack: the site's own sp may be garbage */
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
-    return sigaction(SIGTRAP, &sa, &pd_prev_sigtrap);
+    int rc = sigaction(SIGTRAP, &sa, &pd_prev_sigtrap);
+    installed = rc == 0;
+    return rc;
 }
 
 /* ---- arming -------------------------------------------------------------- */
@@ -579,12 +636,6 @@ static int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(
 
 #include "pd_tramp.h" /* trampolines: stubs, memory near the object, jump install */
 
-static int pd_cmp_armed(const void *a, const void *b)
-{
-    uintptr_t x = ((const struct pd_armed *)a)->addr, y = ((const struct pd_armed *)b)->addr;
-    return x < y ? -1 : x > y;
-}
-
 static int pd_object_matches(const char *path, const char *loaded_name)
 {
     char resolved[PATH_MAX];
@@ -617,8 +668,11 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
     (void)size;
     (void)data;
     for (uint32_t o = 0; o < pd_module.nobjects; o++) {
-        if (pd_objects[o].abi != PD_ARCH_ABI || !pd_object_matches(pd_objects[o].path, info->dlpi_name))
+        if (pd_obj_armed[o] || pd_objects[o].abi != PD_ARCH_ABI ||
+            !pd_object_matches(pd_objects[o].path, info->dlpi_name))
             continue;
+        pd_obj_armed[o] = 1;
+        pd_obj_bias[o] = (uintptr_t)info->dlpi_addr;
         uintptr_t *stubs = pd_tramp_prepare(info, o);
         uintptr_t *ool = pd_ool_prepare(info, o); /* function entries (issue 7) */
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
@@ -647,21 +701,26 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
                 __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
                 continue;
             }
-            struct pd_armed *a = &pd_armed[pd_narmed];
-            a->addr = addr;
-            a->bias = (uintptr_t)info->dlpi_addr;
-            a->site = site;
-            memcpy(a->saved, (const void *)addr, site->nop_len);
-            a->stub = stubs ? stubs[s] : 0;
-            a->ool = ool ? ool[s] : 0;
+            struct pd_armed e = {.addr = addr, .bias = (uintptr_t)info->dlpi_addr, .site = site,
+                                 .stub = stubs ? stubs[s] : 0, .ool = ool ? ool[s] : 0};
+            /* every byte a trap or jump may overwrite (nop_len is 0 at a function entry) */
+            unsigned save = site->plan.len > site->nop_len ? site->plan.len : site->nop_len;
+            e.saved_len = (uint8_t)(save < PD_TRAP_LEN ? PD_TRAP_LEN
+                                    : save > sizeof e.saved ? sizeof e.saved : save);
+            e.prot = prot;
+            memcpy(e.saved, (const void *)addr, e.saved_len);
+            /* published before the first int3 is written: a thread may hit it at once */
+            struct pd_armed *a = pd_armed_insert(&e);
+            if (!a)
+                continue;
             if (a->stub && pd_install_jump(addr, site->plan.len, prot, a->stub) != 0)
                 a->stub = 0;
             if (!a->stub && pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
+                pd_armed_remove(a);
                 if (pd_self)
                     pd_self->sites_failed++;
                 continue;
             }
-            pd_narmed++;
             if (site->sema)
                 __atomic_add_fetch((uint16_t *)(info->dlpi_addr + (uintptr_t)site->sema), 1,
                                    __ATOMIC_RELAXED);
@@ -678,20 +737,82 @@ static void pd_arm_all(void)
 {
     if (!pd_module.nsites)
         return;
-    pd_armed = calloc(pd_module.nsites, sizeof *pd_armed);
-    if (!pd_armed)
+    uint32_t cap = 4;
+    while (cap <= 2 * pd_module.nsites)
+        cap *= 2;
+    pd_obj_armed = calloc(pd_module.nobjects + 1, 1);
+    pd_obj_bias = calloc(pd_module.nobjects + 1, sizeof *pd_obj_bias);
+    struct pd_armed *table = calloc(cap, sizeof *table);
+    if (!table || !pd_obj_armed || !pd_obj_bias)
         return;
     if (pd_install_trap_handler() != 0) {
         pd_warn("cannot install the SIGTRAP handler: %s", strerror(errno));
         return;
     }
+    pd_armed_cap = cap;
+    pd_armed = table;
     dl_iterate_phdr(pd_arm_object, NULL);
-    qsort(pd_armed, pd_narmed, sizeof *pd_armed, pd_cmp_armed);
+}
+
+int pd_object_bias(uint32_t o, uintptr_t *bias)
+{
+    if (!pd_obj_armed || o >= pd_module.nobjects || !pd_obj_armed[o])
+        return 0;
+    *bias = pd_obj_bias[o];
+    return 1;
+}
+
+/* After a dlopen (pd_dlopen.c, which serializes the calls): arms the objects that
+ * are new since the last pass. */
+void pd_arm_loaded(void)
+{
+    if (pd_armed && pd_session_running())
+        dl_iterate_phdr(pd_arm_object, NULL);
+}
+
+static int pd_find_bias(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    return (uintptr_t)info->dlpi_addr == *(uintptr_t *)data;
+}
+
+/* After a dlclose: forgets the sites of armed objects that are no longer loaded
+ * (their memory is gone: nothing is read or restored there) and frees their stubs. */
+void pd_disarm_unloaded(void)
+{
+    if (!pd_armed)
+        return;
+    long page = sysconf(_SC_PAGESIZE);
+    for (uint32_t o = 0; o < pd_module.nobjects; o++) {
+        uintptr_t bias = pd_obj_bias[o];
+        if (!pd_obj_armed[o] || bias == 0 || dl_iterate_phdr(pd_find_bias, &bias))
+            continue;
+        pd_obj_armed[o] = 0;
+        for (uint32_t i = 0; i < pd_armed_cap; i++) {
+            struct pd_armed *a = &pd_armed[i];
+            if (a->addr <= PD_ARMED_DEAD || a->site->object != o)
+                continue;
+            uintptr_t code[2] = {a->stub, a->ool};
+#ifndef PD_OOL_SIZE
+#define PD_OOL_SIZE 0 /* this arch makes no out-of-line copies: a->ool is 0 */
+#endif
+            size_t len[2] = {PD_STUB_SIZE, PD_OOL_SIZE};
+            pd_armed_remove(a);
+            if (pd_self)
+                pd_self->sites_armed--;
+            for (int k = 0; k < 2; k++) /* the pages this site's code spans (areas are per object) */
+                if (code[k] && len[k]) {
+                    uintptr_t first = code[k] & ~(uintptr_t)(page - 1);
+                    munmap((void *)first, code[k] + len[k] - first);
+                }
+        }
+    }
 }
 
 /* ---- attaching and the process registry ---------------------------------- */
 
-enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_MISMATCH = -3 };
+enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_MISMATCH = -3,
+       PD_ATTACH_EMULATOR = -4, PD_ATTACH_ENDED = -5, PD_ATTACH_ALREADY = -6 };
 
 static char pd_hex_buf[2 * PD_CHECKSUM_LEN + 1];
 static const char *pd_hex(const uint8_t *sum)
@@ -808,7 +929,7 @@ static void pd_fire_process_probes(uint32_t kind)
 
 static void pd_atfork_child(void)
 {
-    if (!pd_seg || pd_is_launcher)
+    if (!pd_seg || pd_is_launcher || pd_inert)
         return;
     pd_self = pd_register(PD_PROC_ALIVE);
     if (pd_self)
@@ -832,18 +953,20 @@ static int pd_in_emulator(void)
     return strncmp(base, "qemu-", 5) == 0;
 }
 
-__attribute__((constructor)) static void pd_target_init(void)
+/* Joins the session of segment `name`: maps and checks it, registers this process and
+ * arms its sites.  0 or a PD_ATTACH_* error.  Run by the constructor of a preloaded
+ * module, and by pd_attach_live (pd_attach.c) in a process pydyn -x attached to. */
+int pd_session_attach(const char *name)
 {
-    const char *name = getenv("PYDYN_SHM");
-    if (!name || !*name)
-        return; /* the launcher, or a process outside any session */
+    if (pd_seg && !pd_inert)
+        return PD_ATTACH_ALREADY;
     if (pd_in_emulator())
-        return;
+        return PD_ATTACH_EMULATOR;
     int rc = pd_map_segment(name);
     if (rc == PD_ATTACH_NOSHM || rc == PD_ATTACH_BADSEG) {
         /* The session is gone (or never was): stay inert, say nothing loud. */
         pd_unmap();
-        return;
+        return rc;
     }
     if (rc == PD_ATTACH_MISMATCH) {
         fprintf(stderr,
@@ -853,23 +976,90 @@ __attribute__((constructor)) static void pd_target_init(void)
         __atomic_add_fetch(&pd_hdr->mismatch_count, 1, __ATOMIC_RELAXED);
         pd_register(PD_PROC_REFUSED);
         pd_unmap();
-        return;
+        return rc;
     }
     if (__atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) > PD_SESSION_RUNNING) {
         pd_unmap();
-        return;
+        return PD_ATTACH_ENDED;
     }
+    /* a later -x session reloading the same module file (dlopen returns the loaded
+     * one) finds it inert; the zero pages of the last segment stay mapped */
+    __atomic_store_n(&pd_inert, 0, __ATOMIC_RELEASE);
     pd_lock_setup();
     pd_follow_init();
+    pd_altstack_init();
     pd_self = pd_register(PD_PROC_ALIVE);
     pd_arm_all();
-    pthread_atfork(NULL, NULL, pd_atfork_child);
+    static int atfork_set; /* once, though a -x process may be attached again */
+    if (!atfork_set)
+        pthread_atfork(NULL, NULL, pd_atfork_child);
+    atfork_set = 1;
     pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
+    return PD_ATTACH_OK;
+}
+
+__attribute__((constructor)) static void pd_target_init(void)
+{
+    const char *name = getenv("PYDYN_SHM");
+    if (name && *name) /* else the launcher, a -x process (pd_attach.c) or no session */
+        pd_session_attach(name);
+}
+
+/* Detaching from a -x process: puts back every byte arming changed (int3 first, so a
+ * thread never runs a torn instruction, then the tail, then the first byte) and undoes
+ * the semaphore increments.  pd_armed, the stubs and out-of-line copies stay: a thread
+ * stopped inside a stub, or with a SIGTRAP from a site still pending, finds them and
+ * resumes correctly.  Returns the sites restored; adds to *bytes and *semas. */
+static const uint8_t *pd_restore_src;
+static unsigned pd_restore_n;
+static void pd_write_restore(uint8_t *at) { memcpy(at, pd_restore_src, pd_restore_n); }
+
+uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
+{
+    uint32_t sites = 0;
+    for (uint32_t i = 0; pd_armed && i < pd_armed_cap; i++) {
+        struct pd_armed *a = &pd_armed[i];
+        if (a->addr <= PD_ARMED_DEAD)
+            continue;
+        unsigned len = a->stub ? a->site->plan.len : PD_TRAP_LEN;
+        if (len > a->saved_len)
+            len = a->saved_len;
+        if (len > PD_TRAP_LEN && pd_patch(a->addr, PD_TRAP_LEN, a->prot, pd_write_trap) == 0) {
+            pd_restore_src = a->saved + PD_TRAP_LEN;
+            pd_restore_n = len - PD_TRAP_LEN;
+            pd_patch(a->addr + PD_TRAP_LEN, pd_restore_n, a->prot, pd_write_restore);
+            len = PD_TRAP_LEN;
+            *bytes += pd_restore_n;
+        }
+        pd_restore_src = a->saved;
+        pd_restore_n = len;
+        if (pd_patch(a->addr, len, a->prot, pd_write_restore) != 0)
+            continue;
+        *bytes += len;
+        sites++;
+        if (a->site->sema) {
+            __atomic_sub_fetch((uint16_t *)(a->bias + (uintptr_t)a->site->sema), 1,
+                               __ATOMIC_RELAXED);
+            (*semas)++;
+        }
+    }
+    return sites;
+}
+
+/* After pd_disarm_all: no probe, fork handler or destructor touches the session again.
+ * The segment's pages are replaced by zero pages instead of unmapped: a thread stopped
+ * half way into a handler may still hold pointers into them. */
+void pd_go_inert(void)
+{
+    __atomic_store_n(&pd_inert, 1, __ATOMIC_RELEASE);
+    if (pd_seg)
+        mmap(pd_seg, pd_seg_size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
 __attribute__((destructor)) static void pd_target_fini(void)
 {
-    if (!pd_seg || pd_is_launcher)
+    if (!pd_seg || pd_is_launcher || pd_inert)
         return;
     pd_fire_process_probes(PD_PROBE_PROCESS_END);
     if (pd_self && pd_self->pid == getpid()) {
@@ -923,10 +1113,38 @@ PD_EXPORT void pd_launcher_run_probe(uint32_t index)
 
 /* Copies whole records from the ring into out (at most cap bytes) and frees
  * their space.  Returns the number of bytes copied. */
+/* Appends the text of the TEXT record at out+at (len bytes) to the one at out+prev, if
+ * both are single-string TEXT records of the same pid: the launcher then writes a
+ * whole chunk of printf output at once (PD_FLAG_MERGE_TEXT; the record shrinks). */
+static int pd_merge_text(uint8_t *out, uint32_t prev, uint32_t at, uint32_t len)
+{
+    struct pd_rec a, b;
+    memcpy(&a, out + prev, sizeof a);
+    memcpy(&b, out + at, sizeof b);
+    if (prev == at || a.kind != PD_REC_TEXT || b.kind != PD_REC_TEXT || a.nargs != 1 ||
+        b.nargs != 1 || a.pid != b.pid || len < sizeof b + 4)
+        return 0;
+    uint32_t la, lb;
+    memcpy(&la, out + prev + sizeof a, 4);
+    memcpy(&lb, out + at + sizeof b, 4);
+    if (sizeof b + 4 + lb > len)
+        return 0;
+    memmove(out + prev + sizeof a + 4 + la, out + at + sizeof b + 4, lb);
+    la += lb;
+    uint32_t padded = (4 + la + 7) & ~7u;
+    memset(out + prev + sizeof a + 4 + la, 0, padded - 4 - la);
+    memcpy(out + prev + sizeof a, &la, 4);
+    a.len = (uint32_t)sizeof a + padded;
+    memcpy(out + prev, &a, sizeof a);
+    return 1;
+}
+
 PD_EXPORT uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap)
 {
     if (!pd_seg)
         return 0;
+    int merge = (__atomic_load_n(&pd_hdr->flags, __ATOMIC_RELAXED) & PD_FLAG_MERGE_TEXT) != 0;
+    uint32_t text_at = 0;
     uint32_t size = pd_hdr->ring_size;
     uint32_t head = pd_hdr->ring_head;
     uint32_t tail = __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE);
@@ -945,8 +1163,13 @@ PD_EXPORT uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap)
         uint32_t first = len < size - at ? len : size - at;
         memcpy(out + done, pd_ring_data() + at, first);
         memcpy(out + done + first, pd_ring_data(), len - first);
-        done += len;
         head += len;
+        if (merge && pd_merge_text(out, text_at, done, len))
+            done = text_at + ((const struct pd_rec *)(out + text_at))->len;
+        else {
+            text_at = done;
+            done += len;
+        }
     }
     if (done) {
         __atomic_store_n(&pd_hdr->ring_head, head, __ATOMIC_RELEASE);
@@ -965,9 +1188,19 @@ PD_EXPORT void pd_launcher_wait(uint32_t timeout_ms)
     uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_ACQUIRE);
     if (pd_hdr->ring_head != __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE))
         return;
-    __atomic_or_fetch(&pd_hdr->flags, 1, __ATOMIC_SEQ_CST);
+    __atomic_or_fetch(&pd_hdr->flags, PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
     pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)timeout_ms * 1000000L);
-    __atomic_and_fetch(&pd_hdr->flags, ~1u, __ATOMIC_SEQ_CST);
+    __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
+}
+
+/* Ends a pd_launcher_wait() at once: the launcher's drain thread, when the session
+ * stops (else the join waits out the timeout, ~50 ms of every run). */
+PD_EXPORT void pd_launcher_wake(void)
+{
+    if (!pd_seg)
+        return;
+    __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
+    pd_futex_wake(&pd_hdr->ring_data_seq);
 }
 
 PD_EXPORT void pd_launcher_detach(void) { pd_unmap(); }

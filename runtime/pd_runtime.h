@@ -44,6 +44,10 @@ static inline ssize_t pd_read_self(void *dst, const void *src, size_t n)
 #endif
 
 #define PD_EXPORT __attribute__((visibility("default")))
+/* In an interposed libc/libgcc function: `real_NAME`, the definition we hide (needs <dlfcn.h>). */
+#define PD_REAL(name, type) \
+    static type real_##name; \
+    if (!real_##name) real_##name = (type)dlsym(RTLD_NEXT, #name)
 #define PD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
@@ -121,6 +125,16 @@ struct pd_fixup {
     uint8_t kind;        /* enum pd_fixup_kind */
 };
 
+/* A direct branch elsewhere in the object landing inside a DISPLACE window: pointed at
+ * the relocated copy of the instruction it reaches (patchplan.Redirect). */
+struct pd_redirect {
+    uint64_t field, anchor; /* link-time: its displacement, and what that is relative to */
+    uint64_t island, hop;   /* size 1: `jmp rel32` at island (reached via `jmp rel8` at hop) */
+    uint16_t code_off;      /* the reached instruction in the relocated code */
+    uint8_t size;           /* 4: rel32 to the stub; 1: rel8 to hop or island */
+    uint8_t orig[4];        /* its displacement's bytes, verified before the write */
+};
+
 struct pd_plan {
     const uint8_t *orig;            /* DISPLACE: the bytes expected at pc (len) */
     const uint8_t *code;            /* DISPLACE: relocated instructions (code_len) */
@@ -128,9 +142,14 @@ struct pd_plan {
     const char *reason;             /* why this tactic */
     uint64_t resume;                /* link-time address the stub jumps back to */
     uint8_t tactic;                 /* enum pd_tactic */
-    uint8_t len;                    /* bytes overwritten at pc (>= 5 unless TRAP) */
+    uint8_t len;                    /* bytes overwritten at pc (>= 5 unless island) */
     uint8_t code_len;
     uint8_t nfixups;
+    const struct pd_redirect *redirects;
+    const uint8_t *bounds;          /* nbounds (window offset, code offset) pairs */
+    uint64_t island, hop;           /* len < 5: `jmp rel8` at pc to hop or island */
+    uint8_t nredirects;
+    uint8_t nbounds;
 };
 
 struct pd_site {
@@ -199,6 +218,45 @@ int pd_session_running(void);
 void pd_count_skipped(unsigned n);
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
 int64_t pd_func_return(struct pd_ctx *c);
+/* Return addresses of hooked frames put back for an unwinder, and re-hooked. */
+void pd_shadow_unhook(uintptr_t cfa);
+void pd_shadow_rehook(uintptr_t cfa);
+/* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
+void pd_arm_loaded(void);
+void pd_disarm_unloaded(void);
+void *pd_dlopen_noload(const char *lib);
+/* Whether pd_objects[o] is armed in this process, and its load bias. */
+int pd_object_bias(uint32_t o, uintptr_t *bias);
+/* pd_ret_tramp's address; the original return address stored at `at` (0: none). */
+uintptr_t pd_ret_tramp_addr(void);
+uintptr_t pd_shadow_ret(uintptr_t at);
+void pd_note_altstack(uintptr_t lo, uintptr_t size); /* this thread's sigaltstack */
+
+/* usymname/ubacktrace (pd_usym.c): per probed object, its function symbols and
+ * .eh_frame CFA rules, emitted by the translator as pd_unwind_tables[] (indexed like
+ * pd_objects) when a script uses them.  kind 0: CFA = sp + cfa_off, 1: fp + cfa_off,
+ * 2: stop; fp_off: where the caller's frame pointer is saved, from the CFA (0: not). */
+struct pd_usym {
+    uint64_t addr;
+    uint64_t size;
+    const char *name;
+};
+struct pd_cfarow {
+    uint64_t pc;
+    int32_t cfa_off;
+    uint8_t kind;
+    int8_t fp_off;
+};
+struct pd_unwind {
+    const struct pd_usym *syms;
+    uint32_t nsyms;
+    const struct pd_cfarow *rows;
+    uint32_t nrows;
+    uint64_t lo, hi; /* link-time extent of the code described */
+};
+char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr);
+char *pd_ubacktrace(struct pd_ctx *c, char *dst);
+void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id);
 
 /* Built-ins the translator calls. */
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index);
@@ -281,11 +339,19 @@ char *pd_str_replace(char *dst, const char *s, const char *from, const char *to)
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
+void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks (issue 6) */
+/* Attaching to and detaching from a running process (pydyn -x, pd_attach.c). */
+int pd_session_attach(const char *name);
+uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas);
+void pd_go_inert(void);
 char *pd_text_str(char *dst, const char *s, int64_t max, int quoted);
 char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
                           const char *fallback);
 char *pd_tokenize(char *dst, const char *s, const char *delim);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
+/* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
+int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);
+int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s);
 int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);

@@ -1,6 +1,7 @@
 /* String built-ins: every script string is a NUL-terminated buffer of
  * MAXSTRINGLEN bytes; results are truncated to it, as in stap. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,6 +292,47 @@ char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t max
     c->error = saved;
     memcpy(c->errmsg, saved_msg, sizeof saved_msg);
     return pd_strcpy(dst, faulted ? fallback : buf);
+}
+
+/* Writes n bytes at dst of this process without trusting dst: n, or <= 0 for an
+ * unmapped or read-only address (never a crash).  Where pd_read_self is the arch's
+ * own (aarch64: qemu-user's process_vm_* take guest addresses as host ones) the
+ * bytes go through a private pipe instead: read(2) into dst fails with EFAULT. */
+static ssize_t pd_write_self(void *dst, const void *src, size_t n)
+{
+#ifdef PD_ARCH_READ_SELF
+    int fds[2];
+    if (n > 65536 || pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    ssize_t w = write(fds[1], src, n);
+    ssize_t r = w == (ssize_t)n ? read(fds[0], dst, n) : -1;
+    close(fds[0]);
+    close(fds[1]);
+    return r;
+#else
+    struct iovec local = {(void *)src, n}, remote = {dst, n};
+    return process_vm_writev(getpid(), &local, 1, &remote, 1, 0);
+#endif
+}
+
+static int64_t pd_user_write(struct pd_ctx *c, int64_t addr, const void *src, size_t n)
+{
+    if (pd_write_self((void *)(uintptr_t)addr, src, n) == (ssize_t)n)
+        return 0;
+    pd_error(c, "user memory write fault at 0x%lx (%u bytes)", (unsigned long)addr,
+             (unsigned)n);
+    return 0;
+}
+
+int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size)
+{
+    /* the low `size` bytes of the value: x86 and aarch64 are little-endian */
+    return pd_user_write(c, addr, &value, size);
+}
+
+int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s)
+{
+    return pd_user_write(c, addr, s, strlen(s) + 1);
 }
 
 /* tokenize(s, delim): a non-empty s starts a new string; "" continues it. */

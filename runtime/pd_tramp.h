@@ -31,34 +31,19 @@
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-#if !defined(__x86_64__) && !defined(__i386__)
-/* aarch64 (issue 8): traps only for now -- B-branch stubs (+-128 MiB) are
- * future work -- so every site keeps its BRK and no x86 code is emitted. */
-static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
-{
-    (void)info;
-    (void)o;
-    return NULL;
-}
+#if defined(__aarch64__)
+/* aarch64 (issue 8): B-branch stubs, pd_write_stub, pd_stub_reaches,
+ * pd_install_jump; the memory and pd_tramp_prepare below are shared. */
+#include "arch/aarch64/tramp.h"
+#else /* x86-64 and i386 stubs */
 
-static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
-{
-    (void)addr;
-    (void)len;
-    (void)prot;
-    (void)stub;
-    return -1;
-}
-
-static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
-{
-    (void)info;
-    (void)o;
-    return NULL; /* function probes are x86 only for now (issue 7) */
-}
-#else /* x86-64 and i386 trampolines */
-
+#define PD_TRAMP_REACH 0x7fff0000u /* rel32, less a margin */
 #define PD_STUB_SIZE 640 /* bytes reserved per site (the x86-64 stub with xmm is ~420) */
+/* The last word of a stub's slot: where a site shorter than a jmp rel32 (plan.island)
+ * sends its jmp rel8 (pd_link_area writes it, pd_install_jump reads it). */
+#define PD_STUB_ENTRY (PD_STUB_SIZE - 8)
+
+static unsigned pd_stub_code_off; /* where the relocated code starts: the same in every stub */
 
 struct pd_emit {
     uint8_t *p;
@@ -107,6 +92,12 @@ static void pd_e_xmm(struct pd_emit *e, int store, int n, int32_t off)
 
 static int pd_fits_rel32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
 
+/* Whether the site's `jmp rel32` reaches the stub (i386: everything does). */
+static int pd_stub_reaches(uintptr_t site, uintptr_t stub)
+{
+    return sizeof(void *) == 4 || pd_fits_rel32((int64_t)((intptr_t)stub - (intptr_t)(site + 5)));
+}
+
 /* rel32 from the end of a 4-byte field at `field` (anchor = field + 4 by default). */
 static int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
 {
@@ -121,21 +112,76 @@ static int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
     return 0;
 }
 
-static void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+static void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
-    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
     if (site->nentry + site->nreturn) /* a function entry (issue 7, pd_func.c) */
         pd_func_fire(regs, site, bias);
     else
         pd_run(&pd_probes[site->probe], site, regs, bias);
 }
 
+static void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+{
+    pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
+    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+    pd_tramp_fire(regs, site, bias);
+}
+
+/* ---- a site whose stack pointer is garbage ------------------------------------
+ * The stub's first write is to the stack below the site's sp.  If that faults (sp
+ * unmapped: hand-written assembly, or a stack overflowing), the SIGSEGV handler below
+ * -- on the thread's pd_altstack.c signal stack -- runs the probe from the signal
+ * context, as a trap would, and resumes the stub at its relocated instructions with
+ * every register as the site had it.  Other faults go to the handler that was there. */
+
+static unsigned pd_stub_store_off; /* offset of the stub's first store to the stack */
+static unsigned pd_stub_sp_delta;  /* the site's sp minus sp at that store */
+static struct sigaction pd_prev_sigsegv;
+
+static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
+{
+    ucontext_t *uc = ucv;
+    uintptr_t at = pd_uc_get_ip(uc) - pd_stub_store_off;
+    const struct pd_armed *a = NULL;
+    for (uint32_t i = 0; i < pd_armed_cap && !a; i++)
+        if (pd_armed[i].addr > PD_ARMED_DEAD && pd_armed[i].stub == at)
+            a = &pd_armed[i];
+    if (!a) {
+        if (pd_prev_sigsegv.sa_flags & SA_SIGINFO && pd_prev_sigsegv.sa_sigaction)
+            pd_prev_sigsegv.sa_sigaction(sig, si, ucv);
+        else if (pd_prev_sigsegv.sa_handler != SIG_DFL && pd_prev_sigsegv.sa_handler != SIG_IGN)
+            pd_prev_sigsegv.sa_handler(sig);
+        else
+            signal(SIGSEGV, SIG_DFL); /* the instruction faults again, fatally */
+        return;
+    }
+    greg_t *sp = &uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_DWARF_SP]];
+    *sp += (greg_t)pd_stub_sp_delta;
+    struct pd_regs regs;
+    pd_regs_from_ucontext(&regs, uc);
+    regs.r[PD_DWARF_IP] = (pd_ureg)a->addr;
+    pd_tramp_fire(&regs, a->site, a->bias);
+    pd_uc_set_ip(uc, a->stub + pd_stub_code_off);
+}
+
+static void pd_install_stub_fault_handler(void)
+{
+    static int installed;
+    if (installed++)
+        return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = pd_stub_fault;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &pd_prev_sigsegv);
+}
+
 /* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes).  Returns its length, or -1
  * if a jump or relocated operand does not reach from there. */
 static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
 {
-    struct pd_emit em = {at, at + PD_STUB_SIZE}, *e = &em;
+    struct pd_emit em = {at, at + PD_STUB_ENTRY}, *e = &em;
     const struct pd_plan *plan = &site->plan;
 #if defined(__x86_64__)
     /* DWARF order -> x86 register encoding; rsp (7) is computed. */
@@ -143,6 +189,8 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     const int32_t frame = (int32_t)sizeof(struct pd_regs) + 8; /* + the flags word */
     pd_e(e, "\x48\x8d\x64\x24\x80", 5);                       /* lea -128(%rsp),%rsp */
     pd_e_sp(e, 0x48, 0x8d, 4, -frame);                         /* lea -frame(%rsp),%rsp */
+    pd_stub_store_off = (unsigned)(e->p - at);
+    pd_stub_sp_delta = (unsigned)frame + 128;
     pd_e_sp(e, 0x48, 0x89, 0, 0);                              /* mov %rax,(%rsp) */
     pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
     pd_e_sp(e, 0x48, 0x89, 0, frame - 8);                      /* mov %rax,flagsword */
@@ -189,6 +237,8 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     const int32_t frame = (int32_t)sizeof(struct pd_regs) + 4;
     static const int8_t enc[PD_NREGS] = {0, 1, 2, 3, -1, 5, 6, 7, -1}; /* eax ecx edx ebx . ebp esi edi */
     pd_e_sp(e, 0, 0x8d, 4, -frame);                            /* lea -frame(%esp),%esp */
+    pd_stub_store_off = (unsigned)(e->p - at);
+    pd_stub_sp_delta = (unsigned)frame;
     pd_e_sp(e, 0, 0x89, 0, 0);                                 /* mov %eax,(%esp) */
     pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
     pd_e_sp(e, 0, 0x89, 0, frame - 4);
@@ -232,6 +282,7 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
 #endif
     /* the displaced instructions, relocated */
     uint8_t *code = e->p;
+    pd_stub_code_off = (unsigned)(code - at);
     pd_e(e, (const char *)plan->code, plan->code_len);
     if (e->p > e->end)
         return -1;
@@ -256,15 +307,17 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     return (int)(e->p - at);
 }
 
+#endif /* x86 stubs */
+
 /* ---- trampoline memory ---------------------------------------------------- */
 
-/* Maps `size` bytes RW reachable by rel32 from every address in [lo, hi): on x86-64
- * the free gap nearest the object in /proc/self/maps (MAP_FIXED_NOREPLACE); on i386
- * anywhere. */
+/* Maps `size` bytes RW within PD_TRAMP_REACH of every address in [lo, hi): on x86-64
+ * and aarch64 the free gap nearest the object in /proc/self/maps
+ * (MAP_FIXED_NOREPLACE); on i386 anywhere. */
 static uint8_t *pd_map_near(uintptr_t lo, uintptr_t hi, size_t size)
 {
-#if defined(__x86_64__)
-    const uintptr_t reach = 0x7fff0000u;
+#if defined(__x86_64__) || defined(__aarch64__)
+    const uintptr_t reach = PD_TRAMP_REACH;
     FILE *f = fopen("/proc/self/maps", "re");
     if (!f)
         return NULL;
@@ -317,6 +370,7 @@ static uint8_t *pd_map_near(uintptr_t lo, uintptr_t hi, size_t size)
 }
 
 /* ---- patching a site ---------------------------------------------------------- */
+#if !defined(__aarch64__) /* x86; aarch64's pd_install_jump is in arch/aarch64/tramp.h */
 
 static const uint8_t *pd_patch_src; /* what pd_write_tail copies (constructor time) */
 static unsigned pd_patch_n;
@@ -331,20 +385,161 @@ static void pd_write_first(uint8_t *at) { __atomic_store_n(at, pd_patch_first, _
 static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
 {
     uint8_t tail[16];
-    if (len < 5 || len > sizeof tail + 1)
+    if (len < 2 || len > sizeof tail + 1)
         return -1;
-    int32_t rel = (int32_t)(stub - (addr + 5));
-    memcpy(tail, &rel, 4);
-    memset(tail + 4, 0xcc, sizeof tail - 4);
+    memset(tail, 0xcc, sizeof tail);
+    if (len < 5) { /* jmp rel8 to the island (or its hop) that reaches the stub */
+        uintptr_t entry;
+        memcpy(&entry, (const void *)(stub + PD_STUB_ENTRY), sizeof entry);
+        intptr_t d = (intptr_t)entry - (intptr_t)(addr + 2);
+        if (!entry || d < -128 || d > 127)
+            return -1;
+        tail[0] = (uint8_t)(int8_t)d;
+    } else {
+        int32_t rel = (int32_t)(stub - (addr + 5));
+        memcpy(tail, &rel, 4);
+    }
     if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0)
         return -1;
     pd_patch_src = tail;
     pd_patch_n = len - 1;
     if (pd_patch(addr + 1, len - 1, prot, pd_write_tail) != 0)
         return -1;
-    pd_patch_first = 0xe9;
+    pd_patch_first = len < 5 ? 0xeb : 0xe9;
     return pd_patch(addr, 1, prot, pd_write_first);
 }
+
+/* ---- branches into windows (patchplan.Redirect, plan.bounds, plan.island) ---------- */
+
+static int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr);
+
+/* The stubbed site of object `o` (other than `self`) whose window holds runtime address
+ * `t` past its first byte, or -1.  *to: the stub's copy of the instruction at t, 0 when t
+ * is not the start of one. */
+static long pd_window_of(uintptr_t bias, uint32_t o, const uintptr_t *stubs, uint32_t self,
+                         uintptr_t t, uintptr_t *to)
+{
+    for (uint32_t s = 0; s < pd_module.nsites; s++) {
+        const struct pd_plan *p = &pd_sites[s].plan;
+        uintptr_t lo = bias + (uintptr_t)pd_sites[s].pc;
+        if (s == self || !stubs[s] || pd_sites[s].object != o || t <= lo || t >= lo + p->len)
+            continue;
+        *to = 0;
+        for (unsigned k = 0; k < p->nbounds; k++)
+            if (lo + p->bounds[2 * k] == t)
+                *to = stubs[s] + pd_stub_code_off + p->bounds[2 * k + 1];
+        return (long)s;
+    }
+    return -1;
+}
+
+/* Before the stubs turn executable: a relocated branch of one stub that lands inside
+ * another stubbed site's window goes to that stub's copy instead (that site, if the
+ * branch lands inside one of its instructions, keeps its trap); short sites get their
+ * entry word. */
+static void pd_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs)
+{
+    for (uint32_t s = 0; s < pd_module.nsites; s++) {
+        const struct pd_plan *p = &pd_sites[s].plan;
+        if (!stubs[s] || pd_sites[s].object != o)
+            continue;
+        uint8_t *code = (uint8_t *)stubs[s] + pd_stub_code_off;
+        for (unsigned i = 0; i < p->nfixups; i++) {
+            const struct pd_fixup *f = &p->fixups[i];
+            uintptr_t to;
+            long w = f->kind == PD_FIX_REL32
+                         ? pd_window_of(bias, o, stubs, s, bias + (uintptr_t)f->target, &to) : -1;
+            if (w >= 0 && (!to || pd_put_rel32(code + f->at, (uintptr_t)(code + f->anchor), to)))
+                stubs[w] = 0;
+        }
+        if (p->island) {
+            uintptr_t entry = bias + (uintptr_t)(p->hop ? p->hop : p->island);
+            memcpy((uint8_t *)stubs[s] + PD_STUB_ENTRY, &entry, sizeof entry);
+        }
+    }
+}
+
+static uint8_t pd_link_buf[5];
+static unsigned pd_link_n;
+static void pd_write_link(uint8_t *at) { memcpy(at, pd_link_buf, pd_link_n); }
+
+/* Writes `jmp rel32` (op 0xe9, n 5) or `jmp rel8` (0xeb, 2) at runtime address `at` to
+ * `to`, or just the displacement (op 0, n 4 or 1) of the branch whose field is `at`. */
+static int pd_write_branch(const struct dl_phdr_info *info, uintptr_t at, uint8_t op, unsigned n,
+                           uintptr_t anchor, uintptr_t to)
+{
+    int prot = pd_segment_prot(info, at - (uintptr_t)info->dlpi_addr);
+    unsigned k = op ? 1 : 0;
+    intptr_t d = (intptr_t)to - (intptr_t)anchor;
+    if (prot < 0 || (n - k == 1 && (d < -128 || d > 127)))
+        return -1;
+    pd_link_buf[0] = op;
+    if (n - k == 1)
+        pd_link_buf[k] = (uint8_t)(int8_t)d;
+    else if (pd_put_rel32(pd_link_buf + k, anchor, to) != 0)
+        return -1;
+    pd_link_n = n;
+    return pd_patch(at, n, prot, pd_write_link);
+}
+
+/* Once the stubs are executable: the object's own branches into windows (through
+ * islands of dead padding for rel8 ones) and the short sites' islands.  A site any of
+ * whose writes fails keeps its trap (what was written already leads into its stub's
+ * faithful copy). */
+static void pd_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *stubs)
+{
+    uintptr_t bias = (uintptr_t)info->dlpi_addr;
+    for (uint32_t s = 0; s < pd_module.nsites; s++) {
+        const struct pd_plan *p = &pd_sites[s].plan;
+        if (!stubs[s] || pd_sites[s].object != o)
+            continue;
+        uintptr_t code = stubs[s] + pd_stub_code_off;
+        int ok = 1;
+        if (p->island) {
+            ok = pd_write_branch(info, bias + p->island, 0xe9, 5, bias + p->island + 5, stubs[s]) == 0;
+            if (ok && p->hop)
+                ok = pd_write_branch(info, bias + p->hop, 0xeb, 2, bias + p->hop + 2,
+                                     bias + p->island) == 0;
+        }
+        for (unsigned i = 0; ok && i < p->nredirects; i++) {
+            const struct pd_redirect *r = &p->redirects[i];
+            uintptr_t field = bias + (uintptr_t)r->field, to;
+            if (pd_window_of(bias, o, stubs, s, field, &to) >= 0 ||
+                pd_window_of(bias, o, stubs, s, field + r->size - 1, &to) >= 0)
+                continue; /* displaced with that site: pd_link_area sent its copy here */
+            if (memcmp((const void *)field, r->orig, r->size) != 0) {
+                ok = 0;
+                break;
+            }
+            uintptr_t dest = code + r->code_off;
+            if (r->size == 1) {
+                uintptr_t isl = bias + (uintptr_t)r->island;
+                ok = pd_write_branch(info, isl, 0xe9, 5, isl + 5, dest) == 0;
+                if (ok && r->hop)
+                    ok = pd_write_branch(info, bias + r->hop, 0xeb, 2, bias + r->hop + 2, isl) == 0;
+                dest = r->hop ? bias + (uintptr_t)r->hop : isl;
+            }
+            ok = ok && pd_write_branch(info, field, 0, r->size, bias + (uintptr_t)r->anchor, dest) == 0;
+        }
+        if (!ok)
+            stubs[s] = 0;
+    }
+}
+#else /* aarch64 plans are in-place B: no branch lands in a window, no islands */
+static void pd_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs)
+{
+    (void)bias;
+    (void)o;
+    (void)stubs;
+}
+static void pd_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *stubs)
+{
+    (void)info;
+    (void)o;
+    (void)stubs;
+}
+static void pd_install_stub_fault_handler(void) {}
+#endif
 
 /* `bytes` (rounded up to pages, returned in *size) of RX-able memory within
  * reach of every PT_LOAD segment of the object, or NULL. */
@@ -405,20 +600,25 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
             continue;
         if (pd_write_stub(at, site, (uintptr_t)info->dlpi_addr) < 0)
             continue;
-        if (!pd_fits_rel32((int64_t)((intptr_t)at - (intptr_t)(addr + 5))) && sizeof(void *) == 8)
+        if (!pd_stub_reaches(addr, (uintptr_t)at))
             continue;
         stubs[s] = (uintptr_t)at;
         at += PD_STUB_SIZE;
     }
+    pd_link_area((uintptr_t)info->dlpi_addr, o, stubs);
+    pd_install_stub_fault_handler();
     if (mprotect(area, size, PROT_READ | PROT_EXEC) != 0) {
         free(stubs);
         munmap(area, size);
         return NULL;
     }
+    pd_flush_icache(area, at); /* written through the data path (aarch64) */
+    pd_link_code(info, o, stubs);
     return stubs;
 }
 
 /* ---- out-of-line copies for function entries on the trap path (issue 7) -------- */
+#if !defined(__aarch64__) /* x86 only (aarch64: tramp.h says none) */
 
 #define PD_OOL_SIZE 96 /* relocated code (<= 64) + jmp back */
 
@@ -484,5 +684,5 @@ static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
     return ool;
 }
 
-#endif /* x86 trampolines */
+#endif /* x86 out-of-line copies */
 #endif

@@ -244,6 +244,9 @@ PD_REC_EXIT: Final = 4
 PD_REC_PROC: Final = 5
 PD_REC_TEXT: Final = 6
 
+PD_FLAG_DRAIN_WAITS: Final = 1
+PD_FLAG_MERGE_TEXT: Final = 2
+
 PD_LOCK_WAITERS: Final = 0x80000000
 PD_LOCK_TID_MASK: Final = 0x3FFFFFFF
 
@@ -280,6 +283,11 @@ CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_REC_EXIT", PD_REC_EXIT, "the script called exit()"),
         Const("PD_REC_PROC", PD_REC_PROC, "process event (attach, exit, exec)"),
         Const("PD_REC_TEXT", PD_REC_TEXT, "preformatted text"),
+    )),
+    ConstGroup("flag", "pd_header.flags bits", (
+        Const("PD_FLAG_DRAIN_WAITS", PD_FLAG_DRAIN_WAITS, "the consumer sleeps: wake it on commit"),
+        Const("PD_FLAG_MERGE_TEXT", PD_FLAG_MERGE_TEXT,
+              "the drain may join consecutive TEXT records of one pid (not --json)"),
     )),
     ConstGroup("lock", "futex lock words (runtime/pd_lock.h)", (
         Const("PD_LOCK_WAITERS", PD_LOCK_WAITERS, "set while someone sleeps on the word"),

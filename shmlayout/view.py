@@ -11,7 +11,6 @@ import mmap
 import struct
 import time
 from dataclasses import dataclass
-from functools import cache
 from typing import Any, Final, TypeAlias
 
 from .layout import (
@@ -19,6 +18,7 @@ from .layout import (
     PD_CHECKSUM_LEN,
     PD_LAYOUT_VERSION,
     PD_MAGIC,
+    PD_PROC_FREE,
     PD_SESSION_STARTING,
     PROC,
     Struct,
@@ -45,8 +45,15 @@ class _Access:
     size: int
 
 
-@cache
+_ACCESSORS: dict[int, tuple[Struct, dict[str, _Access]]] = {}
+
+
 def _accessors(s: Struct) -> dict[str, _Access]:
+    # By identity: hashing a frozen Struct walks every member (~8 us), and a scan of
+    # the process table builds 256 views.
+    known = _ACCESSORS.get(id(s))
+    if known is not None and known[0] is s:
+        return known[1]
     out: dict[str, _Access] = {}
     for m in s.members:
         if m.is_pad:
@@ -54,6 +61,7 @@ def _accessors(s: Struct) -> dict[str, _Access]:
         f = m.field
         codec = None if f.is_bytes else struct.Struct("<" + f.scalar.fmt)
         out[m.name] = _Access(m.offset, codec, f.size)
+    _ACCESSORS[id(s)] = (s, out)
     return out
 
 
@@ -180,6 +188,18 @@ class SegmentView:
 
     def procs(self) -> list[StructView]:
         return [self.proc(i) for i in range(self.header.proctab_count)]
+
+    def used_procs(self) -> list[tuple[int, StructView]]:
+        """(index, view) of the entries not PD_PROC_FREE; free ones get no view built
+        (the launcher scans the 256-entry table a few times per session)."""
+        h = self.header
+        state = _accessors(PROC)["state"]
+        assert state.codec is not None
+        base, size = h.proctab_off, h.proc_entry_size
+        return [(i, StructView(PROC, self._buf, base + i * size))
+                for i in range(h.proctab_count)
+                if state.codec.unpack_from(self._buf, base + i * size + state.offset)[0]
+                != PD_PROC_FREE]
 
     def check(self) -> None:
         """Raise LayoutError unless the buffer holds a complete segment of this layout."""

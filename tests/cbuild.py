@@ -63,6 +63,20 @@ def have_m32() -> bool:
 
 
 @functools.cache
+def have_cxx(m32: bool = False) -> bool:
+    """Whether CC can build and link a C++ program (-lstdc++) of that ABI (g++-multilib)."""
+    if not have_cc() or (m32 and not have_m32()):
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp, "hello.cc")
+        src.write_text("#include <stdexcept>\nint main() { try { throw std::exception(); }"
+                       " catch (...) {} }\n")
+        res = subprocess.run([CC, *(m32_cflags() if m32 else ()), str(src), "-lstdc++",
+                              "-o", str(Path(tmp, "hello"))], capture_output=True)
+        return res.returncode == 0
+
+
+@functools.cache
 def have_sdt_h() -> bool:
     return have_cc() and (Path(MULTIARCH_INCLUDE, "sys", "sdt.h").exists() or
             Path("/usr/include/sys/sdt.h").exists())

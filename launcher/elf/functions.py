@@ -1,8 +1,13 @@
 """Function probe sites: `process("PATH").function("NAME")` and `.return` (issue 7).
 
-Functions are the defined STT_FUNC symbols with a size of `.symtab` and
-`.dynsym` (aliases at one address are one function, named by the first
-global name, else the first name).  The site of a function is its entry
+Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases
+at one address are one function, named by the first global name, else the
+first name), with the size from the symbol or else from the `.eh_frame` FDE
+starting there; gcc's `.cold` parts are not functions.  A stripped binary keeps
+`.dynsym` (its exported functions) and `.eh_frame`: FDE ranges inside no named
+function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
+never probed: they have no name to match, and some (`.cold` parts) are entered
+by a jump, where a return probe would corrupt the stack.  The site of a function is its entry
 address, after an `endbr64`/`endbr32` if one is there (CET: the jump the
 runtime installs must not replace the landing pad indirect calls need).
 
@@ -14,12 +19,15 @@ i386 `4*N(%esp)`.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
+from .ehframe import fde_ranges
 from .reader import open_elf, read_elf_info
 from .stapsdt import ProbeSite
 from .symbols import SymbolTable
@@ -31,6 +39,8 @@ NARGS = 6
 _X86_64_ARG_REGS = (5, 4, 1, 2, 8, 9)
 _X86_64_NAMES = ("%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9")
 _I386_ESP = 4
+# gcc's hot/cold split: a .cold part is jumped to, never called (no return address)
+_COLD = re.compile(r"\.cold(\.\d+)?$")
 
 
 @dataclass(frozen=True)
@@ -76,6 +86,16 @@ class FunctionTable:
         self.machine = machine
         self.elf_class = elf_class
         self.functions = functions
+        self.unnamed = 0   # .eh_frame ranges that no symbol names (stripped): never probed
+        self._by_addr: dict[int, list[Function]] | None = None
+
+    def aliases(self, addr: int) -> list[Function]:
+        """Every name of the function at addr."""
+        if self._by_addr is None:
+            self._by_addr = {}
+            for f in self.functions:
+                self._by_addr.setdefault(f.addr, []).append(f)
+        return self._by_addr.get(addr, [])
 
     def match(self, pattern: str) -> list[Function]:
         return [f for f in self.functions if fnmatch.fnmatchcase(f.name, pattern)]
@@ -107,13 +127,17 @@ def get_functions(path: str) -> FunctionTable:
         by_addr: dict[int, list[tuple[str, str, int]]] = {}
         symbols = SymbolTable.from_handle(h)
         symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
+        fdes = fde_ranges(h)
+        fde_size = dict(fdes)
         for name, syms in symbols._by_name.items():  # noqa: SLF001
             for sym in syms:
-                if sym.type != "FUNC" or sym.size <= 0 or sym.section in ("ABS", "COMMON"):
+                if sym.type != "FUNC" or sym.section in ("ABS", "COMMON") or _COLD.search(name):
                     continue
-                if not any(s.contains(sym.value, 1) for s in code):
+                # an assembler function without .size: its FDE knows the length
+                size = sym.size if sym.size > 0 else fde_size.get(sym.value, 0)
+                if size <= 0 or not any(s.contains(sym.value, 1) for s in code):
                     continue
-                by_addr.setdefault(sym.value, []).append((name, sym.bind, sym.size))
+                by_addr.setdefault(sym.value, []).append((name, sym.bind, size))
         functions: list[Function] = []
         for addr in sorted(by_addr):
             names = by_addr[addr]
@@ -130,8 +154,22 @@ def get_functions(path: str) -> FunctionTable:
             for alias, _b, _s in names[1:]:
                 functions.append(Function(alias, addr, size, entry))
     table = FunctionTable(info.path, info.machine, info.elf_class, functions)
+    table.unnamed = _unnamed_ranges(fdes, by_addr)
     _cache[key] = table
     return table
+
+
+def _unnamed_ranges(fdes: list[tuple[int, int]],
+                    by_addr: dict[int, list[tuple[str, str, int]]]) -> int:
+    """How many FDE ranges start inside no named function."""
+    named = sorted((a, a + names[0][2]) for a, names in by_addr.items())
+    starts = [lo for lo, _ in named]
+    count = 0
+    for start, _size in fdes:
+        i = bisect.bisect_right(starts, start) - 1
+        if i < 0 or start >= named[i][1]:
+            count += 1
+    return count
 
 
 def unique_by_entry(functions: list[Function]) -> list[Function]:
@@ -142,12 +180,19 @@ def unique_by_entry(functions: list[Function]) -> list[Function]:
     return list(seen.values())
 
 
+# They save their return address to come back through it later (setjmp, getcontext:
+# a later longjmp/setcontext would "return" into pd_ret_tramp with no frame left), or
+# return twice on one stack (vfork: the child's return pops the parent's frame).
+_OWN_RETURN = re.compile(
+    r"_*(sig)?setjmp|_*(get|swap)context|_*(libc_)?vfork|__x86\.get_pc_thunk.*")
+
+
 def _never_returns_here(table: FunctionTable, f: Function, entry_point: int) -> str | None:
     """Why a return probe on `f` would break the program, or None."""
     if f.addr == entry_point:
         return "is the ELF entry point (entered without a return address)"
-    if f.name.startswith("__x86.get_pc_thunk"):
-        return "reads its own return address"
+    if any(_OWN_RETURN.fullmatch(g.name) for g in table.aliases(f.addr)):
+        return "reads its own return address (or returns twice)"
     return None
 
 
@@ -159,9 +204,6 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     pattern = rest[0].arg
     if not isinstance(pattern, str) or not pattern:
         raise ScriptError("function() takes a name or glob string", point.loc)
-    if "@" in pattern:
-        raise ScriptError(f"function(\"{pattern}\"): NAME@FILE needs DWARF line information, "
-                          "which pydyn does not read yet", point.loc)
     tail = [c.name for c in rest[1:]]
     if tail not in ([], ["call"], ["return"]) or any(c.arg is not None for c in rest[1:]):
         raise ScriptError(f"unsupported function probe point component(s) "
@@ -172,7 +214,15 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
         table = get_functions(binary)
     except TargetError as exc:
         raise ScriptError(str(exc), point.loc) from exc
-    found = unique_by_entry(table.match(pattern))
+    name_pattern, at_pcs = pattern, None
+    if "@" in pattern:   # NAME@FILE[:LINE]: the functions DWARF declares there
+        from .dwarf import functions_at
+        try:
+            name_pattern, at_pcs = functions_at(binary, pattern)
+        except TargetError as exc:
+            raise ScriptError(f"function(\"{pattern}\"): {exc}", point.loc) from exc
+    found = unique_by_entry([f for f in table.match(name_pattern)
+                             if at_pcs is None or f.addr in at_pcs])
     if is_return:
         entry_point = _entry_point(binary)
         kept = []
@@ -187,6 +237,8 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
         names = sorted({f.name for f in table.functions})
         close = difflib.get_close_matches(pattern, names, n=3)
         hint = (f"did you mean {', '.join(close)}?" if close else
+                f"{binary} is stripped: its .eh_frame lists {table.unnamed} functions without "
+                "a name, which cannot be probed by name" if table.unnamed and not names else
                 f"{binary} has no function symbols (stripped?)" if not names else None)
         raise ScriptError(f"function(\"{pattern}\") matches no function in {binary}",
                           point.loc, hint)

@@ -297,6 +297,15 @@ class Block(Stmt):
 
 
 @dataclass(frozen=True, slots=True)
+class Embedded(Expr):
+    """Guru mode (`-g`) embedded C `%{ ... %}`: a top-level block copied into the
+    generated C, the body of a function, or (in an expression) a long value."""
+
+    code: str
+    loc: SourceLocation
+
+
+@dataclass(frozen=True, slots=True)
 class Empty(Stmt):
     """A lone `;` where a statement is required: `if (x) ;`, `while (f()) ;`."""
 
@@ -443,7 +452,7 @@ class Function:
     name: str
     params: tuple[Param, ...]
     return_type: str | None  # "long" | "string"; None: inferred
-    body: Block
+    body: Block | Embedded   # Embedded: a guru-mode C function
     private: bool
     priority: int | None  # `function f() : 2 { }`: tapset override priority
     loc: SourceLocation
@@ -467,6 +476,8 @@ class Script:
     functions: tuple[Function, ...]
     globals: tuple[Global, ...]
     loc: SourceLocation
+    embedded: tuple[Embedded, ...] = ()   # top-level %{ %} (guru mode)
+    guru: bool = False                    # parsed with -g: set_user_* are allowed
 
 
 def dump(node: object) -> str:

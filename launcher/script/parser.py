@@ -64,7 +64,9 @@ def _print_format(name: str) -> tuple[bool, bool] | None:
 
 
 class Parser:
-    def __init__(self, tokens: Iterator[Token], filename: str, lines: list[str]) -> None:
+    def __init__(self, tokens: Iterator[Token], filename: str, lines: list[str],
+                 guru: bool = False) -> None:
+        self._guru = guru
         self._src = tokens
         self._filename = filename
         self._lines = lines
@@ -114,6 +116,7 @@ class Parser:
         probes: list[ast.Probe] = []
         functions: list[ast.Function] = []
         globals_: list[ast.Global] = []
+        embedded: list[ast.Embedded] = []
         seen_globals: dict[str, ast.Global] = {}
         while True:
             t = self._tok
@@ -142,16 +145,20 @@ class Parser:
                     seen_globals[g.name] = g
                     globals_.append(g)
             elif t.kind is Kind.EMBEDDED:
-                self._embedded(t)
+                embedded.append(self._embedded(self.advance()))
             else:
                 self.fail("'probe', 'global' or 'function'")
         first = self._lines[0] if self._lines else ""
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
-                          SourceLocation(self._filename, 1, 1, first))
+                          SourceLocation(self._filename, 1, 1, first), tuple(embedded),
+                          self._guru)
 
-    def _embedded(self, tok: Token) -> NoReturn:
-        raise ScriptError("embedded C is not supported", tok.loc,
-                          hint="pydyn has no guru mode (stap -g); use tapset functions instead")
+    def _embedded(self, tok: Token) -> ast.Embedded:
+        if not self._guru:
+            raise ScriptError("embedded C is not supported without guru mode", tok.loc,
+                              hint="run with -g to allow embedded C (it runs unchecked "
+                                   "inside the target)")
+        return ast.Embedded(tok.text, tok.loc)
 
     def globals(self, private: bool) -> list[ast.Global]:
         out: list[ast.Global] = []
@@ -233,13 +240,15 @@ class Parser:
                 if lit.value < 1:
                     raise ScriptError("function priority must be > 0", prio_tok.loc)
                 priority = lit.value
+        body: ast.Block | ast.Embedded
         if self._tok.kind is Kind.EMBEDDED:
-            self._embedded(self._tok)
-        self._in_function = True
-        try:
-            body = self.block()
-        finally:
-            self._in_function = False
+            body = self._embedded(self.advance())
+        else:
+            self._in_function = True
+            try:
+                body = self.block()
+            finally:
+                self._in_function = False
         return ast.Function(name.text, tuple(params), return_type, body, private, priority,
                             name.loc)
 
@@ -780,7 +789,7 @@ class Parser:
     def value(self) -> ast.Expr:
         t = self._tok
         if t.kind is Kind.EMBEDDED:
-            self._embedded(t)
+            return self._embedded(self.advance())
         if t.is_op("("):
             return self._paren_expression()
         if t.kind is Kind.STRING:
@@ -943,19 +952,22 @@ def _recursion_headroom() -> Iterator[None]:
 
 
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
-                 runtime: str = "dyninst", kernel_release: str | None = None) -> ast.Script:
+                 runtime: str = "dyninst", kernel_release: str | None = None,
+                 guru: bool = False) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
     `runtime` are what `%( arch == ... %)` and `%( runtime == ... %)` test;
-    `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`.
+    `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`;
+    `guru` (-g) allows embedded C and sets `guru_mode`.
     """
     lines = split_lines(text)
     tokens = tokenize(text, filename, lines)
-    config = Config(args=tuple(args), arch=arch, runtime=runtime) if kernel_release is None \
-        else Config(args=tuple(args), arch=arch, runtime=runtime, kernel_release=kernel_release)
+    config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru) \
+        if kernel_release is None else Config(args=tuple(args), arch=arch, runtime=runtime,
+                                              kernel_release=kernel_release, guru=guru)
     with _recursion_headroom():
-        parser = Parser(Preprocessor(tokens, config), filename, lines)
+        parser = Parser(Preprocessor(tokens, config), filename, lines, guru)
         try:
             return parser.script()
         except RecursionError:

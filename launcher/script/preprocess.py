@@ -42,6 +42,7 @@ class Config:
     kernel_release: str = field(default_factory=platform.release)
     systemtap_version: str = "5.5"  # the stap release pydyn's language follows
     privilege: str = "stapdev"  # pydyn runs with the user's own rights, unrestricted
+    guru: bool = False          # -g
 
     @property
     def kernel_base_release(self) -> str:
@@ -388,7 +389,7 @@ class Preprocessor:
                 raise ScriptError("expected 0 or 1 after 'guru_mode'", right.loc)
             if not equality:
                 raise ScriptError("expected '==' or '!=' after 'guru_mode'", op.loc)
-            return _compare(0, value, op.text)
+            return _compare(int(cfg.guru), value, op.text)
         if left.kind is Kind.IDENT and left.text.startswith("CONFIG_"):
             # There is no kernel configuration for a user-space runtime: every
             # option reads as unset (""), as stap's empty kernel_config would.

@@ -1,0 +1,22 @@
+/* pydyn function-probe benchmark target (bench/func_bench.py): calls a small function
+ * N times and prints the time per call.  Unlike bench.c's bench_fn, whose first
+ * instruction is a USDT nop (a function entry there must stay a trap: the patch plan
+ * never overwrites another probe site), this entry is displaceable into a trampoline. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+__attribute__((noipa)) long bench_fn(long x) { return (x ^ 0x55) * 3 + 7; }
+
+int main(int argc, char **argv)
+{
+    long n = argc > 1 ? atol(argv[1]) : 10000000, acc = 0;
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (long i = 0; i < n; i++)
+        acc += bench_fn(i);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double ns = ((double)(b.tv_sec - a.tv_sec) * 1e9 + (double)(b.tv_nsec - a.tv_nsec)) / (double)n;
+    printf("bench calls %ld acc %ld ns_per_hit %.2f\n", n, acc, ns);
+    return 0;
+}

@@ -1,0 +1,123 @@
+"""What `ubacktrace()` and `usymname()` need of a probed object (issue 7), computed
+offline so the runtime never parses ELF: its function names and a compact table
+of `.eh_frame` CFA rules.
+
+A row is `(pc, kind, cfa_off, fp_off)`: from `pc` on, the frame's CFA is the
+stack pointer (kind 0) or the frame pointer (kind 1) plus `cfa_off`; the
+return address is at CFA - word size; the caller's frame pointer was saved at
+CFA + `fp_off` (0: not saved, it is still in the register).  Kind 2 means "no
+rule the walker can follow" (a DWARF expression, an undefined return address
+as in `_start`, the end of an FDE): the walk stops there.  These are the rules
+gcc emits for ordinary x86-64 and i386 code; signal frames and hand-written
+CFI with expressions end the backtrace rather than guess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from elftools.common.exceptions import DWARFError, ELFError
+from elftools.dwarf.callframe import FDE
+
+from ..errors import TargetError
+from .functions import get_functions
+from .reader import open_elf
+
+SP_FP_RA = {"x86_64": (7, 6, 16), "i386": (4, 5, 8)}   # DWARF register numbers
+KIND_SP, KIND_FP, KIND_STOP = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class UnwindTable:
+    symbols: list[tuple[int, int, str]]         # (addr, size, name), by addr
+    rows: list[tuple[int, int, int, int]]       # (pc, kind, cfa_off, fp_off), by pc
+    lo: int                                     # link-time extent of the code described
+    hi: int
+
+
+_cache: dict[str, UnwindTable] = {}
+
+
+def unwind_table(path: str) -> UnwindTable:
+    """Names and CFA rows of the ELF file at `path` (TargetError if unreadable)."""
+    if path in _cache:
+        return _cache[path]
+    funcs = get_functions(path)
+    first: dict[int, tuple[int, int, str]] = {}
+    for f in funcs.functions:   # the preferred name of each address comes first
+        first.setdefault(f.addr, (f.addr, f.size, f.name))
+    symbols = sorted(first.values())
+    sp, fp, ra = SP_FP_RA[funcs.machine]
+    rows: list[tuple[int, int, int, int]] = []
+    try:
+        with open_elf(path) as h:
+            dwarf = h.elffile.get_dwarf_info() if h.elffile.has_dwarf_info() else None
+            entries = dwarf.EH_CFI_entries() if dwarf is not None and dwarf.has_EH_CFI() else []
+            for fde in entries:
+                if not isinstance(fde, FDE):
+                    continue
+                start = fde.header["initial_location"]
+                end = start + fde.header["address_range"]
+                try:
+                    decoded = fde.get_decoded().table
+                except (ValueError, KeyError, DWARFError):
+                    # an opcode pyelftools does not decode (DW_CFA_GNU_args_size, i386):
+                    # backtraces stop in this function rather than guess
+                    decoded = [{"pc": start, "cfa": None}]
+                for row in decoded:
+                    rows.append((row["pc"], *_rule(row, sp, fp, ra)))
+                rows.append((end, KIND_STOP, 0, 0))
+    except (ELFError, ValueError, KeyError, IndexError) as exc:
+        raise TargetError(path, f"cannot read its .eh_frame: {exc}") from exc
+    rows = _compact(sorted(rows))
+    extent = [a for a, _s, _n in symbols] + [a + s for a, s, _n in symbols]
+    extent += [r[0] for r in rows]
+    table = UnwindTable(symbols, rows, min(extent, default=0), max(extent, default=0))
+    _cache[path] = table
+    return table
+
+
+def _rule(row: dict, sp: int, fp: int, ra: int) -> tuple[int, int, int]:
+    cfa = row["cfa"]
+    rar = row.get(ra)
+    if cfa is None or cfa.expr is not None or cfa.reg not in (sp, fp) or (
+            rar is not None and rar.type != "OFFSET"):
+        return KIND_STOP, 0, 0
+    fpr = row.get(fp)
+    fp_off = fpr.arg if fpr is not None and fpr.type == "OFFSET" else 0
+    return (KIND_SP if cfa.reg == sp else KIND_FP), cfa.offset, fp_off
+
+
+def _compact(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+    """One row per pc (a later FDE starting where one ends wins), repeats dropped."""
+    by_pc: dict[int, tuple[int, int, int, int]] = {}
+    for r in rows:
+        if r[0] not in by_pc or by_pc[r[0]][1] == KIND_STOP:
+            by_pc[r[0]] = r
+    out: list[tuple[int, int, int, int]] = []
+    for pc in sorted(by_pc):
+        r = by_pc[pc]
+        if out and out[-1][1:] == r[1:]:
+            continue
+        out.append(r)
+    return out
+
+
+def unwind_c(objects: dict[str, int], c_string: object) -> list[str]:
+    """The generated C of the tables, `pd_unwind_tables[]` indexed like pd_objects."""
+    quote = c_string if callable(c_string) else repr
+    out: list[str] = []
+    rows_c: list[str] = []
+    for path, oi in sorted(objects.items(), key=lambda kv: kv[1]):
+        t = unwind_table(path)
+        syms = ", ".join(f"{{{a:#x}, {s}, {quote(n)}}}" for a, s, n in t.symbols)
+        cfa = ", ".join(f"{{{pc:#x}, {off}, {k}, {fpo}}}" for pc, k, off, fpo in t.rows)
+        out.append(f"static const struct pd_usym pd_usyms_{oi}[] = {{{syms or '{0}'}}};")
+        out.append(f"static const struct pd_cfarow pd_cfa_{oi}[] = {{{cfa or '{0}'}}};")
+        rows_c.append(f"    {{pd_usyms_{oi}, {len(t.symbols)}, pd_cfa_{oi}, {len(t.rows)}, "
+                      f"{t.lo:#x}, {t.hi:#x}}},")
+    out.append("const struct pd_unwind pd_unwind_tables[] = {")
+    out.extend(rows_c or ["    {0},"])
+    out.append("};")
+    out.append(f"const uint32_t pd_unwind_ntables = {len(rows_c)};")
+    return out

@@ -1,0 +1,89 @@
+"""`@entry(expr)` in function `.return` probes (issue 7).
+
+The translator gives a return probe that uses `@entry` a hidden entry handler
+on the same sites (`probe_N_entry`): it evaluates each `@entry` operand with
+the entry's registers and pushes the values, keyed by the return-address slot
+(the stack pointer at the entry), on a per-thread stack of the module.  The
+return handler pops the frame whose slot is just below its stack pointer
+before its body runs; `@entry(x)` reads the popped value.
+
+Frames are LIFO like pd_func.c's shadow stack: recursion and tail calls (the
+same slot, pushed again) match in order; frames below a new entry's or a
+returning frame's slot were left by `longjmp` and are dropped.  A return
+whose entry values are missing (its entry was skipped: reentrancy, the stack
+full) does not run and is counted as a skipped probe.
+"""
+
+from __future__ import annotations
+
+
+def helpers_c(nvals: int) -> list[str]:
+    """The per-thread stack of entry values; `nvals` values a frame at most."""
+    return f"""#include <pthread.h>
+#include <sys/mman.h>
+#define PD_ENTRY_VALS {nvals}
+#define PD_ENTRY_MAX 65536u /* frames per thread (the mapping is touched lazily) */
+struct pd_entry_frame {{ uintptr_t at; uint32_t probe; int64_t v[PD_ENTRY_VALS]; }};
+static __thread struct pd_entry_frame *pd_ent;
+static __thread uint32_t pd_ent_n;
+static __thread int pd_ent_failed;
+static pthread_key_t pd_ent_key;
+static pthread_once_t pd_ent_once = PTHREAD_ONCE_INIT;
+static void pd_ent_free(void *p)
+{{
+    munmap(p, PD_ENTRY_MAX * sizeof(struct pd_entry_frame));
+    pd_ent = NULL;
+    pd_ent_n = 0;
+}}
+static void pd_ent_key_init(void) {{ pthread_key_create(&pd_ent_key, pd_ent_free); }}
+/* frames below `at` belong to calls that longjmp left: their returns never come */
+static void pd_ent_drop_below(uintptr_t at)
+{{
+    while (pd_ent_n > 0 && pd_ent[pd_ent_n - 1].at < at)
+        pd_ent_n--;
+}}
+static void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
+{{
+    if (!pd_ent && !pd_ent_failed) {{
+        pd_ent_failed = 1; /* until the mapping exists: a probed mmap must not recurse */
+        void *m = mmap(NULL, PD_ENTRY_MAX * sizeof(struct pd_entry_frame),
+                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED)
+            return;
+        pthread_once(&pd_ent_once, pd_ent_key_init);
+        pthread_setspecific(pd_ent_key, m);
+        pd_ent = m;
+        pd_ent_failed = 0;
+    }}
+    uintptr_t at = (uintptr_t)pd_reg(c->regs, PD_DWARF_SP); /* the return-address slot */
+    if (!pd_ent || (pd_ent_drop_below(at), pd_ent_n >= PD_ENTRY_MAX))
+        return; /* the return finds no frame: skipped, counted */
+    struct pd_entry_frame *f = &pd_ent[pd_ent_n];
+    f->at = at;
+    f->probe = probe;
+    memcpy(f->v, v, sizeof f->v);
+    __asm__ volatile("" ::: "memory"); /* filled before a signal handler can see it */
+    pd_ent_n++;
+}}
+static int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
+{{
+    uintptr_t at = (uintptr_t)pd_reg(c->regs, PD_DWARF_SP) - sizeof(pd_ureg);
+    if (!pd_ent)
+        return 0;
+    pd_ent_drop_below(at);
+    for (uint32_t k = pd_ent_n; k > 0 && pd_ent[k - 1].at == at; k--) {{
+        if (pd_ent[k - 1].probe != probe)
+            continue; /* another probe's frame for the same call */
+        memcpy(v, pd_ent[k - 1].v, sizeof pd_ent[k - 1].v);
+        memmove(&pd_ent[k - 1], &pd_ent[k], (pd_ent_n - k) * sizeof *pd_ent);
+        pd_ent_n--;
+        return 1;
+    }}
+    return 0;
+}}
+""".splitlines()
+
+
+def pop_c(probe: int, label: str = "out") -> list[str]:
+    return [f"    if (!pd_entry_pop(c, {probe}, ent_)) {{ pd_count_skipped(1); goto {label}; }}"]

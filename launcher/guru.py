@@ -1,0 +1,98 @@
+"""Guru mode (`-g`, issue 4): embedded C and `set_user_*` writes into the target.
+
+Without `-g` the parser refuses `%{ %}` and the translator refuses
+`set_user_*`.  With it:
+
+- a top-level `%{ ... %}` is copied into the generated C after the runtime's
+  includes (both ABIs compile it);
+- `function f:long (x:long) %{ ... %}` becomes a C function whose body sees
+  stap's macros: `STAP_ARG_x`, `STAP_RETVALUE`, `STAP_RETURN(v)`,
+  `STAP_ERROR(fmt, ...)`, `CONTEXT`, and the older `THIS->x` /
+  `THIS->__retvalue`;
+- `%{ expr %}` inside an expression is a long;
+- `set_user_char/short/int/long/pointer/int8..uint64(addr, v)` and
+  `set_user_string(addr, s)` write through `pd_set_user*` (runtime/pd_string.c,
+  `process_vm_writev` on the process itself): an unmapped or read-only address
+  is a counted error, never a crash.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# set_user_NAME -> bytes written (0: a C long, None: a string with its NUL)
+SET_USER: dict[str, int | None] = {
+    "set_user_char": 1, "set_user_short": 2, "set_user_int": 4, "set_user_long": 0,
+    "set_user_pointer": 0, "set_user_int8": 1, "set_user_uint8": 1, "set_user_int16": 2,
+    "set_user_uint16": 2, "set_user_int32": 4, "set_user_uint32": 4, "set_user_int64": 8,
+    "set_user_uint64": 8, "set_user_ushort": 2, "set_user_uint": 4, "set_user_string": None,
+}
+
+
+def set_user_params(name: str) -> tuple[str, ...]:
+    return ("long", "string") if SET_USER[name] is None else ("long", "long")
+
+
+def set_user_c(name: str, args: list[str], where: str) -> str:
+    size = SET_USER[name]
+    if size is None:
+        call = f"pd_set_user_string(c, {args[0]}, {args[1]})"
+    else:
+        call = f"pd_set_user(c, {args[0]}, {args[1]}, {size or 'sizeof(long)'})"
+    return f"(c->where = {where}, {call})"
+
+
+def embedded_expr_c(code: str) -> str:
+    return f"((int64_t)({code}))"
+
+
+def toplevel_c(script: Any) -> list[str]:
+    """The C a guru script adds before the handlers: helpers, then its `%{ %}` blocks."""
+    from pydyn.launcher.script import ast
+    if not script.embedded and not any(isinstance(f.body, ast.Embedded)
+                                       for f in script.functions):
+        return []
+    out = list(_STRL)
+    for b in script.embedded:
+        out += [f"/* embedded C at {b.loc.file}:{b.loc.line} */", b.code, ""]
+    return out
+
+
+# glibc 2.36 has no strlcpy/strlcat, which stap's embedded C uses for strings.
+_STRL = ["static inline size_t pd_guru_strlcpy(char *d, const char *s, size_t n)",
+         "{ size_t l = strlen(s); if (n) { size_t k = l < n - 1 ? l : n - 1; "
+         "memcpy(d, s, k); d[k] = 0; } return l; }",
+         "static inline size_t pd_guru_strlcat(char *d, const char *s, size_t n)",
+         "{ size_t l = strnlen(d, n); return l == n ? n + strlen(s) : "
+         "l + pd_guru_strlcpy(d + l, s, n - l); }",
+         "#define strlcpy pd_guru_strlcpy", "#define strlcat pd_guru_strlcat", ""]
+
+
+def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str | None,
+                        code: str, where: str) -> list[str]:
+    """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap."""
+    members = [f"const char *{n};" if t == "string" else f"int64_t {n};" for n, t in params]
+    members.append("char __retvalue[MAXSTRINGLEN];" if ret == "string"
+                   else "int64_t __retvalue;")
+    init = ", ".join([f"a_{n}" for n, _t in params] + (['""'] if ret == "string" else ["0"]))
+    macros = [f"#define STAP_ARG_{n} (THIS->{n})" for n, _t in params]
+    macros += ["#define THIS (&this_)", "#define CONTEXT c",
+               "#define STAP_RETVALUE (THIS->__retvalue)",
+               "#define STAP_RETURN(v) do { STAP_RETVALUE = (v); goto out; } while (0)"
+               if ret != "string" else
+               "#define STAP_RETURN(v) do { strlcpy(STAP_RETVALUE, (v), MAXSTRINGLEN); "
+               "goto out; } while (0)",
+               "#define STAP_ERROR(...) do { pd_error(c, __VA_ARGS__); goto out; } while (0)"]
+    undefs = [f"#undef {m.split()[1].split('(')[0]}" for m in macros]
+    result = ("    pd_strcpy(ret, this_.__retvalue);\n    return ret;" if ret == "string"
+              else "    return this_.__retvalue;")
+    return ["", signature, "{",
+            f"    struct {{ {' '.join(members)} }} this_ = {{{init}}};",
+            "    if (++c->nesting > MAXNESTING) {",
+            f"        c->where = {where};",
+            "        pd_error(c, \"MAXNESTING exceeded\");",
+            "        goto out;", "    }",
+            f"    c->where = {where};",
+            *macros, "    {", code, "    }", *undefs,
+            "    goto out;",   # a body that never jumps there still uses the label
+            "out:", "    c->nesting--;", result, "}"]

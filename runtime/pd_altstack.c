@@ -1,0 +1,101 @@
+/* Per-thread alternate signal stacks (issue 6).
+ *
+ * A probe site whose stack pointer holds garbage (hand-written assembly does
+ * this) must still fire: the SIGTRAP handler of trap sites, and the SIGSEGV
+ * handler that catches a trampoline's first write to such a stack
+ * (pd_tramp.h), run with SA_ONSTACK on the stack installed here.  A signal
+ * stack cannot be installed lazily from the handler that needs it, so it is
+ * installed when a thread starts: the main thread in the constructor, every
+ * other thread by the pthread_create below.  Threads created otherwise (glibc's
+ * own SIGEV_THREAD helpers, raw clone) have none and handle signals on their
+ * own stack, as without pydyn.  A thread that already has a signal stack keeps
+ * it; one that installs its own later replaces ours.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "pd_runtime.h"
+
+#define PD_ALTSTACK_SIZE (64 * 1024) /* a handler's context and output buffer: ~10 KiB */
+
+static int pd_alt_enabled;
+static pthread_key_t pd_alt_key;
+
+static size_t pd_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
+
+/* Thread exit: stop using the stack before it is unmapped. */
+static void pd_alt_free(void *mem)
+{
+    stack_t cur, off = {.ss_flags = SS_DISABLE};
+    if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == (char *)mem + pd_page())
+        sigaltstack(&off, NULL);
+    munmap(mem, PD_ALTSTACK_SIZE + pd_page());
+}
+
+/* Gives the calling thread a signal stack (below it a guard page) unless it has one. */
+void pd_altstack_thread(void)
+{
+    stack_t cur;
+    if (!pd_alt_enabled || sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+        return;
+    size_t page = pd_page();
+    char *m = mmap(NULL, PD_ALTSTACK_SIZE + page, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+        return;
+    mprotect(m, page, PROT_NONE);
+    stack_t ss = {.ss_sp = m + page, .ss_size = PD_ALTSTACK_SIZE, .ss_flags = 0};
+    if (sigaltstack(&ss, NULL) != 0) {
+        munmap(m, PD_ALTSTACK_SIZE + page);
+        return;
+    }
+    pthread_setspecific(pd_alt_key, m); /* the main thread's is never freed: it exits with the process */
+}
+
+/* From the constructor of an attached target process. */
+void pd_altstack_init(void)
+{
+    if (pd_alt_enabled || pthread_key_create(&pd_alt_key, pd_alt_free) != 0) /* -x attaches again */
+        return;
+    pd_alt_enabled = 1;
+    pd_altstack_thread();
+}
+
+struct pd_start {
+    void *(*fn)(void *);
+    void *arg;
+};
+
+static void *pd_thread_start(void *p)
+{
+    struct pd_start s = *(struct pd_start *)p;
+    free(p);
+    pd_altstack_thread();
+    return s.fn(s.arg);
+}
+
+typedef int (*pd_pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+
+PD_EXPORT int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static pd_pthread_create_fn real;
+    if (!real)
+        real = (pd_pthread_create_fn)dlsym(RTLD_NEXT, "pthread_create");
+    if (!real)
+        return EAGAIN;
+    struct pd_start *s = pd_alt_enabled ? malloc(sizeof *s) : NULL;
+    if (!s) /* outside a session, or no memory: the thread runs without our signal stack */
+        return real(t, attr, fn, arg);
+    s->fn = fn;
+    s->arg = arg;
+    int rc = real(t, attr, pd_thread_start, s);
+    if (rc != 0)
+        free(s);
+    return rc;
+}

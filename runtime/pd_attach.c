@@ -1,0 +1,95 @@
+/* Attaching to a running process (pydyn -x PID, launcher/attach.py).
+ *
+ * The launcher stops every thread with ptrace, makes one of them call dlopen on
+ * this module and then pd_attach_live; later pd_detach_live.  Nothing here runs
+ * unless the launcher calls it: the constructor finds no PYDYN_SHM in a -x process.
+ *
+ * The session's variables reach the module as arguments of pd_attach_live rather
+ * than through the environment before dlopen: an injected setenv would be one more
+ * call, and the constructor could not tell "not in a session" from "not yet".  The
+ * module then puts them into the process's own environment, so children it forks
+ * and execs after the attach load their module as under -c.
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pd_runtime.h"
+
+#define PD_NENV 4
+static const char *const pd_env_names[PD_NENV] = {"PYDYN_SHM", "PYDYN_PRELOAD",
+                                                  "PYDYN_PROBE_MODE", "LD_PRELOAD"};
+static char *pd_env_before[PD_NENV]; /* the process's own values, NULL if unset */
+static int pd_env_set;
+
+/* Sets our variables, remembering what the process had; LD_PRELOAD keeps the
+ * process's own entries after ours. */
+static int pd_env_enter(const char *shm, const char *entry, const char *mode)
+{
+    for (int i = 0; i < PD_NENV; i++) {
+        const char *v = getenv(pd_env_names[i]);
+        pd_env_before[i] = v ? strdup(v) : NULL;
+    }
+    pd_env_set = 1;
+    const char *user = pd_env_before[3];
+    size_t n = strlen(entry) + (user ? strlen(user) : 0) + 2;
+    char *preload = malloc(n);
+    if (!preload)
+        return -1;
+    if (user && *user)
+        snprintf(preload, n, "%s:%s", entry, user);
+    else
+        snprintf(preload, n, "%s", entry);
+    const char *values[PD_NENV] = {shm, entry, mode, preload};
+    int rc = 0;
+    for (int i = 0; i < PD_NENV; i++)
+        if (values[i][0] && setenv(pd_env_names[i], values[i], 1) != 0)
+            rc = -1;
+    free(preload);
+    return rc;
+}
+
+static void pd_env_leave(void)
+{
+    if (!pd_env_set)
+        return;
+    for (int i = 0; i < PD_NENV; i++) {
+        if (pd_env_before[i])
+            setenv(pd_env_names[i], pd_env_before[i], 1);
+        else
+            unsetenv(pd_env_names[i]);
+        free(pd_env_before[i]);
+        pd_env_before[i] = NULL;
+    }
+    pd_env_set = 0;
+}
+
+/* 0 once attached and armed, else a PD_ATTACH_* error (launcher/session.py names them;
+ * -7: the environment could not be set).  Every other thread of the process is
+ * stopped while this runs. */
+PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const char *probe_mode)
+{
+    if (pd_env_enter(shm, preload_entry, probe_mode) != 0) {
+        pd_env_leave();
+        return -7;
+    }
+    int rc = pd_session_attach(shm);
+    if (rc != 0)
+        pd_env_leave();
+    return rc;
+}
+
+/* Restores the process: sites, semaphores, environment; the module stays loaded but
+ * inert.  counts[0..2] = sites restored, bytes written back, semaphores decremented. */
+PD_EXPORT void pd_detach_live(uint32_t counts[3])
+{
+    uint32_t bytes = 0, semas = 0;
+    uint32_t sites = pd_disarm_all(&bytes, &semas);
+    pd_env_leave();
+    pd_go_inert();
+    counts[0] = sites;
+    counts[1] = bytes;
+    counts[2] = semas;
+}
