@@ -34,6 +34,11 @@ MARK = "pydyn_bench:hit"
 COUNT = ('global n\nprobe process("{bin}").mark("hit") {{ n++ }}\n'
          'probe end {{ printf("count=%d\\n", n) }}\n')
 PRINTF = 'probe process("{bin}").mark("hit") {{ printf("%d\\n", $arg1) }}\n'
+STATS = ('global s\nprobe process("{bin}").mark("hit") {{ s <<< $arg1 }}\n'
+         'probe end {{ printf("count=%d\\n", @count(s)) }}\n')
+# The same statistic in one struct under the globals lock, as before per-thread slots
+# (runtime/pd_pstat.c): a `delete` anywhere opts a statistic out of them.
+STATS_LOCKED = STATS + 'probe never {{ delete s }}\n'
 PAIR = ('global c, r\nprobe process("{bin}").function("bench_fn").call {{ c++ }}\n'
         'probe process("{bin}").function("bench_fn").return {{ r++ }}\n'
         'probe end {{ printf("count=%d\\n", c == r ? c : -1) }}\n')
@@ -154,6 +159,15 @@ def main() -> int:
                     cells.append((name, str(exc)))
             cells += peer_cells("count", binary, MARK, opts.peer_n, opts.reps)
             row(f"count ({abi}, probe `n++`)", cells, bare, "pydyn")
+            cells = [("bare", bare)]
+            for name, script in (("pydyn", STATS), ("pydyn-locked", STATS_LOCKED)):
+                try:
+                    cells.append((name, best(lambda sc=script, b=binary:
+                                             run_pydyn(sc, b, opts.n), opts.reps)))
+                except Failed as exc:
+                    cells.append((name, str(exc)))
+            row(f"stats ({abi}, probe `s <<< $arg1`; locked: one shared struct)", cells, bare,
+                "pydyn")
             if abi != "m64":
                 continue
             out = tmp / "printf.out"

@@ -308,7 +308,8 @@ def _load_format(d: dict[str, Any]) -> Any:
     if d["kind"] == "printf":
         return FormatSpec(tuple(p if isinstance(p, str) else Conversion(**p)
                                 for p in d["pieces"]), tuple(d["arg_types"]))
-    return HistFormat(**{k: v for k, v in d.items() if k != "kind"})
+    # _dump_format's fields override its "kind": "hist", so kind is "log"/"linear" here
+    return HistFormat(**d)
 
 
 def program_to_json(program: Any) -> dict[str, Any]:

@@ -545,5 +545,8 @@ class Session:
                 states[name] = states.get(name, 0) + 1
             summary = ", ".join(f"{n} {k}" for k, n in sorted(states.items()))
             self.log(f"pydyn: {len(procs)} process image(s) in the session: {summary}")
+            if h.stat_slot_fallbacks:   # runtime/pd_pstat.c: correct, but under a lock
+                self.log(f"pydyn: {h.stat_slot_fallbacks} thread(s) found no free statistic "
+                         "slot and shared the locked one")
         return SessionResult(1 if errors or self._detach_failed else 0, errors, skipped,
                              status, procs)

@@ -25,6 +25,7 @@ from pydyn.launcher.elf.unwind import unwind_c
 from pydyn.launcher.entry import helpers_c as entry_helpers_c
 from pydyn.launcher.entry import pop_c as entry_pop_c
 from pydyn.launcher.errors import ScriptError, SourceLocation, TargetError
+from pydyn.launcher.fastprobe import PD_PROBE_FAST, fast_lines, is_fast
 from pydyn.launcher.format import FormatSpec, parse_format
 from pydyn.launcher.guru import (
     SET_USER,
@@ -45,6 +46,9 @@ LONG, STRING, STAT = "long", "string", "stat"
 DEFAULT_LIMITS = {"MAXSTRINGLEN": 512, "MAXMAPENTRIES": 2048}
 LIMITS = dict(DEFAULT_LIMITS)
 STAT_SIZE = 8 * (7 + 128)  # struct pd_stat
+# runtime/pd_pstat.c: a statistic only added to gets a shared slot plus one per thread
+PSTAT_SLOTS = 64
+PSTAT_SLOT_SIZE = 8 + STAT_SIZE
 ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
 PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH64"}
 PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
@@ -252,6 +256,8 @@ class Translator:
         self.changed = False
         self.warnings: list[str] = []
         self.atomic_globals: set[str] = set()
+        self.pstat_globals: set[str] = set()   # scalar statistics with per-thread slots
+        self.variance_stats: set[str] = set()  # statistics whose @variance is read
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
@@ -793,6 +799,8 @@ class Translator:
             var.offset = off
             if var.array is not None:
                 var.size = 16 + _capacity(var) * self._entry_size(var)
+            elif var.name in self.pstat_globals:
+                var.size = (1 + PSTAT_SLOTS) * PSTAT_SLOT_SIZE
             else:
                 var.size = _type_size(var.type)
             off += (var.size + 63) & ~63
@@ -969,7 +977,8 @@ class Emitter:
             return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
         if isinstance(e, ast.StatOp):
             sp = self.stat_ptr(e.operand)
-            return (f"({{ struct pd_stat *s_ = {sp}; s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
+            return (f"({{ const struct pd_stat *s_ = {sp}; "
+                    f"s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
                     f": (pd_error(c, \"empty aggregate\"), 0); }})")
         if isinstance(e, ast.Call):
             return self.call(e)
@@ -993,7 +1002,7 @@ class Emitter:
     def stat_ptr(self, e: ast.Expr) -> str:
         if isinstance(e, ast.Symbol):
             var = self.tr.globals[e.name]
-            return f"((struct pd_stat *){self.gptr(var)})"
+            return _stat_read(var, self.gptr(var), self.tr.pstat_globals)
         assert isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol)
         var = self.tr.globals[e.base.name]
         return f"((struct pd_stat *){self.map_get(var, e.indexes, False)})"
@@ -1027,6 +1036,11 @@ class Emitter:
     def assign(self, e: ast.Assign) -> str:
         if e.op == "<<<":
             target = e.target
+            if isinstance(target, ast.Symbol) and target.name in self.tr.pstat_globals:
+                # the thread's own slot: no globals lock (pd_pstat.c)
+                off = self.tr.globals[target.name].offset
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_pstat_add(c, c->globals + "
+                        f"{off}, v_, {self.statdesc_of(target)}); v_; }})")
             if isinstance(target, ast.Symbol):
                 sp = self.stat_ptr(target)
             else:
@@ -1274,7 +1288,7 @@ class Emitter:
                HistFormat("linear", *h.params))
         fid = self.tr.format_id(fmt)
         sp = self.stat_ptr(h.operand)
-        return (f"({{ struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
+        return (f"({{ const struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
                 f"&sd_{var.name}, {fid}); 0; }})")
 
     def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
@@ -1548,6 +1562,10 @@ def translate(script: ast.Script, resolution: Resolution, *,
     tr = Translator(script, resolution)
     tr.infer()
     tr.atomic_globals = _find_atomic_globals(script, tr)
+    tr.pstat_globals = _find_pstat_globals(script, tr)
+    tr.variance_stats = {_stat_name(n.operand)
+                         for n in _iter_nodes((script.probes, script.functions))
+                         if isinstance(n, ast.StatOp) and n.op == "variance"}
     globals_size = tr.layout_globals()
     # -D limits are compiled into both modules; naming them here puts them
     # into the checksum, so a module built with other limits is never reused.
@@ -1562,7 +1580,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
             lo, hi, step = var.hist_linear or (0, 0, 1)
             out.append(f"static const struct pd_statdesc sd_{var.name} = "
                        f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
-                       f"{lo}, {hi}, {step}}};")
+                       f"{lo}, {hi}, {step}, {int(var.name in tr.variance_stats)}}};")
         if var.array is not None:
             max_entries = _max_entries(var)
             cap = _capacity(var)
@@ -1604,6 +1622,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
 
     ordered: list[tuple[int, ResolvedPoint]] = []
     locks: dict[int, bool] = {}
+    lock_bits: dict[int, int] = {}   # pd_probe.locks: PD_PROBE_LOCKS | PD_PROBE_FAST
     hidden: dict[tuple[int, int], int] = {}
 
     def hidden_entry(pi: int, rp: ResolvedPoint) -> int:
@@ -1625,13 +1644,17 @@ def translate(script: ast.Script, resolution: Resolution, *,
         em = Emitter(tr, scope, scope.sites)
         em.stmt(probe.body)
         locks[pi] = em.needs_lock
+        local_decls = [*em.local_decls(set()), *em.decls]
+        fast = not entries_of[pi] and is_fast(local_decls, em.lines)
+        lock_bits[pi] = int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
             handler, entry_locks[pi] = _entry_handler(tr, pi, scope, entries_of[pi])
             out.extend(handler)
-        body = ["", f"static void probe_{pi}(struct pd_ctx *c)", "{", *em.local_decls(set()),
-                *em.decls, *pop, *em.lines, "out:", "    return;", "}"]
+        body = ["", f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
+                "{", *local_decls, *pop, *(fast_lines(em.lines) if fast else em.lines),
+                "out:", "    return;", "}"]
         out.extend(body)
         ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
@@ -1647,7 +1670,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
             required.add(abi)
         probe_rows.append(
             f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
-            f"{int(locks[pi])}, probe_{pi}, {_c_string(format_point(rp.point))}, "
+            f"{lock_bits[pi]}, probe_{pi}, {_c_string(format_point(rp.point))}, "
             f"{obj}, {rp.period_ns}}},")
         if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
             needs_wait = True
@@ -1803,6 +1826,33 @@ def _find_atomic_globals(script: ast.Script, tr: Translator) -> set[str]:
     return candidates
 
 
+def _find_pstat_globals(script: ast.Script, tr: Translator) -> set[str]:
+    """Scalar statistics never deleted: their `<<<` goes to per-thread slots.
+
+    A delete would have to clear slots other threads are writing, so a deleted
+    statistic keeps the one locked struct pd_stat."""
+    stats = {n for n, v in tr.globals.items() if v.array is None and v.type == STAT}
+    for node in _iter_nodes((script.probes, script.functions)):
+        if isinstance(node, ast.Delete) and isinstance(node.target, ast.Symbol):
+            stats.discard(node.target.name)
+    for scope in tr.scopes.values():
+        stats -= set(scope.locals)
+    return stats
+
+
+def _stat_name(e: ast.Expr) -> str:
+    if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
+        return e.base.name
+    return e.name if isinstance(e, ast.Symbol) else ""
+
+
+def _stat_read(var: GlobalVar, ptr: str, pstats: set[str]) -> str:
+    """A scalar statistic to read: per-thread slots are merged first."""
+    if var.name in pstats:
+        return f"((const struct pd_stat *)pd_pstat_read({ptr}))"
+    return f"((struct pd_stat *){ptr})"
+
+
 def _func_signature(info: FuncInfo) -> str:
     params = []
     for p, t in zip(info.decl.params, info.params, strict=True):
@@ -1855,7 +1905,8 @@ def _exit_report(tr: Translator) -> list[str]:
                                           ("stats", var.name, (), "stat"))
                 empty = tr.report_format_id(parse_format(f"{var.name} @count=0x0\n"),
                                             ("stats", var.name, (), "empty"))
-                lines += [f"    {{ struct pd_stat *s_ = (struct pd_stat *){g};",
+                lines += [f"    {{ const struct pd_stat *s_ = "
+                          f"{_stat_read(var, g, tr.pstat_globals)};",
                           f"      if (!s_->count) {{ pd_rec_open(c, PD_REC_PRINTF, {empty}, 0); "
                           "pd_rec_close(c); }",
                           f"      else {{ pd_rec_open(c, PD_REC_PRINTF, {fid}, 5); "

@@ -75,6 +75,7 @@ PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const c
         pd_env_leave();
         return -7;
     }
+    pd_xmm_always = 1; /* dlopened: TLS descriptors here may call malloc (pd_runtime.h) */
     int rc = pd_session_attach(shm);
     if (rc != 0)
         pd_env_leave();

@@ -27,6 +27,15 @@
 
 #include "pd_runtime.h"
 
+/* Entry and return probes run before the vector registers are saved (issue 6): the
+ * C here uses none, and calls what may through pd_xmm_call. */
+#if defined(__x86_64__)
+#pragma GCC target("general-regs-only")
+int pd_xmm_always;
+#else
+int pd_xmm_always = 1;
+#endif
+
 #define PD_SHADOW_MAX 65536u /* frames per thread (the mapping is touched lazily) */
 
 struct pd_shadow {
@@ -94,6 +103,12 @@ static __attribute__((noinline)) struct pd_shadow *pd_stack_alloc(struct pd_thre
     return m;
 }
 
+static uintptr_t pd_stack_alloc_saved(uintptr_t t, uintptr_t b, uintptr_t c, uintptr_t d)
+{
+    (void)b, (void)c, (void)d;
+    return (uintptr_t)pd_stack_alloc((struct pd_thread *)t);
+}
+
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
 
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
@@ -106,7 +121,8 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
     pd_count_skipped(site->nreturn); /* no return trampoline on this arch yet */
 #else
     PD_THR(t);
-    struct pd_shadow *stk = PD_LIKELY(t->stk != NULL) ? t->stk : pd_stack_alloc(t);
+    struct pd_shadow *stk = PD_LIKELY(t->stk != NULL) ? t->stk
+        : (struct pd_shadow *)pd_xmm_call(pd_stack_alloc_saved, (uintptr_t)t, 0, 0, 0);
     uint32_t n = t->n;
     if (!stk || n >= PD_SHADOW_MAX) {
         pd_count_skipped(site->nreturn);
@@ -259,10 +275,11 @@ int64_t pd_func_return(struct pd_ctx *c)
 /* pd_ret_tramp: entered by the `ret` of a hooked function, stack pointer just above
  * where the return address was.  Builds struct pd_regs (DWARF order), keeps the
  * return-value registers (rax/rdx + xmm0/xmm1; eax/edx + the x87 state), calls
- * pd_ret_handler and returns to the address it gives.  Like the entry stubs it also
- * keeps the other xmm registers (unless -D PD_TRAMP_SAVE_XMM=0): gcc's IPA-RA lets
- * the caller of a local function keep values in registers that function does not
- * clobber, and a handler's libc calls may. */
+ * pd_ret_handler and returns to the address it gives.  The other xmm registers are
+ * kept too (unless -D PD_TRAMP_SAVE_XMM=0): gcc's IPA-RA lets the caller of a local
+ * function keep values in registers that function does not clobber, and a handler's
+ * libc calls may -- on x86-64 by pd_xmm_call around such handlers (below), unless
+ * pd_xmm_always. */
 #ifndef PD_TRAMP_SAVE_XMM
 #define PD_TRAMP_SAVE_XMM 1
 #endif
@@ -328,6 +345,26 @@ int64_t pd_func_return(struct pd_ctx *c)
 #define PD_I386_LOAD_XMM
 #endif
 #if defined(__x86_64__)
+/* pd_xmm_call(fn, a, b, c, d): keeps xmm0-15 around fn(a, b, c, d). */
+__asm__(".text\n"
+        ".globl pd_xmm_call\n"
+        ".hidden pd_xmm_call\n"
+        ".type pd_xmm_call,@function\n"
+        "pd_xmm_call:\n"
+        "  push %rbp\n"
+        "  mov %rsp,%rbp\n"
+        "  and $-16,%rsp\n"
+        "  sub $256,%rsp\n"
+        PD_X64_SAVE_XMM
+        "  mov %rdi,%rax\n  mov %rsi,%rdi\n  mov %rdx,%rsi\n  mov %rcx,%rdx\n  mov %r8,%rcx\n"
+        "  call *%rax\n"
+        PD_X64_LOAD_XMM
+        "  mov %rbp,%rsp\n"
+        "  pop %rbp\n"
+        "  ret\n"
+        ".size pd_xmm_call,.-pd_xmm_call\n");
+/* pd_ret_handler is general-regs-only: pd_ret_tramp saves the vector registers only
+ * for pd_xmm_always. */
 __asm__(".text\n"
         ".globl pd_ret_tramp\n"
         ".hidden pd_ret_tramp\n"
@@ -344,12 +381,18 @@ __asm__(".text\n"
         "  mov %rsp,%rbx\n"
         "  and $-16,%rsp\n"
         "  sub $256,%rsp\n"
+        "  cmpl $0,pd_xmm_always(%rip)\n"
+        "  je 1f\n"
         PD_X64_SAVE_XMM
+        "1:\n"
         "  cld\n"
         "  mov %rbx,%rdi\n"
         "  call pd_ret_handler\n"
         "  mov %rax,144(%rbx)\n"     /* 18 words above: the slot */
+        "  cmpl $0,pd_xmm_always(%rip)\n"
+        "  je 2f\n"
         PD_X64_LOAD_XMM
+        "2:\n"
         "  mov %rbx,%rsp\n"
         "  pop %rax\n  pop %rdx\n  pop %rcx\n  pop %rbx\n"
         "  pop %rsi\n  pop %rdi\n  pop %rbp\n"
@@ -404,4 +447,10 @@ __asm__(".text\n"
         "  ret\n"
         ".size pd_ret_tramp,.-pd_ret_tramp\n");
 _Static_assert(sizeof(struct pd_regs) == 40, "pd_ret_tramp's frame");
+#endif
+#if !defined(__x86_64__) /* i386 and aarch64 stubs save the vector registers themselves */
+uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d)
+{
+    return fn(a, b, c, d);
+}
 #endif

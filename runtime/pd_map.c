@@ -335,6 +335,8 @@ void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
             s->max = v;
         if (v < s->min)
             s->min = v;
+    }
+    if (s->count > 1 && (!d || d->variance)) {
         int32_t delta = (int32_t)(uint32_t)((uint64_t)v - (uint64_t)s->avg_s);
         s->avg_s = (int64_t)((uint64_t)s->avg_s + (uint64_t)(delta / s->count));
         s->m2 = (int64_t)((uint64_t)s->m2 +

@@ -389,54 +389,21 @@ int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
     return a % b;
 }
 
+struct pd_header *pd_segment_header(void)
+{
+    return pd_hdr;
+}
+
 /* ---- running a handler --------------------------------------------------- */
 
-static void pd_run(const struct pd_probe *p, const struct pd_site *site,
-                   const struct pd_regs *regs, uintptr_t bias)
+/* The end of a handler run: report its error (a FAST handler's deferred MAXACTION
+ * too), then write its records to the ring. */
+static void pd_run_finish(struct pd_ctx *c)
 {
-    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE))
-        return;
-    uint32_t state = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
-    int launcher_probe = p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END ||
-                         p->kind == PD_PROBE_ERROR;
-    if (state != PD_SESSION_RUNNING && !(launcher_probe && pd_is_launcher))
-        return;
-    if (pd_in_handler) {
-        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
-        return;
+    if (c->error == PD_ERROR_DEFERRED) {
+        c->error = 0;
+        pd_error(c, "MAXACTION exceeded");
     }
-    pd_in_handler = 1;
-    int saved_errno = errno;
-
-    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
-    c->probe = p;
-    c->site = site;
-    c->regs = regs;
-    c->bias = bias;
-    c->globals = pd_seg + pd_hdr->globals_off;
-    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
-    c->error = 0;
-    c->nesting = 0;
-    c->where = NULL;
-    c->outlen = 0;
-    c->errmsg[0] = 0;
-    pd_rec_open_at = 0;
-
-    if (p->locks) {
-        int rc = pd_lock(&pd_hdr->globals_lock);
-        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
-            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
-            errno = saved_errno;
-            pd_in_handler = 0;
-            return;
-        }
-        if (rc == PD_LOCK_RECOVERED)
-            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
-    }
-    p->handler(c);
-    if (p->locks)
-        pd_unlock(&pd_hdr->globals_lock);
-
     if (c->error) {
         /* Output of the failed handler up to the error is kept, as stap does. */
         char msg[256];
@@ -455,24 +422,140 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
         }
     }
     pd_flush(c);
-    errno = saved_errno;
-    pd_in_handler = 0;
 }
 
-/* For pd_func.c (function probes, issue 7). */
-void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
-                  const struct pd_regs *regs, uintptr_t bias)
+/* The reentrancy guard's address, found once (one TLS descriptor call). */
+#define PD_GUARD(g)                 \
+    int *g = &pd_in_handler;        \
+    __asm__("" : "+r"(g))
+
+static void pd_run(const struct pd_probe *p, const struct pd_site *site,
+                   const struct pd_regs *regs, uintptr_t bias)
 {
-    pd_run(p, site, regs, bias);
+    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE))
+        return;
+    uint32_t state = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
+    int launcher_probe = p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END ||
+                         p->kind == PD_PROBE_ERROR;
+    if (state != PD_SESSION_RUNNING && !(launcher_probe && pd_is_launcher))
+        return;
+    PD_GUARD(guard);
+    if (*guard) {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    *guard = 1;
+    int saved_errno = errno;
+
+    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+    c->probe = p;
+    c->site = site;
+    c->regs = regs;
+    c->bias = bias;
+    c->globals = pd_seg + pd_hdr->globals_off;
+    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->error = 0;
+    c->nesting = 0;
+    c->where = NULL;
+    c->outlen = 0;
+    c->errmsg[0] = 0;
+    pd_rec_open_at = 0;
+
+    if (p->locks & PD_PROBE_LOCKS) {
+        int rc = pd_lock(&pd_hdr->globals_lock);
+        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
+            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            errno = saved_errno;
+            *guard = 0;
+            return;
+        }
+        if (rc == PD_LOCK_RECOVERED)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    }
+    p->handler(c);
+    if (p->locks & PD_PROBE_LOCKS)
+        pd_unlock(&pd_hdr->globals_lock);
+    pd_run_finish(c);
+    errno = saved_errno;
+    *guard = 0;
 }
 
-int pd_session_running(void)
+/* A FAST handler failed: the rest of its context, then pd_run_finish. */
+static uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr_t regs)
+{
+    struct pd_ctx *c = (struct pd_ctx *)cp;
+    int saved_errno = errno;
+    c->probe = (const struct pd_probe *)p;
+    c->site = (const struct pd_site *)site;
+    c->regs = (const struct pd_regs *)regs;
+    c->nesting = 0;
+    c->outlen = 0;
+    c->errmsg[0] = 0;
+    pd_rec_open_at = 0;
+    pd_run_finish(c);
+    errno = saved_errno;
+    return 0;
+}
+
+/* pd_run for a FAST probe (issue 6): no lock, no errno (nothing here calls libc), no
+ * vector register; only an error leaves through pd_xmm_call. */
+static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_site *site,
+                                   const struct pd_regs *regs, uintptr_t bias)
+{
+    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+        return;
+    PD_GUARD(guard);
+    if (*guard) {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    *guard = 1;
+    /* only what a FAST handler reads (translate.py's fastprobe whitelist) */
+    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+    c->bias = bias;
+    c->globals = pd_seg + pd_hdr->globals_off;
+    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->error = 0;
+    c->where = NULL;
+    p->handler(c);
+    if (PD_UNLIKELY(c->error))
+        pd_xmm_call(pd_run_finish_saved, (uintptr_t)c, (uintptr_t)p, (uintptr_t)site,
+                    (uintptr_t)regs);
+    *guard = 0;
+}
+
+static uintptr_t pd_run_saved(uintptr_t p, uintptr_t site, uintptr_t regs, uintptr_t bias)
+{
+    pd_run((const struct pd_probe *)p, (const struct pd_site *)site,
+           (const struct pd_regs *)regs, bias);
+    return 0;
+}
+
+/* A probe from a trampoline, whose stub did not save the vector registers. */
+static PD_FAST_FN void pd_fire_probe(const struct pd_probe *p, const struct pd_site *site,
+                                     const struct pd_regs *regs, uintptr_t bias)
+{
+    if (p->locks & PD_PROBE_FAST)
+        pd_run_fast(p, site, regs, bias);
+    else
+        pd_xmm_call(pd_run_saved, (uintptr_t)p, (uintptr_t)site, (uintptr_t)regs, bias);
+}
+
+/* For pd_func.c (function probes, issue 7): called before the vector registers are saved. */
+PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
+                             const struct pd_regs *regs, uintptr_t bias)
+{
+    pd_fire_probe(p, site, regs, bias);
+}
+
+PD_FAST_FN int pd_session_running(void)
 {
     return pd_seg && __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) ==
                          PD_SESSION_RUNNING;
 }
 
-void pd_count_skipped(unsigned n)
+PD_FAST_FN void pd_count_skipped(unsigned n)
 {
     if (pd_seg && n)
         __atomic_add_fetch(&pd_hdr->skipped_count, n, __ATOMIC_RELAXED);
@@ -986,6 +1069,7 @@ int pd_session_attach(const char *name)
      * one) finds it inert; the zero pages of the last segment stay mapped */
     __atomic_store_n(&pd_inert, 0, __ATOMIC_RELEASE);
     pd_lock_setup();
+    pd_pstat_setup();
     pd_follow_init();
     pd_altstack_init();
     pd_self = pd_register(PD_PROC_ALIVE);

@@ -99,6 +99,22 @@ enum pd_probe_kind {
 struct pd_ctx;
 typedef void (*pd_handler_fn)(struct pd_ctx *);
 
+/* pd_probe.locks bits.  FAST (issue 6): the translator proved the handler does only
+ * atomic adds to globals (no calls) and compiled it PD_FAST_FN, so trampolines may run
+ * it without saving the vector registers (pd_run_fast). */
+#define PD_PROBE_LOCKS 1u
+#define PD_PROBE_FAST 2u
+/* Code that runs from a trampoline before the vector registers are saved: gcc may use
+ * no xmm register in it (x86-64; i386 stubs still save xmm0-7). */
+#if defined(__x86_64__)
+#define PD_FAST_FN __attribute__((target("general-regs-only")))
+#else
+#define PD_FAST_FN
+#endif
+/* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
+ * called after the handler, with the vector registers saved. */
+#define PD_ERROR_DEFERRED 2
+
 struct pd_probe {
     uint32_t kind;       /* enum pd_probe_kind */
     uint32_t locks;      /* handler touches globals: run it under the globals lock */
@@ -212,11 +228,18 @@ void pd_rec_str(struct pd_ctx *c, const char *s);
 void pd_rec_close(struct pd_ctx *c);
 
 /* Function probes (pd_func.c, issue 7). */
-void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
-                  const struct pd_regs *regs, uintptr_t bias);
-int pd_session_running(void);
-void pd_count_skipped(unsigned n);
-void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
+PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
+                             const struct pd_regs *regs, uintptr_t bias);
+PD_FAST_FN int pd_session_running(void);
+PD_FAST_FN void pd_count_skipped(unsigned n);
+/* fn(a, b, c, d) with every vector register kept (pd_func.c): how PD_FAST_FN code
+ * calls code that may use them.  pd_xmm_always: the stubs and pd_ret_tramp save them
+ * themselves (i386; and a module dlopened by -x, whose TLS descriptors may call
+ * malloc, which glibc 2.36's _dl_tlsdesc_dynamic does not guard). */
+typedef uintptr_t (*pd_saved_fn)(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
+uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d);
+extern int pd_xmm_always;
+PD_FAST_FN void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
 int64_t pd_func_return(struct pd_ctx *c);
 /* Return addresses of hooked frames put back for an unwinder, and re-hooked. */
 void pd_shadow_unhook(uintptr_t cfa);
@@ -302,6 +325,7 @@ struct pd_statdesc {
     uint8_t hist_log;
     uint8_t hist_linear;
     int64_t lo, hi, step;
+    uint8_t variance; /* @variance is read: keep the Welford state (two divisions a hit) */
 };
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
@@ -325,6 +349,16 @@ void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
+
+/* Per-thread statistic slots (pd_pstat.c): a statistic only ever added to takes
+ * 1 + PD_PSTAT_SLOTS slots of {u32 seq, u32 lock, struct pd_stat}; `<<<` writes the
+ * thread's own slot without the globals lock, reads merge them. */
+#define PD_PSTAT_SLOTS 64
+#define PD_PSTAT_SLOT_SIZE (8 + 8 * (7 + PD_HIST_MAX_BUCKETS))
+void pd_pstat_setup(void);
+void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d);
+const struct pd_stat *pd_pstat_read(const uint8_t *area);
+struct pd_header *pd_segment_header(void); /* NULL when inert */
 
 /* ---- strings --------------------------------------------------------------- */
 char *pd_strcpy(char *dst, const char *src);
@@ -373,6 +407,13 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
         if (PD_UNLIKELY(--(c)->actions < 0)) {                                \
             pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
+    } while (0)
+/* PD_ACTION in a FAST handler: no call. */
+#define PD_ACTION_FAST(c, where_)                                             \
+    do {                                                                      \
+        (c)->where = (where_);                                                \
+        if (PD_UNLIKELY(--(c)->actions < 0))                                  \
+            (c)->error = PD_ERROR_DEFERRED;                                   \
     } while (0)
 
 #endif

@@ -7,8 +7,10 @@
  *     pd_regs (DWARF order, exactly what the trap fills: ip = the site, sp =
  *     the original stack pointer) plus one word for the flags (lahf/seto, no
  *     pushf/popf),
- *   - aligns the stack, saves xmm0-15 (xmm0-7 on i386: libc's string routines
- *     the handlers reach use them) unless PD_TRAMP_SAVE_XMM=0, clears DF,
+ *   - aligns the stack, clears DF; i386 saves xmm0-7 (libc's string routines the
+ *     handlers reach use them), x86-64 only with pd_xmm_always (-x attach): there
+ *     the C it calls is general-regs-only and leaves through pd_xmm_call for any
+ *     probe not FAST (PD_TRAMP_SAVE_XMM=0: never saved),
  *   - calls pd_tramp_entry(regs, site, bias) -> pd_run (reentrancy guard and all),
  *   - restores flags (add $0x7f,%al; sahf) and the caller-saved registers,
  *   - runs the plan's relocated instructions and jumps back to plan.resume.
@@ -112,15 +114,18 @@ static int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
     return 0;
 }
 
-static void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+/* PD_FAST_FN: the x86-64 stub saves no vector register (unless pd_xmm_always); a
+ * probe that may use them runs through pd_xmm_call (pd_fire_probe). */
+static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site,
+                                     uintptr_t bias)
 {
     if (site->nentry + site->nreturn) /* a function entry (issue 7, pd_func.c) */
         pd_func_fire(regs, site, bias);
     else
-        pd_run(&pd_probes[site->probe], site, regs, bias);
+        pd_fire_probe(&pd_probes[site->probe], site, regs, bias);
 }
 
-static void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
     pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
     regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
@@ -206,7 +211,7 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     pd_e_sp(e, 0x48, 0x89, 0, 8 * PD_DWARF_IP);
     pd_e(e, "\x48\x89\xe3", 3);                                /* mov %rsp,%rbx */
     pd_e(e, "\x48\x83\xe4\xf0", 4);                            /* and $-16,%rsp */
-    if (PD_TRAMP_SAVE_XMM) {
+    if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         pd_e(e, "\x48\x81\xec\x00\x01\x00\x00", 7);            /* sub $256,%rsp */
         for (int n = 0; n < 16; n++)
             pd_e_xmm(e, 1, n, 16 * n);                         /* movdqa %xmmN,16n(%rsp) */
@@ -220,7 +225,7 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     pd_e(e, "\x48\xb8", 2);                                    /* movabs $entry,%rax */
     pd_e64(e, (uint64_t)(uintptr_t)pd_tramp_entry);
     pd_e(e, "\xff\xd0", 2);                                    /* call *%rax */
-    if (PD_TRAMP_SAVE_XMM) {
+    if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         for (int n = 0; n < 16; n++)
             pd_e_xmm(e, 0, n, 16 * n);                         /* movdqa 16n(%rsp),%xmmN */
     }

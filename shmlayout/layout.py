@@ -217,7 +217,7 @@ class ConstGroup:
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 1
+PD_LAYOUT_VERSION: Final = 2
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -333,6 +333,11 @@ HEADER: Final = Struct("pd_header", (
     Field("maxaction", "u32", doc="statement budget per probe hit"),
     Field("flags", "u32"),
     Field("start_ns", "u64", doc="CLOCK_MONOTONIC at session start"),
+    # Per-thread statistic slots (runtime/pd_pstat.c): bit k set while some thread owns
+    # slot k+1 of every `s <<< v` statistic; slot 0 is the shared, locked fallback.
+    Field("stat_slots", "u64", doc="bitmap of claimed per-thread statistic slots"),
+    Field("stat_slots_hw", "u32", doc="slots ever claimed, highest index + 1 (merges read these)"),
+    Field("stat_slot_fallbacks", "u32", doc="threads that found no free slot (use slot 0)"),
 ), size=512, doc="segment header, at offset 0")
 
 PROC: Final = Struct("pd_proc", (

@@ -114,7 +114,10 @@ def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path) -
 
 def test_entry_layout_manifest_and_hash_log(tmp_path: Path, counter: Path) -> None:
     cache = tmp_path / "cache"
-    paths = module_paths(pydyn(["-p4", "-e", script_for(counter)], cache))
+    # A string argument keeps this format in the launcher (integer-only ones are
+    # formatted in the probe), so the manifest must carry it.
+    script = script_for(counter, 'probe begin { printf("%s\\n", execname()) }')
+    paths = module_paths(pydyn(["-p4", "-e", script], cache))
     key = paths[0].name.split("_")[1]
     entry = paths[0].parent
     assert entry == cache / key and len(key) == 32

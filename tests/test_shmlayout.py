@@ -282,7 +282,8 @@ def test_init_header(segment: SegmentView) -> None:
     segment.check()
     h = segment.header
     plan = plan_segment(4, 100, 8192)
-    assert (h.magic, h.layout_version, h.header_size) == (shmlayout.PD_MAGIC, 1, 512)
+    assert (h.magic, h.layout_version, h.header_size) == (
+        shmlayout.PD_MAGIC, shmlayout.PD_LAYOUT_VERSION, 512)
     assert h.checksum == bytes(range(32))
     assert (h.proctab_off, h.globals_off, h.ring_off, h.segment_size) == (
         plan.proctab_off, plan.globals_off, plan.ring_off, plan.segment_size)
@@ -290,8 +291,10 @@ def test_init_header(segment: SegmentView) -> None:
     assert (h.launcher_pid, h.maxaction, h.start_ns) == (1234, 1000, 77)
     assert h.session_state == shmlayout.PD_SESSION_STARTING
     assert (h.ring_head, h.ring_tail, h.ring_lock, h.lock_recoveries) == (0, 0, 0, 0)
+    assert (h.stat_slots, h.stat_slots_hw, h.stat_slot_fallbacks) == (0, 0, 0)
     buf = segment.buffer
-    assert buf[HEADER.offset("_reserved"):plan.ring_off] == bytes(plan.ring_off - 184)
+    reserved = HEADER.offset("_reserved")
+    assert buf[reserved:plan.ring_off] == bytes(plan.ring_off - reserved)
     assert all(p.state == shmlayout.PD_PROC_FREE and p.pid == 0 for p in segment.procs())
     with pytest.raises(LayoutError, match="checksum"):
         init_header(segment, checksum=b"short", proctab_count=4, globals_size=100,
@@ -301,12 +304,21 @@ def test_init_header(segment: SegmentView) -> None:
                     globals_size=100, ring_size=8192, launcher_pid=1)
 
 
+def test_stat_slot_fields() -> None:
+    # runtime/pd_pstat.c updates the bitmap with 64-bit atomics (cmpxchg8b on i386):
+    # it must be 8-aligned, and the three fields must stay inside the fixed header.
+    assert HEADER.offset("stat_slots") % 8 == 0
+    assert HEADER.offset("stat_slots_hw") == HEADER.offset("stat_slots") + 8
+    assert HEADER.offset("stat_slot_fallbacks") == HEADER.offset("stat_slots") + 12
+    assert HEADER.offset("stat_slot_fallbacks") + 4 <= HEADER.sizeof == 512
+
+
 def test_check_rejects_foreign_segments(segment: SegmentView) -> None:
     h = segment.header
-    h.layout_version = 2
+    h.layout_version = shmlayout.PD_LAYOUT_VERSION + 1
     with pytest.raises(LayoutError, match="version"):
         segment.check()
-    h.layout_version = 1
+    h.layout_version = shmlayout.PD_LAYOUT_VERSION
     h.ring_off += 64
     with pytest.raises(LayoutError, match="plan"):
         segment.check()

@@ -1,0 +1,32 @@
+"""FAST handlers (issue 6): probes a trampoline may run without saving the vector
+registers.
+
+A handler qualifies only if every line of its generated C is one of the shapes below
+(a statement count, an atomic add of a constant to a global, the error check): no
+call, no local, no string, so gcc compiles it `general-regs-only` (PD_FAST_FN) with
+nothing that can reach libc.  Anything else keeps the ordinary path.
+"""
+
+from __future__ import annotations
+
+import re
+
+PD_PROBE_FAST = 2  # pd_probe.locks bit (runtime/pd_runtime.h)
+
+_C_STR = r'"(?:[^"\\]|\\.)*"'
+_SAFE = re.compile("|".join((
+    rf"PD_ACTION\(c, {_C_STR}\);",
+    r"\(void\)__atomic_fetch_add\(\(int64_t \*\)\(c->globals \+ \d+\), "
+    r"\(int64_t\)\(-?(?:\d+|INT64_C\(-?\d+\))\), __ATOMIC_RELAXED\);",
+    r"if \(PD_UNLIKELY\(c->error\)\) goto out;",
+)))
+
+
+def is_fast(decls: list[str], lines: list[str]) -> bool:
+    """Whether a handler with these local declarations and body lines is FAST."""
+    return not decls and bool(lines) and all(_SAFE.fullmatch(ln.strip()) for ln in lines)
+
+
+def fast_lines(lines: list[str]) -> list[str]:
+    """A FAST handler's body: its statement count defers MAXACTION's pd_error call."""
+    return [ln.replace("PD_ACTION(c, ", "PD_ACTION_FAST(c, ", 1) for ln in lines]

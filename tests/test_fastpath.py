@@ -1,0 +1,139 @@
+"""FAST handlers and vector registers (issue 6 item 6, issue 7 item 7).
+
+x86-64 trampolines no longer save xmm0-15: the C they call is general-regs-only and
+runs handlers the translator did not prove FAST through pd_xmm_call.  Checked here:
+which handlers are FAST, that the module's fast path really uses no vector register
+(objdump), that xmm0-15 survive a USDT site and double arguments / return values a
+probed function, with FAST and with libc-calling handlers, m64 and m32, and that a
+FAST handler's MAXACTION error is still reported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cbuild import PROGS, build_c, have_sdt_h
+
+TIMEOUT = 120
+FAST = """global n, c, r
+probe process("{b}").mark("hit") {{ n++ }}
+probe process("{b}").function("vec_fn") {{ c++ }}
+probe process("{b}").function("vec_fn").return {{ r++ }}
+probe end {{ printf("n=%d c=%d r=%d\\n", n, c, r) }}
+"""
+# strings: pd_rec_str reaches libc's vectorised string routines
+SLOW = """probe process("{b}").mark("hit") {{ printf("%s %d\\n", "m", $arg1) }}
+probe process("{b}").function("vec_fn") {{ printf("%s\\n", "c") }}
+probe process("{b}").function("vec_fn").return {{ printf("%s\\n", "r") }}
+"""
+# What the trampoline path may call without pd_xmm_call (all general-regs-only).
+FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
+            "pd_run_probe", "pd_run_fast", "pd_fire_probe", "pd_session_running",
+            "pd_count_skipped"}
+ALLOWED_CALLS = FAST_FNS | {"pd_xmm_call", "abort@plt", "write@plt"}
+
+
+def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _prog(tmp: Path, m32: bool) -> Path:
+    if not have_sdt_h():
+        pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")
+    return build_c(PROGS / "fast_vec.c", tmp / ("fv32" if m32 else "fv64"), m32=m32)
+
+
+def test_which_handlers_are_fast(tmp_path: Path, cache: Path) -> None:
+    b = _prog(tmp_path, False)
+    script = (f'global n, s probe process("{b}").mark("hit") {{ n++; n += 3 }}\n'
+              f'probe process("{b}").mark("hit") {{ s += $arg1 }}\n'
+              f'probe process("{b}").mark("hit") {{ printf("%d\\n", n) }}\n')
+    r = pydyn(cache, "-p3", "-e", script)
+    assert r.returncode == 0, r.stderr
+    rows = re.findall(r"\{PD_PROBE_MARK, (\d+), probe_(\d+),", r.stdout)
+    assert sorted(rows, key=lambda x: x[1]) == [("2", "0"), ("0", "1"), ("0", "2")]
+    assert "static PD_FAST_FN void probe_0(" in r.stdout
+    assert "static void probe_1(" in r.stdout and "static void probe_2(" in r.stdout
+    body0 = r.stdout.split("probe_0(struct pd_ctx *c)")[1].split("out:")[0]
+    assert "PD_ACTION_FAST(c, " in body0 and "PD_ACTION(c, " not in body0
+
+
+def _functions(objdump: str) -> dict[str, list[str]]:
+    fns: dict[str, list[str]] = {}
+    cur: list[str] | None = None
+    for line in objdump.splitlines():
+        m = re.match(r"[0-9a-f]+ <([^>]+)>:$", line)
+        if m:
+            cur = fns.setdefault(m.group(1), [])
+        elif cur is not None and line.strip():
+            cur.append(line)
+    return fns
+
+
+def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path) -> None:
+    if shutil.which("objdump") is None:
+        pytest.skip("no objdump (binutils)")
+    b = _prog(tmp_path, False)
+    r = pydyn(cache, "-p4", "-e", FAST.format(b=b))
+    assert r.returncode == 0, r.stderr
+    m64 = Path(r.stdout.split()[0])
+    fns = _functions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(m64)],
+                                    capture_output=True, text=True, check=True).stdout)
+    handlers = {n for n in fns if re.fullmatch(r"probe_[01]", n)}
+    assert len(handlers) == 2, sorted(fns)
+    for name in FAST_FNS | handlers:
+        body = fns.get(name)
+        if body is None:
+            assert name in ("pd_fire_probe",), f"{name} missing from {m64}"
+            continue        # inlined into its callers, which are checked
+        for ins in body:
+            assert not re.search(r"%[xyz]mm\d", ins), f"{name}: {ins}"
+            m = re.search(r"\s(?:call|jmp)\s+[0-9a-f]+ <([^>+]+)>", ins)
+            if m and m.group(1) != name:
+                assert m.group(1) in ALLOWED_CALLS, f"{name} calls {m.group(1)}: {ins}"
+
+
+@pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
+@pytest.mark.parametrize("kind", ["fast", "slow"])
+def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str) -> None:
+    b = _prog(tmp_path, m32)
+    n = 3000
+    out = tmp_path / "out.txt"
+    script = (FAST if kind == "fast" else SLOW).format(b=b)
+    r = pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
+    assert r.returncode == 0, r.stderr
+    m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
+    assert m and m.group(1) == "2", r.stderr
+    if not m32:
+        assert m.group(2) == "0", r.stderr          # both sites are trampolines
+    assert f"bad 0\ndone {n}\n" in r.stdout, r.stdout
+    text = out.read_text()
+    if kind == "fast":
+        assert f"n={n} c={n} r={n}" in text
+    else:
+        assert text.count("m ") == n and text.count("c\n") == n and text.count("r\n") == n
+
+
+@pytest.mark.parametrize("mode", ["auto", "trap"])   # pd_run_fast / pd_run
+def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: str) -> None:
+    b = _prog(tmp_path, False)
+    script = f'global n probe process("{b}").mark("hit") {{ n++; n++ }}'
+    r = pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=1", "-e", script,
+              "-c", f"{b} 5")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert re.search(r"ERROR: MAXACTION exceeded near operator '\+\+' at <input>:1:\d+",
+                     r.stderr), r.stderr
+    assert "bad 0\ndone 5" in r.stdout
