@@ -1127,6 +1127,20 @@ uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
             (*semas)++;
         }
     }
+#if !defined(__aarch64__)
+    /* Then the branches and islands that led into stubs, newest first; never in an
+     * object unloaded (or loaded again elsewhere) since it was linked. */
+    for (uint32_t i = pd_link_undo_n; i-- > 0;) {
+        const struct pd_link_undo *u = &pd_link_undos[i];
+        if (!pd_obj_armed[u->object] || pd_obj_bias[u->object] != u->bias)
+            continue;
+        pd_restore_src = u->orig;
+        pd_restore_n = u->n;
+        if (pd_patch(u->at, u->n, u->prot, pd_write_restore) == 0)
+            *bytes += u->n;
+    }
+    pd_link_undo_n = 0;
+#endif
     return sites;
 }
 

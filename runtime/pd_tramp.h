@@ -416,6 +416,19 @@ static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stu
 
 /* ---- branches into windows (patchplan.Redirect, plan.bounds, plan.island) ---------- */
 
+/* Code outside the site windows that pd_link_code rewrote (redirected branches, islands
+ * of dead padding), with its original bytes, so that a detach (pd_disarm_all) can give
+ * the process back its code byte for byte. */
+struct pd_link_undo {
+    uintptr_t at, bias;
+    uint32_t object;
+    int prot;
+    uint8_t n, orig[5];
+};
+static struct pd_link_undo *pd_link_undos;
+static uint32_t pd_link_undo_n, pd_link_undo_cap;
+static uint32_t pd_link_object; /* the object pd_link_code is linking */
+
 static int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr);
 
 /* The stubbed site of object `o` (other than `self`) whose window holds runtime address
@@ -484,7 +497,21 @@ static int pd_write_branch(const struct dl_phdr_info *info, uintptr_t at, uint8_
     else if (pd_put_rel32(pd_link_buf + k, anchor, to) != 0)
         return -1;
     pd_link_n = n;
-    return pd_patch(at, n, prot, pd_write_link);
+    if (pd_link_undo_n == pd_link_undo_cap) {
+        uint32_t cap = pd_link_undo_cap ? 2 * pd_link_undo_cap : 16;
+        struct pd_link_undo *grown = realloc(pd_link_undos, cap * sizeof *grown);
+        if (!grown)
+            return -1; /* a write that could not be undone is not made */
+        pd_link_undos = grown;
+        pd_link_undo_cap = cap;
+    }
+    struct pd_link_undo *u = &pd_link_undos[pd_link_undo_n];
+    *u = (struct pd_link_undo){at, (uintptr_t)info->dlpi_addr, pd_link_object, prot, (uint8_t)n, {0}};
+    memcpy(u->orig, (const void *)at, n);
+    if (pd_patch(at, n, prot, pd_write_link) != 0)
+        return -1;
+    pd_link_undo_n++;
+    return 0;
 }
 
 /* Once the stubs are executable: the object's own branches into windows (through
@@ -494,6 +521,7 @@ static int pd_write_branch(const struct dl_phdr_info *info, uintptr_t at, uint8_
 static void pd_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *stubs)
 {
     uintptr_t bias = (uintptr_t)info->dlpi_addr;
+    pd_link_object = o;
     for (uint32_t s = 0; s < pd_module.nsites; s++) {
         const struct pd_plan *p = &pd_sites[s].plan;
         if (!stubs[s] || pd_sites[s].object != o)

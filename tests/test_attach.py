@@ -21,6 +21,7 @@ from cbuild import PROGS, build_c
 from pydyn.launcher.attach import read_maps
 from pydyn.launcher.elf.reader import get_elf_info
 from pydyn.launcher.elf.stapsdt import get_probe_sites
+from pydyn.launcher.patchplan import plan_site
 
 TIMEOUT = 60
 SRC = PROGS / "attach_loop.c"
@@ -522,3 +523,37 @@ def test_timeout_ends_a_command_session_as_exit_does(cache: Path, tmp_path: Path
         os.kill(pid, signal.SIGKILL)
     res = run_pydyn(cache, "-T", "0", "-e", "probe begin { }")
     assert_one_line_error(res, "-T 0: the timeout must be a positive number")
+
+
+def test_detach_restores_branches_retargeted_into_a_stub(cache: Path, tmp_path: Path) -> None:
+    # fp_branch.S's `jmp` into the "looped" window is rewritten (through an island of
+    # dead padding) when the site is armed; the detach must give those bytes back too.
+    binary = build_c([PROGS / "fp_branch.S", PROGS / "fp_branch_wait.c"], tmp_path / "branch")
+    looped = next(s for s in get_probe_sites(str(binary)).sites if s.name == "looped")
+    redirect = plan_site(looped).redirects[0]
+    proc = subprocess.Popen([str(binary), "50"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == "ready\n"
+    target = Target(proc, binary)
+    start, _, offset = text_mapping(proc.pid, binary)
+    info = get_elf_info(str(binary))
+    seg = next(s for s in info.segments if s.offset <= offset < s.offset + s.filesz)
+    bias = start - (seg.vaddr - (offset - seg.offset)) if info.is_pie else 0
+    rewritten: list[bool] = []
+
+    def during() -> None:
+        with open(binary, "rb") as f:
+            f.seek(redirect.field - seg.vaddr + seg.offset)
+            original = f.read(redirect.size)
+        rewritten.append(read_mem(proc.pid, bias + redirect.field, redirect.size) != original)
+
+    try:
+        res = run_attached(cache, target, f'probe process("{binary}").mark("looped") {{ }}',
+                           "-T", "1", during=during)
+        assert res.rc == 0, res.err
+        assert rewritten == [True], "the branch into the window was not retargeted"
+        assert_text_as_in_file(proc.pid, binary)
+    finally:
+        out, _ = proc.communicate("go\n", timeout=TIMEOUT)
+    assert out == "fp_branch looped 49 plain 1 result 49\n" and proc.returncode == 0
