@@ -1,7 +1,8 @@
 """Decoding the output ring's records and printing them, as stap would.
 
-Probes write binary records (a format id and the raw argument values); all
-formatting happens here, in the launcher, which keeps the probe side cheap.
+Probes write binary records (a format id and the raw argument values), formatted
+here; a printf of integers only is formatted in the probe (a TEXT record), which
+costs less there than a record the launcher must decode.
 """
 
 from __future__ import annotations

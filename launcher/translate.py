@@ -5,7 +5,8 @@ fixpoint; then each probe becomes a C handler `static void probe_N(struct
 pd_ctx *c)` and the tables the runtime arms from (sites with their argument
 descriptors, objects, probes) are emitted.  Globals live at fixed offsets in
 the segment's globals area, computed here, so every ABI agrees on them.
-Output is a binary record (format id + values) that the launcher formats.
+Output is a binary record (format id + values) that the launcher formats, or,
+for a printf of integers only, text formatted in the handler.
 """
 
 from __future__ import annotations
