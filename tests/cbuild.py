@@ -97,3 +97,21 @@ def build_c(src: Source | Sequence[Source], out: Source, *, m32: bool = False,
     if res.returncode != 0:
         pytest.fail(f"compile failed: {' '.join(cmd)}\n{res.stderr}", pytrace=False)
     return out
+
+
+# The 8-thread programs (test_fastprobe's THREADS_C, rel_target's `threads` mode)
+# fire "hammer" with (thread id, i) for i < per: one script and one check serve them.
+def thread_sums_script(binary: Path, handler_extra: str = "", end_extra: str = "") -> str:
+    return (f'global hits, ids\nprobe process("{binary}").mark("hammer") '
+            f'{{ hits++; ids[$arg1] += $arg2{handler_extra} }}\n'
+            f'probe end {{ printf("hits=%d\\n", hits);{end_extra} foreach (k in ids) '
+            'printf("id %d %d\\n", k, ids[k]) }\n')
+
+
+def assert_thread_sums(stdout: str, per: int, threads: int = 8) -> None:
+    """Every hit of every thread counted once: the total and each thread's sum exact."""
+    lines = stdout.splitlines()
+    assert f"hits={threads * per}" in lines, stdout
+    want = per * (per - 1) // 2
+    assert sorted(ln for ln in lines if ln.startswith("id ")) == \
+        sorted(f"id {i} {want}" for i in range(threads)), stdout

@@ -27,7 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cbuild import MULTIARCH_INCLUDE, PROGS, build_c, have_cc
+from cbuild import (
+    MULTIARCH_INCLUDE,
+    PROGS,
+    assert_thread_sums,
+    build_c,
+    have_cc,
+    thread_sums_script,
+)
 
 from pydyn.launcher.build import LIB_DIRS
 from pydyn.launcher.elf.argspec import ArgKind
@@ -328,19 +335,13 @@ def test_exact_counts_with_8_threads(a64dir: Path, run_pydyn: Run, mode: str) ->
     pc = get_probe_sites(str(binary)).sites[0].pc
     per = 3000
     script = a64dir / "threads.stp"
-    script.write_text(f'global hits, ids, insn\nprobe process("{binary}").mark("hammer") '
-                      f'{{ hits++; ids[$arg1] += $arg2; insn = user_uint32({pc:#x}) }}\n'
-                      f'probe end {{ printf("hits=%d\\ninsn threads %x\\n", hits, insn); '
-                      f'foreach (k in ids) printf("id %d %d\\n", k, ids[k]) }}\n')
+    script.write_text("global insn\n" + thread_sums_script(
+        binary, f"; insn = user_uint32({pc:#x})", ' printf("insn threads %x\\n", insn);'))
     res = run_pydyn("-v", f"--probe-mode={mode}", str(script), "-c", f"{binary} {per}")
     assert res.returncode == 0, res
     assert coverage_line(res.stderr) == "sites: 1 total, 0 trap, 1 nop"
-    out = res.stdout.splitlines()
-    want = per * (per - 1) // 2
-    assert f"hits={8 * per}" in out
-    assert sorted(ln for ln in out if ln.startswith("id ")) == \
-        sorted(f"id {i} {want}" for i in range(8))
-    assert f"threads done {8 * want}" in out
+    assert_thread_sums(res.stdout, per)
+    assert f"threads done {8 * (per * (per - 1) // 2)}" in res.stdout.splitlines()
     check_installed(insns_in(res.stdout, "threads"), mode)
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, have_m32
+from cbuild import BUILDS, PROGS, Build, assert_thread_sums, build_c, have_m32, thread_sums_script
 
 from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
 from pydyn.launcher.patchplan import TACTICS, PatchPlan, coverage, plan_site
@@ -174,18 +174,10 @@ def test_exact_counts_with_8_threads(tmp_path: Path, cache: Path, m32: bool,
     site = get_probe_sites(str(binary)).sites[0]
     assert plan_site(site).tactic != "trap", plan_site(site)
     per = 20000
-    script = (f'global hits, ids\nprobe process("{binary}").mark("hammer") '
-              f'{{ hits++; ids[$arg1] += $arg2 }}\n'
-              f'probe end {{ printf("hits=%d\\n", hits); foreach (k in ids) '
-              f'printf("id %d %d\\n", k, ids[k]) }}\n')
-    r = pydyn(cache, "-e", script, "-c", f"{binary} {per}")
+    r = pydyn(cache, "-e", thread_sums_script(binary), "-c", f"{binary} {per}")
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
-    out = r.stdout.splitlines()
-    assert f"hits={8 * per}" in out
-    want = per * (per - 1) // 2
-    assert sorted(ln for ln in out if ln.startswith("id ")) == \
-        sorted(f"id {i} {want}" for i in range(8))
-    assert f"threads done {8 * want}" in out
+    assert_thread_sums(r.stdout, per)
+    assert f"threads done {8 * (per * (per - 1) // 2)}" in r.stdout.splitlines()
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])

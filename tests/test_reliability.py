@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import PROGS, assert_thread_sums, build_c, have_m32, thread_sums_script
 
 from pydyn.launcher.elf.stapsdt import get_probe_sites
 
@@ -172,17 +172,10 @@ def test_eight_threads_count_exactly(bins: dict[str, Path], cache: Path, abi: st
                                      mode: str) -> None:
     t = need(bins, abi)
     per = 5000
-    script = (f'global hits, sum\nprobe process("{t}").mark("hammer") '
-              '{ hits++; sum[$arg1] += $arg2 }\n'
-              'probe end { printf("hits=%d\\n", hits); foreach (k in sum) '
-              'printf("id %d %d\\n", k, sum[k]) }\n')
-    res = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{t} threads {per}")
+    res = pydyn(cache, f"--probe-mode={mode}", "-e", thread_sums_script(t), "-c",
+                f"{t} threads {per}")
     assert (res.returncode, res.stderr) == (0, ""), res.stderr
-    lines = res.stdout.splitlines()
-    assert f"hits={8 * per}" in lines
-    want = per * (per - 1) // 2
-    assert sorted(ln for ln in lines if ln.startswith("id ")) == \
-        sorted(f"id {i} {want}" for i in range(8))
+    assert_thread_sums(res.stdout, per)
 
 
 # --- probe-side memory -------------------------------------------------------------
