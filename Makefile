@@ -1,11 +1,17 @@
 # `make demo` and `make test` work on a fresh Debian 12 machine: both install
 # what is missing first (Debian toolchains as root, then the Python package).
 PYTHON ?= python3
+# pydyn and its dependencies live in a virtual environment of the checkout: a warm run
+# then starts without the site-wide .pth hooks (an editable finder alone costs ~15 ms
+# of every run), and `pydyn`, `pydyn-run` are .venv/bin scripts with no shim in front.
+VENV ?= .venv
+VPY = $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CC ?= gcc
 SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 # gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
 # aarch64 cross compiler is installed.
-DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
+DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 python3.11-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
@@ -22,15 +28,21 @@ deb-deps:
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 
-# Reinstall unless pydyn is importable from *this* checkout with all its deps
-# (an editable install of another clone would otherwise be tested instead).
+# Reinstall unless pydyn is importable from *this* checkout with all its deps and the
+# install's tree of links lists every module (a "strict" editable install links each
+# file: no import hook at start-up, but a new module needs this step again).
+LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; \
+  tree = os.path.dirname(os.path.dirname(c.__file__)); \
+  sys.exit(not c.__file__.startswith('$(CURDIR)/') or not all(os.path.exists(os.path.join(tree, d, f)) \
+    for d in ('launcher', 'launcher/script', 'launcher/elf', 'shmlayout') for f in os.listdir(d) if f.endswith('.py')))
 py-deps:
-	@$(PYTHON) -c "import sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; sys.exit(not c.__file__.startswith('$(CURDIR)/'))" 2>/dev/null || \
-	  $(PYTHON) -m pip install -q -e '.[test]'
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	@$(VPY) -c "$(LINKS_COMPLETE)" 2>/dev/null || \
+	  $(VPY) -m pip install -q -e '.[test]' --config-settings editable_mode=strict
 	@# PYTHONDONTWRITEBYTECODE=1 stops Python writing .pyc files, not reading them: without
 	@# these every run compiles the launcher again (~50 ms CPU of a warm run, more of a cold
 	@# one). pip compiled the dependencies.
-	@$(PYTHON) -m compileall -q launcher shmlayout runtime
+	@$(VPY) -m compileall -q launcher shmlayout runtime build/__editable__.pydyn-*
 
 examples/bin/counter: examples/src/counter.c
 	@mkdir -p examples/bin
@@ -54,9 +66,9 @@ examples/bin/worker64: examples/src/worker.c
 examples: deps $(EXAMPLES)
 
 demo: examples
-	pydyn examples/count.stp -c './examples/bin/counter 1000'
-	pydyn examples/jobs.stp -c './examples/bin/server 4 500'
-	pydyn examples/latency.stp -c './examples/bin/requests 40'
+	$(VENV)/bin/pydyn examples/count.stp -c './examples/bin/counter 1000'
+	$(VENV)/bin/pydyn examples/jobs.stp -c './examples/bin/server 4 500'
+	$(VENV)/bin/pydyn examples/latency.stp -c './examples/bin/requests 40'
 
 # mypy resolves modules by file path; this tree of links gives it the
 # installed names (pydyn.launcher -> launcher/, ...).
@@ -67,18 +79,19 @@ demo: examples
 	ln -sfn ../../runtime .mypy-tree/pydyn/runtime
 
 lint: py-deps .mypy-tree/pydyn
-	ruff check launcher shmlayout runtime tests bench
-	mypy
+	$(VPY) -m ruff check launcher shmlayout runtime tests bench
+	$(VPY) -m mypy
 
 test: examples lint
-	$(PYTHON) -m pytest -q tests
+	$(VPY) -m pytest -q tests
 
 # ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6); startup ms:
 # bare / warm / cold / bpftrace (issue 5)
 bench: deb-deps py-deps
-	@$(PYTHON) -c "import frida" 2>/dev/null || $(PYTHON) -m pip install -q -e '.[test,bench]'
-	$(PYTHON) bench/run.py
-	$(PYTHON) bench/startup.py
+	@$(VPY) -c "import frida" 2>/dev/null || \
+	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+	$(VPY) bench/run.py
+	$(VPY) bench/startup.py
 
 clean:
 	rm -rf examples/bin .pytest_cache .mypy_cache

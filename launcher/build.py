@@ -14,16 +14,17 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
+from pydyn import shmlayout as shmlayout_package
 from pydyn.launcher.errors import BuildError
 from pydyn.shmlayout import render_c_header
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+SHMLAYOUT_DIR = os.path.dirname(os.path.realpath(shmlayout_package.__file__))
 # Debian puts <sys/sdt.h> and asm/ under the multiarch dir, which -m32 does not search.
 MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 
@@ -50,8 +51,7 @@ INSTALL_HINT = {
 }
 
 
-@dataclass(frozen=True)
-class Toolchain:
+class Toolchain(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     abi: str
     cc: str
     flags: tuple[str, ...]
@@ -60,13 +60,12 @@ class Toolchain:
         return f"{self.abi}: {self.cc} {' '.join(self.flags)}"
 
 
-@dataclass(frozen=True)
-class ModuleSet:
+class ModuleSet(NamedTuple):
     """The built modules of one script, by ABI."""
 
     directory: Path
     checksum_hex: str
-    modules: dict[str, Path] = field(default_factory=dict)
+    modules: dict[str, Path]
     from_cache: bool = False
 
     @property
@@ -77,21 +76,38 @@ class ModuleSet:
         return self.modules.get(abi)
 
 
-def runtime_sources() -> list[Path]:
-    """The runtime files compiled into (or included by) every module."""
-    files = sorted(RUNTIME_DIR.glob("*.c")) + sorted(RUNTIME_DIR.glob("*.h"))
-    files += sorted(RUNTIME_DIR.glob("arch/*/*.h"))
-    return files
+def iter_source_files(root: str, suffixes: tuple[str, ...]) -> Iterable[tuple[str, str]]:
+    """(path relative to `root`, path) of the files under `root` ending in `suffixes`."""
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = os.path.relpath(dirpath, root)
+        for f in files:
+            if f.endswith(suffixes):
+                yield os.path.normpath(os.path.join(rel, f)), os.path.join(dirpath, f)
+
+
+def source_signature(files: Iterable[tuple[str, str]]) -> bytes:
+    """Digest of source files by name and stat (size, mtime, ctime, inode), not bytes:
+    reading and hashing the ~0.6 MB of launcher, runtime and layout sources cost ~10 ms
+    of every warm run.  Any write changes the ctime, which no tool can set back; a
+    touched but unchanged file only costs one rebuild."""
+    h = hashlib.sha256()
+    for rel, path in sorted(files):
+        st = os.stat(path)
+        h.update(f"{rel}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n"
+                 .encode())
+    return h.digest()
 
 
 @cache   # a run needs it up to five times (cache key, checksum, object store per ABI)
 def runtime_digest() -> bytes:
-    """Digest of the runtime and the segment layout: part of every checksum."""
-    h = hashlib.sha256()
-    for path in runtime_sources():
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
-    h.update(render_c_header().encode())
-    return h.digest()
+    """Digest of the runtime and of shmlayout (which generates pd_shm.h): part of every
+    checksum."""
+    return source_signature([
+        *(("runtime/" + rel, path) for rel, path in iter_source_files(str(RUNTIME_DIR),
+                                                                      (".c", ".h"))),
+        *(("shmlayout/" + rel, path) for rel, path in iter_source_files(SHMLAYOUT_DIR,
+                                                                        (".py",)))])
 
 
 def _cc() -> str:
@@ -140,6 +156,7 @@ def get_toolchain(abi: str) -> Toolchain | None:
     cc = compiler_path(abi)
     if cc is None:
         return None
+    import tempfile  # cold paths only: its import of random costs a warm run ~2 ms
     flags = abi_flags(abi)
     with tempfile.TemporaryDirectory(prefix="pydyn-cc-") as tmp:
         src = Path(tmp, "t.c")
@@ -180,6 +197,7 @@ def runtime_objects(tc: Toolchain, defines: Sequence[str], store: Path,
         return objs
     if final.exists() and warn is not None:
         warn(f"precompiled runtime {final} is damaged; compiling it again")
+    import tempfile
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = Path(tempfile.mkdtemp(dir=store, prefix=f".{final.name}."))
     try:

@@ -44,12 +44,10 @@ import shutil
 import stat
 import struct
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydyn.launcher.build import (
     ABIS,
@@ -61,8 +59,10 @@ from pydyn.launcher.build import (
     build_modules,
     compiler_path,
     compiler_version,
+    iter_source_files,
     link_lib_dirs,
     runtime_digest,
+    source_signature,
 )
 from pydyn.launcher.elf.notes import RawNote, iter_raw_notes
 from pydyn.launcher.errors import PydynError
@@ -146,19 +146,7 @@ def file_fingerprint(path: str) -> str:
 
 
 def _launcher_digest() -> str:
-    # os.walk and plain strings: pathlib's rglob/relative_to cost ~3 ms of every run.
-    root = str(LAUNCHER_DIR)
-    found = []
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        rel = os.path.relpath(dirpath, root)
-        found += [(os.path.normpath(os.path.join(rel, f)), os.path.join(dirpath, f))
-                  for f in files if f.endswith(".py")]
-    h = hashlib.sha256()
-    for rel, path in sorted(found):
-        with open(path, "rb") as f:
-            h.update(rel.encode() + b"\0" + f.read())
-    return h.hexdigest()
+    return source_signature(iter_source_files(str(LAUNCHER_DIR), (".py",))).hex()
 
 
 def probe_paths(script: Any) -> tuple[list[str], bool]:
@@ -190,8 +178,7 @@ def named_binaries(points: Iterable[str], target_path: str | None) -> list[str]:
     return sorted(set(out))
 
 
-@dataclass
-class KeyInput:
+class KeyInput(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     label: str
     digest: str      # sha256 of the value, or the value itself when it is a short fact
     note: str = ""
@@ -200,19 +187,19 @@ class KeyInput:
         return f"{self.label}: {self.digest}"
 
 
-@dataclass
 class Lookup:
     """The cheap half of a key: what is known before resolve.
 
     `script` (inputs known before parsing) names the index entry, which records the
     probe points' paths (`points`) and the files the last resolve read (`deps`)."""
 
-    script: list[KeyInput]
-    target_path: str | None = None
-    points: list[str] | None = None   # None until bound from the index or the AST
-    uses_library: bool = False
-    named: list[str] = field(default_factory=list)
-    deps: list[str] = field(default_factory=list)   # files whose fingerprints complete the key
+    def __init__(self, script: list[KeyInput], target_path: str | None = None) -> None:
+        self.script = script
+        self.target_path = target_path
+        self.points: list[str] | None = None   # None until bound from the index or the AST
+        self.uses_library = False
+        self.named: list[str] = []
+        self.deps: list[str] = []   # files whose fingerprints complete the key
 
     @property
     def script_hash(self) -> str:
@@ -293,13 +280,13 @@ def full_key(base: Sequence[KeyInput], deps: Sequence[KeyInput]) -> str:
 
 
 def _dump_format(fmt: Any) -> dict[str, Any]:
-    from pydyn.launcher.format import Conversion, FormatSpec
+    from pydyn.launcher.format import FormatSpec
     if isinstance(fmt, FormatSpec):
         pieces: list[Any] = [p if isinstance(p, str) else
-                             {f.name: getattr(p, f.name) for f in fields(Conversion)}
+                             p._asdict()
                              for p in fmt.pieces]
         return {"kind": "printf", "pieces": pieces, "arg_types": list(fmt.arg_types)}
-    return {"kind": "hist", **{f.name: getattr(fmt, f.name) for f in fields(fmt)}}
+    return {"kind": "hist", **fmt._asdict()}
 
 
 def _load_format(d: dict[str, Any]) -> Any:
@@ -349,6 +336,7 @@ def _site_json(site: Any, plan: Any) -> dict[str, Any]:
 
 
 def _write_atomic(path: Path, data: bytes | str) -> None:
+    import tempfile  # random, its import, is not needed by a warm run
     raw = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -434,8 +422,7 @@ def _tighten(entry: Path) -> None:
 _held: list[_Lock] = []   # .inuse locks kept for the life of the process
 
 
-@dataclass
-class Hit:
+class Hit(NamedTuple):
     program: Any
     modules: ModuleSet
     site_count: int
@@ -767,6 +754,7 @@ def build_private(program: Any, required: set[str], defines: Sequence[str],
     """--disable-cache (or a refused cache): build in a fresh 0700 temporary directory,
     removed when pydyn exits unless `keep` (-p4 prints the paths)."""
     import atexit
+    import tempfile
     out = Path(tempfile.mkdtemp(prefix="pydyn-"))
     if not keep:
         atexit.register(shutil.rmtree, out, True)

@@ -8,18 +8,19 @@ the boundary of the pass that calls the library and re-raised as one of these.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 RED, BOLD, GREEN, CYAN, RESET = "\033[1;31m", "\033[1m", "\033[1;32m", "\033[1;36m", "\033[0m"
 
 # What a caret range covers when the error does not say: the token at the column.
-_TOKEN_RE = re.compile(r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
-                       r"|<<=|>>=|[-+*/%<>=!&|^.]=|&&|\|\||<<<|<<|>>|\+\+|--|->|\S")
+_TOKEN = (r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
+          r"|<<=|>>=|[-+*/%<>=!&|^.]=|&&|\|\||<<<|<<|>>|\+\+|--|->|\S")
 
 
 def token_length(text: str, column: int) -> int:
     """Length of the token starting at 1-based `column` of `text` (1 if none)."""
-    m = _TOKEN_RE.match(text, max(column - 1, 0))
+    # Compiled on first use (re caches it), not at import: a warm run reports no error.
+    m = re.compile(_TOKEN).match(text, max(column - 1, 0))
     return len(m.group(0)) if m else 1
 
 
@@ -46,8 +47,7 @@ def point_length(text: str, column: int) -> int:
     return max(i - (column - 1), 1)
 
 
-@dataclass(frozen=True)
-class SourceLocation:
+class SourceLocation(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     """A position in a script: 1-based line and column; `length` columns are
     underlined (0: the token found at the column)."""
 
@@ -55,7 +55,7 @@ class SourceLocation:
     line: int
     column: int
     source_line: str = ""
-    length: int = field(default=0, compare=False)
+    length: int = 0
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"

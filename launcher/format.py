@@ -30,7 +30,7 @@ since the launcher never sees the traced process's memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import ScriptError, SourceLocation
 
@@ -47,8 +47,7 @@ STP_BUFFER_SIZE = 8192
 _MASK64 = (1 << 64) - 1
 
 
-@dataclass(frozen=True)
-class Conversion:
+class Conversion(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     """One `%` directive.
 
     `width`/`precision` are None when absent and -1 for `*` (taken from the
@@ -74,8 +73,7 @@ class Conversion:
         return tuple(types)
 
 
-@dataclass(frozen=True)
-class FormatSpec:
+class FormatSpec(NamedTuple):
     """A parsed format: literal text and conversions, plus argument types."""
 
     pieces: tuple[str | Conversion, ...]

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from pydyn.launcher.format import FormatSpec, format_values
-from pydyn.launcher.stats import format_hist_linear, format_hist_log
 from pydyn.shmlayout import (
     PD_REC_ERROR,
     PD_REC_EXIT,
@@ -44,19 +42,20 @@ def _text(raw: int | bytes) -> int | str:
     return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
 
 
-@dataclass
 class OutputSink:
     """Turns drained ring bytes into stdout/stderr text and counts what it saw."""
 
-    formats: Sequence[Any]  # FormatSpec, or a translate.HistFormat for histograms
-    stdout: BinaryIO = field(default_factory=lambda: sys.stdout.buffer)
-    stderr: BinaryIO = field(default_factory=lambda: sys.stderr.buffer)
-    errors: int = 0
-    error_kinds: set[str] = field(default_factory=set)  # which LIMIT_ADVICE errors were seen
-    warnings: int = 0
-    exit_requested: bool = False
-    bad_records: int = 0
-    merge_text: bool = True  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
+    def __init__(self, formats: Sequence[Any], stdout: BinaryIO | None = None,
+                 stderr: BinaryIO | None = None, merge_text: bool = True) -> None:
+        self.formats = formats  # FormatSpec, or a program.HistFormat for histograms
+        self.stdout = stdout or sys.stdout.buffer
+        self.stderr = stderr or sys.stderr.buffer
+        self.errors = 0
+        self.error_kinds: set[str] = set()  # which LIMIT_ADVICE errors were seen
+        self.warnings = 0
+        self.exit_requested = False
+        self.bad_records = 0
+        self.merge_text = merge_text  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
 
     def _write(self, stream: BinaryIO, text: str) -> None:
         stream.write(text.encode("utf-8", "surrogateescape"))
@@ -79,6 +78,7 @@ class OutputSink:
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
         if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
+            from pydyn.launcher.stats import format_hist_linear, format_hist_log
             hist = self.formats[fmt_id]
             buckets = [int(b) for b in decode_args(buf, start, end, "i" * ((end - start) // 8))]
             text = (format_hist_log(buckets) if hist.kind == "log" else

@@ -6,8 +6,7 @@ manifest) and a session import neither the translator nor the parser.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pydyn.launcher.format import FormatSpec
 
@@ -16,8 +15,7 @@ if TYPE_CHECKING:
     from pydyn.launcher.patchplan import PatchPlan
 
 
-@dataclass(frozen=True)
-class HistFormat:
+class HistFormat(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     """A histogram record: its arguments are the bucket counts."""
 
     kind: str  # "log" | "linear"
@@ -30,26 +28,34 @@ Format = FormatSpec | HistFormat
 ReportTag = tuple[str, str, tuple[str, ...], str]
 
 
-@dataclass
 class Program:
-    """What translation produces: the C source and what the launcher needs to run it."""
+    """What translation produces: the C source and what the launcher needs to run it.
 
-    c_source: str
-    checksum: bytes
-    formats: list[Format]
-    required_abis: frozenset[str]
-    globals_size: int
-    needs_wait: bool              # has probes that fire outside begin/end (marks, timers)
-    timers: list[tuple[int, int, int]] = field(default_factory=list)  # (probe, period, rand)
-    sites: list[ProbeSite] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    plans: list[PatchPlan] = field(default_factory=list)   # one per site, same order
-    # Exit-report formats (never shared with a printf): id -> (record type "map" or
-    # "stats", global name, key types, value type "long"/"string"/"stat"/"empty").
-    report: dict[int, ReportTag] = field(default_factory=dict)
-    # Scalar globals by name: (offset in the globals area, "long" | "string", size),
-    # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
-    scalars: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    A plain class: a warm run builds one from the cache and imports no dataclasses."""
+
+    def __init__(self, c_source: str, checksum: bytes, formats: list[Format],
+                 required_abis: frozenset[str], globals_size: int, needs_wait: bool,
+                 timers: list[tuple[int, int, int]] | None = None,
+                 sites: list[ProbeSite] | None = None, warnings: list[str] | None = None,
+                 plans: list[PatchPlan] | None = None,
+                 report: dict[int, ReportTag] | None = None,
+                 scalars: dict[str, tuple[int, str, int]] | None = None) -> None:
+        self.c_source = c_source
+        self.checksum = checksum
+        self.formats = formats
+        self.required_abis = required_abis
+        self.globals_size = globals_size
+        self.needs_wait = needs_wait   # has probes that fire outside begin/end (marks, timers)
+        self.timers = timers or []     # (probe, period, rand)
+        self.sites = sites or []
+        self.warnings = warnings or []
+        self.plans = plans or []       # one per site, same order
+        # Exit-report formats (never shared with a printf): id -> (record type "map" or
+        # "stats", global name, key types, value type "long"/"string"/"stat"/"empty").
+        self.report = report or {}
+        # Scalar globals by name: (offset in the globals area, "long" | "string", size),
+        # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
+        self.scalars = scalars or {}
 
     @property
     def checksum_hex(self) -> str:

@@ -75,7 +75,7 @@ def _pp_error(point: ast.ProbePoint, message: str, hint: str | None = None) -> S
     loc = point.loc
     if loc.source_line and not loc.length:   # underline the whole probe point
         text = loc.source_line.rstrip("\n").expandtabs(1)
-        loc = dataclasses.replace(loc, length=point_length(text, loc.column))
+        loc = loc._replace(length=point_length(text, loc.column))
     return ScriptError(message, loc, hint)
 
 

@@ -44,12 +44,14 @@ record.py implements this encoding for the Python side.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple
+
+# Records are NamedTuples or plain classes, not dataclasses: a dataclass compiles its
+# methods from source when the class is created (~0.5 ms each), and `dataclasses`
+# imports `inspect`: ~15 ms of every launcher start with the classes of a warm run.
 
 
-@dataclass(frozen=True)
-class ScalarType:
+class ScalarType(NamedTuple):
     """A fixed-size integer type usable in the segment."""
 
     name: str
@@ -78,16 +80,16 @@ TYPES: Final[dict[str, ScalarType]] = {
 }
 
 
-@dataclass(frozen=True)
-class Field:
+class Field(NamedTuple):
     """One member of a Struct.  ``count > 1`` (only for u8) makes a byte array."""
 
     name: str
     type: str
-    count: int = 1
+    count: int = 1   # type: ignore[assignment]  # shadows tuple.count, on purpose
     doc: str = ""
 
-    def __post_init__(self) -> None:
+    def check(self) -> None:
+        """Struct calls it for each of its fields."""
         if self.type not in TYPES:
             raise ValueError(f"field {self.name}: unknown type {self.type!r}")
         if self.count < 1:
@@ -112,8 +114,7 @@ class Field:
         return self.count > 1
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     """A Field placed at an offset; ``is_pad`` for padding the layout inserted."""
 
     field: Field
@@ -133,7 +134,6 @@ def align_up(value: int, align: int) -> int:
     return (value + align - 1) & ~(align - 1)
 
 
-@dataclass(frozen=True)
 class Struct:
     """A C struct laid out with natural alignment and explicit padding.
 
@@ -142,15 +142,19 @@ class Struct:
     with a ``_reserved`` tail (room to grow without moving anything).
     """
 
-    name: str
-    fields: tuple[Field, ...]
-    size: int | None = None
-    doc: str = ""
-    members: tuple[Member, ...] = field(init=False, compare=False, repr=False)
-    sizeof: int = field(init=False, compare=False)
-    align: int = field(init=False, compare=False)
+    members: tuple[Member, ...]
+    sizeof: int
+    align: int
 
-    def __post_init__(self) -> None:
+    def __init__(self, name: str, fields: tuple[Field, ...], size: int | None = None,
+                 doc: str = "") -> None:
+        self.name, self.fields, self.size, self.doc = name, fields, size, doc
+        self._lay_out()
+
+    def __repr__(self) -> str:
+        return f"Struct({self.name!r}, {len(self.fields)} fields, sizeof {self.sizeof})"
+
+    def _lay_out(self) -> None:
         if not self.fields:
             raise ValueError(f"struct {self.name}: no fields")
         seen: set[str] = set()
@@ -158,6 +162,7 @@ class Struct:
         off = 0
         npad = 0
         for f in self.fields:
+            f.check()
             if f.name.startswith("_"):
                 raise ValueError(f"struct {self.name}: field names starting with _ are reserved")
             if f.name in seen:
@@ -182,9 +187,9 @@ class Struct:
             end = align_up(off, 8)
             if end > off:
                 members.append(Member(Field(f"_pad{npad}", "u8", end - off, "padding"), off, True))
-        object.__setattr__(self, "members", tuple(members))
-        object.__setattr__(self, "sizeof", end)
-        object.__setattr__(self, "align", max(f.align for f in self.fields))
+        self.members = tuple(members)
+        self.sizeof = end
+        self.align = max(f.align for f in self.fields)
 
     def member(self, name: str) -> Member:
         for m in self.members:
@@ -196,15 +201,13 @@ class Struct:
         return self.member(name).offset
 
 
-@dataclass(frozen=True)
-class Const:
+class Const(NamedTuple):
     name: str
     value: int
     doc: str = ""
 
 
-@dataclass(frozen=True)
-class ConstGroup:
+class ConstGroup(NamedTuple):
     """Constants that belong together (an enum, or one concern)."""
 
     name: str
@@ -363,4 +366,15 @@ REC: Final = Struct("pd_rec", (
     Field("pid", "i32", doc="producing process"),
 ), size=16, doc="header of one record in the output ring")
 
-STRUCTS: Final[tuple[Struct, ...]] = (HEADER, PROC, REC)
+# Keyed statistics with per-thread tables (runtime/pd_kstat.c): in the globals area a
+# keyed statistic is its merged map, then one pd_kstat, then 1 + N slots, each a pd_kslot
+# followed by that slot's own hash table (pd_map.c's layout, values without unused buckets).
+KSTAT: Final = Struct("pd_kstat", (
+    Field("next_seq", "u64", doc="insertion numbers of new keys, shared by every slot"),
+), size=64, doc="one keyed statistic's slot area (after its merged map)")
+
+KSLOT: Final = Struct("pd_kslot", (
+    Field("lock", "futex", doc="the slot's writers and the readers merging it"),
+), size=64, doc="one per-thread table of a keyed statistic (a cache line of its own)")
+
+STRUCTS: Final[tuple[Struct, ...]] = (HEADER, PROC, REC, KSTAT, KSLOT)

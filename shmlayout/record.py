@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from .layout import REC
 from .view import Buffer, LayoutError
@@ -28,8 +27,7 @@ def string_arg_size(n: int) -> int:
     return (n + 11) & ~7
 
 
-@dataclass(frozen=True)
-class RecordHeader:
+class RecordHeader(NamedTuple):   # not a dataclass: see layout.py
     len: int
     kind: int
     nargs: int

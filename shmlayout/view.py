@@ -10,8 +10,7 @@ from __future__ import annotations
 import mmap
 import struct
 import time
-from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from .layout import (
     HEADER,
@@ -38,8 +37,7 @@ class LayoutError(ValueError):
     """A segment (or a request for one) that does not match the layout."""
 
 
-@dataclass(frozen=True)
-class _Access:
+class _Access(NamedTuple):   # not a dataclass: see layout.py
     offset: int
     codec: struct.Struct | None  # None for byte arrays
     size: int
@@ -137,8 +135,7 @@ class StructView:
         return f"<StructView {self._struct.name} @{self._offset}>"
 
 
-@dataclass(frozen=True)
-class SegmentPlan:
+class SegmentPlan(NamedTuple):
     """Where each area of a segment goes; all offsets from the segment start."""
 
     proctab_off: int
@@ -229,8 +226,13 @@ def init_header(
     maxaction: int = 0,
     flags: int = 0,
     start_ns: int | None = None,
+    fresh: bool = False,
 ) -> SegmentPlan:
     """Zero everything before the ring and write a complete header.
+
+    ``fresh``: the buffer is a newly created segment, zero already, so the globals
+    area is not written (per-thread statistic tables are large and mostly untouched:
+    writing them would commit every page).
 
     ``magic`` is written last so a reader never accepts a half-written header.
     ``start_ns`` defaults to time.monotonic_ns() (CLOCK_MONOTONIC, like the runtime).
@@ -241,7 +243,8 @@ def init_header(
     buf = view.buffer
     if len(buf) < plan.segment_size:
         raise LayoutError(f"buffer of {len(buf)} bytes, segment needs {plan.segment_size}")
-    buf[0:plan.ring_off] = bytes(plan.ring_off)
+    end = plan.globals_off if fresh else plan.ring_off
+    buf[0:end] = bytes(end)
     h = view.header
     h.layout_version = PD_LAYOUT_VERSION
     h.header_size = HEADER.sizeof

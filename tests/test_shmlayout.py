@@ -197,10 +197,11 @@ def test_fixed_sizes() -> None:
         Struct("t", (Field("a", "u32"), Field("a", "u32")))
     with pytest.raises(ValueError, match="reserved"):
         Struct("t", (Field("_x", "u32"),))
+    # A Field is checked when a Struct is made of it.
     with pytest.raises(ValueError, match="only u8"):
-        Field("x", "u32", 2)
+        Struct("t", (Field("x", "u32", 2),))
     with pytest.raises(ValueError, match="unknown type"):
-        Field("x", "u128")
+        Struct("t", (Field("x", "u128"),))
 
 
 def test_constants() -> None:

@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _HEADER_SIZE = 12
 # Sanity cap on one note's name: real ones are a few bytes ("GNU", "stapsdt").
 _MAX_NAME = 256
 
 
-@dataclass(frozen=True)
-class RawNote:
+class RawNote(NamedTuple):   # not dataclasses: see shmlayout/layout.py
     """One note record; `offset` is where its header starts in the buffer."""
 
     offset: int
@@ -32,8 +31,7 @@ class RawNote:
         return f"note {name!r} type {self.type} at +{self.offset:#x} ({len(self.desc)} bytes)"
 
 
-@dataclass(frozen=True)
-class BadNote:
+class BadNote(NamedTuple):
     """A note header that cannot be walked past (truncated or oversized)."""
 
     offset: int
