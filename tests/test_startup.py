@@ -32,10 +32,14 @@ MISS_ONLY = ("pydyn.launcher.script", "pydyn.launcher.script.parser", "pydyn.lau
              # stdlib imports a warm run avoids (~15 ms, ~2 ms, ~2 ms of every start)
              "dataclasses", "inspect", "tempfile", "secrets", "random")
 
+# Only what the run imports: the interpreter's start (site, .pth hooks such as an
+# editable install's finder, which imports importlib.resources and tempfile) is not
+# pydyn's doing.
 HOOK = """
 import atexit, json, runpy, sys
 out, argv = sys.argv[1], sys.argv[2:]
-atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+before = set(sys.modules)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(set(sys.modules) - before))))
 sys.argv = ["pydyn", *argv]
 runpy.run_module("pydyn.launcher.cli", run_name="__main__", alter_sys=True)
 """
