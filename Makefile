@@ -14,6 +14,8 @@ SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 python3.11-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
+# tests/test_func_fast.py counts which runtime functions a probe hit runs.
+DEB_PACKAGES += gdb
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
 .PHONY: deps deb-deps py-deps examples demo test lint clean bench

@@ -142,6 +142,13 @@ def _bpftrace_printf(binary: Path, mark: str, n: int) -> Result:
     return Result(ns, hits, n, note)
 
 
+def _bpftrace_kstats(binary: Path, mark: str, n: int) -> Result:
+    ns, text = _bpftrace(binary, n, f"{_bpftrace_usdt(binary, mark)} {{ @s[tid] = stats(arg0); }}",
+                         "bpftrace usdt keyed stats")
+    m = re.search(r"@s\[\d+\]: count (\d+)", text)
+    return Result(ns, int(m.group(1)) if m else 0, n, "usdt probe, @s[tid] = stats(arg0)")
+
+
 def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
     ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); }} "
                          f"uretprobe:{binary}:{func} {{ @r = count(); }}",
@@ -385,6 +392,7 @@ _RUNNERS: dict[str, dict[str, _Runner]] = {
     "count": {"bpftrace": _bpftrace_count, "uftrace": _uftrace_count, "frida": _frida_count},
     "printf": {"bpftrace": _bpftrace_printf, "uftrace": _uftrace_printf,
                "frida": _frida_printf},
+    "kstats": {"bpftrace": _bpftrace_kstats},
     "pair": {"bpftrace": _bpftrace_pair, "uftrace": _uftrace_pair, "frida": _frida_pair},
     "startup": {"bpftrace": _bpftrace_startup, "uftrace": _uftrace_startup,
                 "frida": _frida_startup},
@@ -395,6 +403,8 @@ def _dispatch(kind: str, tool: str, binary: Path, what: str, n: int) -> Result:
     try:
         runner = _RUNNERS[kind][tool]
     except KeyError:
+        if tool in TOOLS:
+            raise Unavailable(f"{tool}: not compared for {kind}") from None
         raise ValueError(f"unknown tool {tool!r}; expected one of {', '.join(TOOLS)}") from None
     if os.geteuid() != 0 and tool == "bpftrace":
         raise Unavailable("bpftrace needs root (CAP_BPF, CAP_PERFMON)")
@@ -409,6 +419,11 @@ def usdt_count(tool: str, binary: Path, mark: str, n: int) -> Result:
 def usdt_printf(tool: str, binary: Path, mark: str, n: int) -> Result:
     """ns per iteration while `tool` prints the mark's first argument on every hit."""
     return _dispatch("printf", tool, binary, mark, n)
+
+
+def usdt_kstats(tool: str, binary: Path, mark: str, n: int) -> Result:
+    """ns per iteration while `tool` keeps a statistic of the mark's argument per thread."""
+    return _dispatch("kstats", tool, binary, mark, n)
 
 
 def function_pair(tool: str, binary: Path, func: str, n: int) -> Result:

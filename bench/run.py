@@ -7,6 +7,9 @@ binaries:
 - count: a probe that counts hits of the mark -- bare (no tracer), pydyn with int3
   traps (--probe-mode=trap), pydyn with trampolines (the default), bpftrace, Frida
   and uftrace (bench/peers.py);
+- stats and keyed stats: `s <<< $arg1` and `s[tid()] <<< $arg1` -- pydyn (per-thread
+  slots) and pydyn-locked (the same statistic under the globals lock), bpftrace's
+  `@s[tid] = stats(arg0)` for the keyed one;
 - printf: a probe printing $arg1 on every hit -- pydyn into a file (-o), and the peers;
 - function: an entry + return probe pair on bench_fn (m64).
 
@@ -39,6 +42,11 @@ STATS = ('global s\nprobe process("{bin}").mark("hit") {{ s <<< $arg1 }}\n'
 # The same statistic in one struct under the globals lock, as before per-thread slots
 # (runtime/pd_pstat.c): a `delete` anywhere opts a statistic out of them.
 STATS_LOCKED = STATS + 'probe never {{ delete s }}\n'
+# A keyed statistic: the thread's own table (runtime/pd_kstat.c); `global s%` (drop the
+# oldest entry when full) keeps the one table under the globals lock.
+KSTATS = ('global s\nprobe process("{bin}").mark("hit") {{ s[tid()] <<< $arg1 }}\n'
+          'probe end {{ foreach (t in s) printf("count=%d\\n", @count(s[t])) }}\n')
+KSTATS_LOCKED = KSTATS.replace("global s", "global s%", 1)
 PAIR = ('global c, r\nprobe process("{bin}").function("bench_fn").call {{ c++ }}\n'
         'probe process("{bin}").function("bench_fn").return {{ r++ }}\n'
         'probe end {{ printf("count=%d\\n", c == r ? c : -1) }}\n')
@@ -104,7 +112,7 @@ def peer_cells(kind: str, binary: Path, what: str, n: int,
         if peers is None:
             cells.append((tool, PEERS_MISSING))
             continue
-        fn = {"count": peers.usdt_count, "printf": peers.usdt_printf,
+        fn = {"count": peers.usdt_count, "printf": peers.usdt_printf, "kstats": peers.usdt_kstats,
               "function": peers.function_pair}[kind]
         try:
             results = [fn(tool, binary, what, n) for _ in range(reps)]
@@ -139,6 +147,17 @@ def main() -> int:
             o = ["-o", str(out)] if out else []
             return ns_of([*pydyn, *extra, *o, str(path), "-c", f"{binary} {n}"], env, n, out)
 
+        def pydyn_cells(script: str, locked: str, binary: Path) -> list[tuple[str, float | str]]:
+            """pydyn with `script`, and with `locked`: the same under the globals lock."""
+            cells: list[tuple[str, float | str]] = []
+            for name, sc in (("pydyn", script), ("pydyn-locked", locked)):
+                try:
+                    cells.append((name, best(lambda s=sc, b=binary: run_pydyn(s, b, opts.n),
+                                             opts.reps)))
+                except Failed as exc:
+                    cells.append((name, str(exc)))
+            return cells
+
         for abi in ("m64", "m32"):
             binary = build(tmp, abi)
             if binary is None:
@@ -159,14 +178,12 @@ def main() -> int:
                     cells.append((name, str(exc)))
             cells += peer_cells("count", binary, MARK, opts.peer_n, opts.reps)
             row(f"count ({abi}, probe `n++`)", cells, bare, "pydyn")
-            cells = [("bare", bare)]
-            for name, script in (("pydyn", STATS), ("pydyn-locked", STATS_LOCKED)):
-                try:
-                    cells.append((name, best(lambda sc=script, b=binary:
-                                             run_pydyn(sc, b, opts.n), opts.reps)))
-                except Failed as exc:
-                    cells.append((name, str(exc)))
+            cells = [("bare", bare), *pydyn_cells(STATS, STATS_LOCKED, binary)]
             row(f"stats ({abi}, probe `s <<< $arg1`; locked: one shared struct)", cells, bare,
+                "pydyn")
+            cells = [("bare", bare), *pydyn_cells(KSTATS, KSTATS_LOCKED, binary)]
+            cells += peer_cells("kstats", binary, MARK, opts.peer_n, opts.reps)
+            row(f"keyed stats ({abi}, `s[tid()] <<< $arg1`; locked: `global s%`)", cells, bare,
                 "pydyn")
             if abi != "m64":
                 continue

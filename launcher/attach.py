@@ -714,6 +714,7 @@ class Restored:
     bytes: int
     semaphores: int
     threads: int
+    got: int = 0    # GOT entries put back (runtime/pd_got.c)
 
 
 class AttachedProcess:
@@ -797,14 +798,19 @@ class AttachedProcess:
                     return None     # exited: nothing to restore
                 tid = tracer.pick_thread()
                 counts: list[int] = []
-                tracer.call(tid, entry, [b"\0" * 12], counts)
-                sites, nbytes, semas = struct.unpack("<3I", tracer.read(counts[0], 12))
+                tracer.call(tid, entry, [b"\0" * 24], counts)
+                sites, nbytes, semas, got, got_left, frames = struct.unpack(
+                    "<6I", tracer.read(counts[0], 24))
             finally:
                 threads = tracer.detach_all()
-        restored = Restored(sites, nbytes, semas, threads)
+        restored = Restored(sites, nbytes, semas, threads, got)
+        if got_left:    # an object unloaded behind our back, or another tool's hook
+            self.log(f"pydyn: WARNING: pid {self.target.pid}: {got_left} GOT entr(ies) of the "
+                     "unwinder/dlopen functions were not redirected or not restored")
         if self.verbose:
             self.log(f"pydyn: detached from pid {self.target.pid}: restored {sites} site(s), "
-                     f"{nbytes} byte(s), {semas} semaphore(s); {threads} thread(s) resumed")
+                     f"{nbytes} byte(s), {semas} semaphore(s), {got} GOT entr(ies), "
+                     f"{frames} return address(es); {threads} thread(s) resumed")
         return restored
 
 

@@ -127,7 +127,7 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 
 def _check_defines(defines: Sequence[str]) -> list[str]:
     allowed = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
-               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM"}
+               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK"}
     out = []
     for d in defines:
         name, _, value = d.partition("=")

@@ -57,6 +57,9 @@ static void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
         pd_ent_failed = 0;
     }}
     uintptr_t at = (uintptr_t)pd_reg(c->regs, PD_DWARF_SP); /* the return-address slot */
+#if defined(__aarch64__) /* the return address is in x30: pd_func.c's slot is sp - 8 */
+    at -= sizeof(pd_ureg);
+#endif
     if (!pd_ent || (pd_ent_drop_below(at), pd_ent_n >= PD_ENTRY_MAX))
         return; /* the return finds no frame: skipped, counted */
     struct pd_entry_frame *f = &pd_ent[pd_ent_n];

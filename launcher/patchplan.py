@@ -47,7 +47,8 @@ class Fixup:
     """A field of the relocated code the runtime fills in once the stub's address is known.
 
     ``rel32``: target + bias - (code address + anchor); ``abs32``/``abs32hi``: the low/high
-    32 bits of target + bias.  ``target`` is a link-time address.
+    32 bits of target + bias; ``b26``: the aarch64 ``B``/``BL`` at ``at`` gets the offset
+    to target + bias.  ``target`` is a link-time address.
     """
 
     at: int
@@ -705,6 +706,9 @@ def plan_function(site: ProbeSite) -> PatchPlan:
     first instruction relocated -- the runtime runs that copy out of line after the
     handler (the entry is not a nop: resuming in place would skip it).  A trap plan
     without code cannot be armed."""
+    if site.machine == "aarch64":
+        from .patchplan_a64 import plan_function as plan_a64  # imports this module
+        return plan_a64(site)
     plan = _plan_site(site)
     if plan.tactic == "displace":
         return plan
@@ -735,7 +739,8 @@ def coverage(plans: Iterable[PatchPlan]) -> str:
 
 
 _TACTIC_C = {"trap": "PD_TACTIC_TRAP", "nop": "PD_TACTIC_NOP", "displace": "PD_TACTIC_DISPLACE"}
-_FIXUP_C = {"rel32": "PD_FIX_REL32", "abs32": "PD_FIX_ABS32", "abs32hi": "PD_FIX_ABS32HI"}
+_FIXUP_C = {"rel32": "PD_FIX_REL32", "abs32": "PD_FIX_ABS32", "abs32hi": "PD_FIX_ABS32HI",
+            "b26": "PD_FIX_B26"}
 
 
 def _bytes_c(b: bytes) -> str:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from pydyn.launcher import kstat
 from pydyn.launcher.build import runtime_digest
 from pydyn.launcher.elf import dwarf
 from pydyn.launcher.elf.argspec import ArgKind, ArgSpec
@@ -220,6 +221,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "abs": ((LONG,), LONG),
     # issue 7: symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
+    "usymdata": ((LONG,), STRING),
 }
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln"}
@@ -258,11 +260,14 @@ class Translator:
         self.warnings: list[str] = []
         self.atomic_globals: set[str] = set()
         self.pstat_globals: set[str] = set()   # scalar statistics with per-thread slots
+        self.kstat_globals: set[str] = set()   # keyed ones with per-thread tables (kstat.py)
+        self.kstat_layouts: dict[str, kstat.KstatLayout] = {}
         self.variance_stats: set[str] = set()  # statistics whose @variance is read
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
+        self.usymdata = False   # usymdata used: the tables carry data symbols too
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -798,7 +803,13 @@ class Translator:
         off = 0
         for var in self.globals.values():
             var.offset = off
-            if var.array is not None:
+            if var.name in self.kstat_globals:
+                lay = kstat.layout(_capacity(var), self._key_size(var), self._entry_size(var),
+                                   kstat.hist_buckets(var.hist_log, var.hist_linear),
+                                   PSTAT_SLOTS)
+                self.kstat_layouts[var.name] = lay
+                var.size = lay.size
+            elif var.array is not None:
                 var.size = 16 + _capacity(var) * self._entry_size(var)
             elif var.name in self.pstat_globals:
                 var.size = (1 + PSTAT_SLOTS) * PSTAT_SLOT_SIZE
@@ -842,6 +853,7 @@ class Emitter:
         self.indent = 1
         self.err_label = ["out"]
         self.needs_lock = False
+        self.iterating: list[str] = []   # the arrays of the enclosing foreach loops
 
     def temp(self, ctype: str, suffix: str = "") -> str:
         self.ntemp += 1
@@ -887,12 +899,22 @@ class Emitter:
             at += _type_size(kt)
         return f"({', '.join([*parts, kb])})"
 
+    def map_api(self, var: GlobalVar, op: str) -> str:
+        """`pd_map_OP(map, &md_X, ` or, for a keyed statistic, `pd_kstat_OP(c, area, &kd_X, `."""
+        if var.name in self.tr.kstat_globals:
+            return f"pd_kstat_{op}(c, {self.gptr(var)}, &kd_{var.name}, "
+        return f"pd_map_{op}({self.gptr(var)}, &md_{var.name}, "
+
     @staticmethod
     def wildcard_mask(keys: tuple[ast.Expr, ...]) -> int:
         return sum(1 << i for i, k in enumerate(keys) if isinstance(k, ast.Wildcard))
 
     def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool,
                 node: ast.Expr | None = None) -> str:
+        if var.name in self.tr.kstat_globals and not create:
+            # the key's values in every per-thread table, merged (NULL: in none)
+            return (f"((void *)pd_kstat_get(c, {self.gptr(var)}, &kd_{var.name}, "
+                    f"{self.key_blob(var, keys)}))")
         call = (f"pd_map_get(c, {self.gptr(var)}, &md_{var.name}, "
                 f"{self.key_blob(var, keys)}, {int(create)})")
         # An insertion can overflow the array: stap names the array in the error.
@@ -973,7 +995,7 @@ class Emitter:
             var = self.tr.globals[e.array.name]
             mask = self.wildcard_mask(e.keys)
             if mask:
-                return (f"(int64_t)(pd_map_match({self.gptr(var)}, &md_{var.name}, "
+                return (f"(int64_t)({self.map_api(var, 'match')}"
                         f"{self.key_blob(var, e.keys)}, {mask}, 0) != 0)")
             return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
         if isinstance(e, ast.StatOp):
@@ -1042,6 +1064,13 @@ class Emitter:
                 off = self.tr.globals[target.name].offset
                 return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_pstat_add(c, c->globals + "
                         f"{off}, v_, {self.statdesc_of(target)}); v_; }})")
+            if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol) and \
+                    target.base.name in self.tr.kstat_globals:
+                # the thread's own table, under its slot lock only (pd_kstat.c)
+                var = self.tr.globals[target.base.name]
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; c->where = {_where(target)}; "
+                        f"pd_kstat_add(c, c->globals + {var.offset}, &kd_{var.name}, "
+                        f"{self.key_blob(var, target.indexes)}, v_); v_; }})")
             if isinstance(target, ast.Symbol):
                 sp = self.stat_ptr(target)
             else:
@@ -1133,6 +1162,9 @@ class Emitter:
             fid = self.tr.format_id(parse_format("%s\n"))
             return f"(pd_print_ubacktrace(c, {fid}), 0)"
         t = self.strtemp()
+        if name == "usymdata":
+            self.tr.usymdata = True
+            return f"pd_usymdata(c, {t}, {args[0]})"
         return f"pd_usymname(c, {t}, {args[0]})" if args else f"pd_ubacktrace(c, {t})"
 
     def call(self, e: ast.Call) -> str:
@@ -1158,7 +1190,7 @@ class Emitter:
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"
-        if name in ("usymname", "ubacktrace", "print_ubacktrace"):
+        if name in ("usymname", "usymdata", "ubacktrace", "print_ubacktrace"):
             return self.usym_call(name, args)
         if name == "log":
             fid = self.tr.format_id(parse_format("%s\n"))
@@ -1438,6 +1470,10 @@ class Emitter:
         n = self.temp("uint32_t")
         i = self.temp("uint32_t")
         lim = self.temp("int64_t")
+        if var.name in self.tr.kstat_globals and var.name not in self.iterating:
+            # (a nested foreach over the same statistic keeps the outer one's merge)
+            self.line(_kstat_merge(var, self.gptr(var)))
+            self.check()
         self.line(f"{n} = pd_map_sorted({self.gptr(var)}, &md_{var.name}, {it}, "
                   f"{column}, {order});")
         self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
@@ -1471,7 +1507,9 @@ class Emitter:
             else:
                 raise _err("foreach value variables over statistics are not supported", s.value)
         self.indent -= 1
+        self.iterating.append(var.name)
         self.block(s.body)
+        self.iterating.pop()
         self.line("}")
         self.check()
 
@@ -1481,7 +1519,7 @@ class Emitter:
             if self.is_global(t.name):
                 var = self.tr.globals[t.name]
                 if var.array is not None:
-                    self.line(f"pd_map_clear({self.gptr(var)}, &md_{var.name});")
+                    self.line(f"{self.map_api(var, 'clear').rstrip(', ')});")
                 else:
                     self.line(f"memset({self.gptr(var)}, 0, {var.size});")
             else:
@@ -1493,11 +1531,9 @@ class Emitter:
         var = self.tr.globals[t.base.name]
         mask = self.wildcard_mask(t.indexes)
         if mask:
-            self.line(f"pd_map_match({self.gptr(var)}, &md_{var.name}, "
-                      f"{self.key_blob(var, t.indexes)}, {mask}, 1);")
+            self.line(f"{self.map_api(var, 'match')}{self.key_blob(var, t.indexes)}, {mask}, 1);")
         else:
-            self.line(f"pd_map_delete({self.gptr(var)}, &md_{var.name}, "
-                      f"{self.key_blob(var, t.indexes)});")
+            self.line(f"{self.map_api(var, 'delete')}{self.key_blob(var, t.indexes)});")
         self.check()
 
     def local_decls(self, skip: set[str]) -> list[str]:
@@ -1564,6 +1600,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
     tr.infer()
     tr.atomic_globals = _find_atomic_globals(script, tr)
     tr.pstat_globals = _find_pstat_globals(script, tr)
+    tr.kstat_globals = _find_kstat_globals(script, tr)
     tr.variance_stats = {_stat_name(n.operand)
                          for n in _iter_nodes((script.probes, script.functions))
                          if isinstance(n, ast.StatOp) and n.op == "variance"}
@@ -1583,18 +1620,12 @@ def translate(script: ast.Script, resolution: Resolution, *,
                        f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
                        f"{lo}, {hi}, {step}, {int(var.name in tr.variance_stats)}}};")
         if var.array is not None:
-            max_entries = _max_entries(var)
-            cap = _capacity(var)
-            ktypes = ", ".join("PD_T_STRING" if k == STRING else "PD_T_LONG"
-                               for k in var.array.keys)
-            vt = {STRING: "PD_T_STRING", STAT: "PD_T_STAT"}.get(var.array.value or LONG,
-                                                               "PD_T_LONG")
-            sd = f"&sd_{var.name}" if var.array.value == STAT else "NULL"
-            out.append(f"static const struct pd_mapdesc md_{var.name} = {{"
-                       f"{_c_string(var.name)}, {cap}, {max_entries}, {len(var.array.keys)}, "
-                       f"{tr._key_size(var)}, {_type_size(var.array.value)}, "
-                       f"{tr._entry_size(var)}, {vt}, {{{ktypes}}}, {sd}, "
-                       f"{int(bool(var.decl and var.decl.wrap))}}};")
+            out.append(f"static const struct pd_mapdesc md_{var.name} = "
+                       f"{{{_mapdesc_fields(tr, var, _type_size(var.array.value))}}};")
+            lay = tr.kstat_layouts.get(var.name)
+            if lay is not None:
+                out.extend(kstat.descriptors_c(var.name, lay,
+                                               _mapdesc_fields(tr, var, lay.value_size)))
     out.append("")
     # function prototypes and bodies
     for f in script.functions:
@@ -1742,7 +1773,7 @@ def translate(script: ast.Script, resolution: Resolution, *,
     out.extend(object_rows or ['    {"", 0},'])
     out.append("};")
     if tr.usym:
-        out.extend(unwind_c(objects, _c_string))
+        out.extend(unwind_c(objects, _c_string, data=tr.usymdata))
     out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
     for var in tr.globals.values():
         if var.decl is not None and var.decl.init is not None:
@@ -1841,6 +1872,33 @@ def _find_pstat_globals(script: ast.Script, tr: Translator) -> set[str]:
     return stats
 
 
+def _find_kstat_globals(script: ast.Script, tr: Translator) -> set[str]:
+    """Statistic arrays whose `<<<` goes to per-thread tables (kstat.py): all of them but
+    `global s%` (dropping the oldest entry needs one table) and names a local shadows."""
+    found = {n for n, v in tr.globals.items() if v.array is not None and v.array.value == STAT
+             and not (v.decl is not None and v.decl.wrap)}
+    for scope in tr.scopes.values():
+        found -= set(scope.locals)
+    return found
+
+
+def _mapdesc_fields(tr: Translator, var: GlobalVar, value_size: int) -> str:
+    """The initializer of an array's struct pd_mapdesc, for values of `value_size`."""
+    assert var.array is not None
+    ktypes = ", ".join("PD_T_STRING" if k == STRING else "PD_T_LONG" for k in var.array.keys)
+    vt = {STRING: "PD_T_STRING", STAT: "PD_T_STAT"}.get(var.array.value or LONG, "PD_T_LONG")
+    sd = f"&sd_{var.name}" if var.array.value == STAT else "NULL"
+    key_size = tr._key_size(var)
+    return (f"{_c_string(var.name)}, {_capacity(var)}, {_max_entries(var)}, "
+            f"{len(var.array.keys)}, {key_size}, {value_size}, {16 + key_size + value_size}, "
+            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}")
+
+
+def _kstat_merge(var: GlobalVar, ptr: str) -> str:
+    """Before iterating a keyed statistic: rebuild its merged map from the slots."""
+    return f"pd_kstat_merge(c, {ptr}, &kd_{var.name});"
+
+
 def _stat_name(e: ast.Expr) -> str:
     if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
         return e.base.name
@@ -1937,6 +1995,8 @@ def _exit_report(tr: Translator) -> list[str]:
              "stat" if value == STAT else value))
         max_entries = _max_entries(var)
         lines.append("    {")
+        if var.name in tr.kstat_globals:
+            lines.append(f"        {_kstat_merge(var, g)}")
         lines.append(f"        static __thread uint8_t *it_[{max_entries}];")
         lines.append(f"        uint32_t n_ = pd_map_sorted({g}, &md_{var.name}, it_, -1, -1);")
         lines.append("        for (uint32_t i_ = 0; i_ < n_; i_++) {")

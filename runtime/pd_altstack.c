@@ -23,37 +23,54 @@
 #include "pd_runtime.h"
 
 #define PD_ALTSTACK_SIZE (64 * 1024) /* a handler's context and output buffer: ~10 KiB */
+#define PD_PSTACK_SIZE (64 * 1024)   /* the trampolines' private stack (pd_pstack.c) */
 
 static int pd_alt_enabled;
 static pthread_key_t pd_alt_key;
 
 static size_t pd_page(void) { return (size_t)sysconf(_SC_PAGESIZE); }
 
-/* Thread exit: stop using the stack before it is unmapped. */
+/* One mapping per thread: guard page, signal stack, and with pd_ps_enabled another
+ * guard page and the private stack -- separate, so that a signal taken while a
+ * handler runs on the private stack never writes over it. */
+static size_t pd_alt_size(void)
+{
+    return PD_ALTSTACK_SIZE + pd_page() + (pd_ps_enabled ? PD_PSTACK_SIZE + pd_page() : 0);
+}
+
+/* Thread exit: stop using the stacks before they are unmapped. */
 static void pd_alt_free(void *mem)
 {
     stack_t cur, off = {.ss_flags = SS_DISABLE};
     if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == (char *)mem + pd_page())
         sigaltstack(&off, NULL);
-    munmap(mem, PD_ALTSTACK_SIZE + pd_page());
+    pd_pstack_set(0, 0);
+    munmap(mem, pd_alt_size());
 }
 
-/* Gives the calling thread a signal stack (below it a guard page) unless it has one. */
+/* Gives the calling thread a signal stack unless it has one, and a private stack. */
 void pd_altstack_thread(void)
 {
     stack_t cur;
-    if (!pd_alt_enabled || sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+    if (!pd_alt_enabled || sigaltstack(NULL, &cur) != 0)
         return;
-    size_t page = pd_page();
-    char *m = mmap(NULL, PD_ALTSTACK_SIZE + page, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    int has_alt = !(cur.ss_flags & SS_DISABLE);
+    if (has_alt && !pd_ps_enabled)
+        return;
+    size_t page = pd_page(), size = pd_alt_size();
+    char *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK,
+                   -1, 0);
     if (m == MAP_FAILED)
         return;
     mprotect(m, page, PROT_NONE);
     stack_t ss = {.ss_sp = m + page, .ss_size = PD_ALTSTACK_SIZE, .ss_flags = 0};
-    if (sigaltstack(&ss, NULL) != 0) {
-        munmap(m, PD_ALTSTACK_SIZE + page);
+    if (!has_alt && sigaltstack(&ss, NULL) != 0 && !pd_ps_enabled) {
+        munmap(m, size);
         return;
+    }
+    if (pd_ps_enabled) {
+        mprotect(m + page + PD_ALTSTACK_SIZE, page, PROT_NONE);
+        pd_pstack_set((uintptr_t)m + 2 * page + PD_ALTSTACK_SIZE, (uintptr_t)m + size);
     }
     pthread_setspecific(pd_alt_key, m); /* the main thread's is never freed: it exits with the process */
 }
@@ -63,6 +80,7 @@ void pd_altstack_init(void)
 {
     if (pd_alt_enabled || pthread_key_create(&pd_alt_key, pd_alt_free) != 0) /* -x attaches again */
         return;
+    pd_pstack_init();
     pd_alt_enabled = 1;
     pd_altstack_thread();
 }

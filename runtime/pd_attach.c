@@ -79,17 +79,24 @@ PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const c
     int rc = pd_session_attach(shm);
     if (rc != 0)
         pd_env_leave();
+    else
+        pd_got_redirect_all(); /* nothing interposes by symbol: pd_got.c */
     return rc;
 }
 
-/* Restores the process: sites, semaphores, environment; the module stays loaded but
- * inert.  counts[0..2] = sites restored, bytes written back, semaphores decremented. */
-PD_EXPORT void pd_detach_live(uint32_t counts[3])
+/* Restores the process: GOT entries, sites, semaphores, environment, return addresses;
+ * the module stays loaded but inert.  counts[0..5] = sites restored, bytes written
+ * back, semaphores decremented, GOT entries restored, GOT entries not redirected or
+ * not restored, hooked frames given their return address back. */
+PD_EXPORT void pd_detach_live(uint32_t counts[6])
 {
+    counts[3] = counts[4] = 0;
+    pd_got_restore_all(counts + 3);
     uint32_t bytes = 0, semas = 0;
     uint32_t sites = pd_disarm_all(&bytes, &semas);
     pd_env_leave();
     pd_go_inert();
+    counts[5] = pd_shadow_unhook_all(); /* inert: no frame is hooked after this */
     counts[0] = sites;
     counts[1] = bytes;
     counts[2] = semas;

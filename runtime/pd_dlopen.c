@@ -108,8 +108,10 @@ static void *pd_open(const char *file, int mode, const void *caller, void *(*ope
     if (!h)
         h = open(file, mode, arg);
     free(path);
-    if (h)
+    if (h) {
         pd_arm_loaded();
+        pd_got_redirect_loaded();
+    }
     pd_dl_unlock();
     return h;
 }
@@ -155,8 +157,10 @@ PD_EXPORT int dlclose(void *handle)
     PD_REAL(dlclose, dlclose_fn);
     pd_dl_lock();
     int rc = real_dlclose(handle);
-    if (rc == 0)
+    if (rc == 0) {
         pd_disarm_unloaded();
+        pd_got_forget_unloaded();
+    }
     pd_dl_unlock();
     return rc;
 }

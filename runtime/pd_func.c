@@ -5,18 +5,20 @@
  * at the function's entry.  pd_func_fire runs the entry probes and, when the site
  * has return probes, replaces the return address at the stack pointer with
  * pd_ret_tramp, remembering the original on a per-thread shadow stack (thread-
- * local storage of this module, not the segment).  pd_ret_tramp saves the
- * registers in struct pd_regs order, calls pd_ret_handler (which pops the shadow
- * stack, runs the return probes with ip = the original return address and
- * returns it), restores and jumps there.
+ * local storage of this module, not the segment).  pd_ret_tramp (x86-64) first tries
+ * pd_ret_fast, which needs no pd_regs (the top frame, one FAST return probe); else
+ * it saves the registers in struct pd_regs order, calls pd_ret_handler (which pops
+ * the shadow stack, runs the return probes with ip = the original return address
+ * and returns it), restores and jumps there.  FAST probes (counting, issue 6) run
+ * here with one state check and a context in this thread's TLS block (issue 7
+ * item 7: the cost of a counting entry + return pair).
  *
  * Recursion and tail calls are LIFO on the shadow stack.  longjmp (or a signal
  * handler that never returns) skips frames: their entries are discarded, counted
- * as skipped probes, when an outer frame returns.  Limits: C++ exceptions and
- * other unwinding through a frame with a replaced return address fail (the
- * unwinder finds no FDE for pd_ret_tramp), backtraces from inside such a frame
- * stop at pd_ret_tramp, and stack switching (swapcontext) across a pending
- * return is only tolerated when the frame is found on the shadow stack.
+ * as skipped probes, when an outer frame returns.  Unwinders (C++ exceptions,
+ * backtrace) are given the real return addresses first (pd_unwind.c); stack
+ * switching (swapcontext) across a pending return is only tolerated when the
+ * frame is found on the shadow stack.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -29,7 +31,7 @@
 
 /* Entry and return probes run before the vector registers are saved (issue 6): the
  * C here uses none, and calls what may through pd_xmm_call. */
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
 #pragma GCC target("general-regs-only")
 int pd_xmm_always;
 #else
@@ -51,6 +53,10 @@ struct pd_thread {
     uint32_t n;
     int failed;
     uintptr_t alt_lo, alt_hi; /* the thread's sigaltstack (pd_unwind.c tracks it), or 0 */
+    int *guard;               /* &pd_in_handler, kept here: one TLS descriptor call a hit */
+    /* the context of a FAST probe (pd_func_fast): only the fields before errmsg, all it
+     * touches (launcher/fastprobe.py's whitelist); pd_in_handler keeps it unshared */
+    _Alignas(16) unsigned char fctx[offsetof(struct pd_ctx, errmsg)];
 };
 static __thread struct pd_thread pd_thr;
 /* The block's address, computed once per function: gcc would repeat the descriptor
@@ -78,14 +84,42 @@ static pthread_once_t pd_stk_once = PTHREAD_ONCE_INIT;
 
 #define PD_BARRIER() __asm__ volatile("" ::: "memory")
 
+/* Every thread with a shadow stack, for the detach (pd_shadow_unhook_all); threads
+ * beyond PD_THREADS_MAX keep their hooked frames then. */
+#define PD_THREADS_MAX 4096u
+static struct pd_thread *pd_threads[PD_THREADS_MAX];
+
+static void pd_thread_track(struct pd_thread *from, struct pd_thread *to)
+{
+    for (uint32_t i = 0; i < PD_THREADS_MAX; i++) {
+        struct pd_thread *want = from;
+        if (__atomic_compare_exchange_n(&pd_threads[i], &want, to, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED))
+            return;
+    }
+}
+
 static void pd_stk_free(void *p)
 {
+    pd_thread_track(&pd_thr, NULL);
     munmap(p, PD_SHADOW_MAX * sizeof(struct pd_shadow));
     pd_thr.stk = NULL;
     pd_thr.n = 0;
 }
 
-static void pd_stk_key_init(void) { pthread_key_create(&pd_stk_key, pd_stk_free); }
+/* A forked child has only the forking thread: the others' blocks are not its own. */
+static void pd_threads_forked(void)
+{
+    for (uint32_t i = 0; i < PD_THREADS_MAX; i++)
+        if (pd_threads[i] != &pd_thr)
+            pd_threads[i] = NULL;
+}
+
+static void pd_stk_key_init(void)
+{
+    pthread_key_create(&pd_stk_key, pd_stk_free);
+    pthread_atfork(NULL, NULL, pd_threads_forked);
+}
 
 static __attribute__((noinline)) struct pd_shadow *pd_stack_alloc(struct pd_thread *t)
 {
@@ -98,6 +132,7 @@ static __attribute__((noinline)) struct pd_shadow *pd_stack_alloc(struct pd_thre
         return NULL;
     pthread_once(&pd_stk_once, pd_stk_key_init);
     pthread_setspecific(pd_stk_key, m);
+    pd_thread_track(NULL, t);
     t->stk = m;
     t->failed = 0;
     return m;
@@ -111,16 +146,67 @@ static uintptr_t pd_stack_alloc_saved(uintptr_t t, uintptr_t b, uintptr_t c, uin
 
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
 
-void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+/* A FAST probe's handler failed (MAXACTION): its report needs a whole context. */
+static uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
 {
-    for (unsigned i = 0; i < site->nentry; i++)
-        pd_run_probe(&pd_probes[site->fprobes[i]], site, regs, bias);
-    if (!site->nreturn || !pd_session_running())
+    (void)b, (void)c, (void)d;
+    const struct pd_ctx *h = (const struct pd_ctx *)head;
+    struct pd_ctx *full = __builtin_alloca(sizeof(struct pd_ctx));
+    memcpy(full, h, offsetof(struct pd_ctx, errmsg));
+    return pd_run_finish_saved((uintptr_t)full, (uintptr_t)h->probe, (uintptr_t)h->site,
+                               (uintptr_t)h->regs);
+}
+
+static __attribute__((noinline, noclone, cold)) int *pd_guard_init(struct pd_thread *t)
+{
+    return t->guard = &pd_in_handler;
+}
+
+/* One FAST probe, as pd_run_fast runs it but with the thread's context. */
+static inline __attribute__((always_inline)) void
+pd_func_fast(struct pd_thread *t, const struct pd_probe *p, uint8_t *globals,
+             const struct pd_site *site, const struct pd_regs *regs, uintptr_t bias)
+{
+    int *guard = t->guard;
+    if (PD_UNLIKELY(!guard))
+        guard = pd_guard_init(t); /* not hoisted: a TLS descriptor call */
+    if (PD_UNLIKELY(*guard)) { /* a signal handler inside a handler: as pd_run does */
+        pd_count_skipped(1);
         return;
-#if !defined(__x86_64__) && !defined(__i386__)
-    pd_count_skipped(site->nreturn); /* no return trampoline on this arch yet */
-#else
-    PD_THR(t);
+    }
+    struct pd_ctx *c = (struct pd_ctx *)t->fctx;
+    pd_fast_ctx(c, globals, bias);
+    c->probe = p; /* for pd_fast_failed: fewer values live across the call */
+    c->site = site;
+    c->regs = regs;
+    *guard = 1;
+    p->handler(c);
+    if (PD_UNLIKELY(c->error))
+        pd_xmm_call(pd_fast_failed, (uintptr_t)c, 0, 0, 0);
+    *t->guard = 0;
+}
+
+/* Runs probes ids[0..n) of a function site in order (globals: pd_fast_globals()):
+ * FAST ones here, the others through pd_run_probe. */
+static __attribute__((noinline, noclone)) void
+pd_func_run(struct pd_thread *t, uint8_t *globals, const struct pd_site *site,
+            const uint32_t *ids, unsigned n, const struct pd_regs *regs, uintptr_t bias)
+{
+    for (unsigned i = 0; i < n; i++) {
+        const struct pd_probe *p = &pd_probes[ids[i]];
+        if (p->locks & PD_PROBE_FAST)
+            pd_func_fast(t, p, globals, site, regs, bias);
+        else
+            pd_run_probe(p, site, regs, bias);
+    }
+}
+
+/* Hooks the return of the function entered with `regs`: its return address becomes
+ * pd_ret_tramp, the original goes on the shadow stack. */
+static inline __attribute__((always_inline)) void
+pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
+             const struct pd_site *site, uintptr_t bias)
+{
     struct pd_shadow *stk = PD_LIKELY(t->stk != NULL) ? t->stk
         : (struct pd_shadow *)pd_xmm_call(pd_stack_alloc_saved, (uintptr_t)t, 0, 0, 0);
     uint32_t n = t->n;
@@ -128,27 +214,86 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         pd_count_skipped(site->nreturn);
         return;
     }
-    pd_ureg *slot = (pd_ureg *)(uintptr_t)regs->r[PD_DWARF_SP];
+#if defined(__aarch64__)
+    /* The return address is in x30, which the stub or the trap handler restores from
+     * regs; its "slot" is the word below sp, where pd_ret_handler finds it too (sp at
+     * the return is sp at the entry).  Nothing is stored there. */
+    pd_ureg *lr = &((struct pd_regs *)regs)->r[30];
+    uintptr_t at = sp - sizeof(pd_ureg);
+#define PD_RET_SLOT lr
+#else
+    (void)regs;
+    pd_ureg *slot = (pd_ureg *)sp;
+    uintptr_t at = (uintptr_t)slot;
+#define PD_RET_SLOT slot
+#endif
     /* Frames at or below this return slot were left by longjmp: a live caller's slot
      * is above ours.  The same slot is live only for a tail call from a hooked frame,
      * where it already holds pd_ret_tramp. */
-    if (PD_UNLIKELY(n > 0 && stk[n - 1].at <= (uintptr_t)slot)) {
-        int tail = *slot == (pd_ureg)(uintptr_t)pd_ret_tramp;
-        while (n > 0 && pd_same_stack(t, stk[n - 1].at, (uintptr_t)slot) &&
-               (stk[n - 1].at < (uintptr_t)slot || (stk[n - 1].at == (uintptr_t)slot && !tail))) {
+    if (PD_UNLIKELY(n > 0 && stk[n - 1].at <= at)) {
+        int tail = *PD_RET_SLOT == (pd_ureg)(uintptr_t)pd_ret_tramp;
+        while (n > 0 && pd_same_stack(t, stk[n - 1].at, at) &&
+               (stk[n - 1].at < at || (stk[n - 1].at == at && !tail))) {
             pd_count_skipped(stk[n - 1].site->nreturn);
             n--;
         }
     }
     t->n = n + 1; /* claim the slot first: a signal handler nests above it */
     PD_BARRIER();
-    stk[n].ret = (uintptr_t)*slot;
-    stk[n].at = (uintptr_t)slot;
+    stk[n].ret = (uintptr_t)*PD_RET_SLOT;
+    stk[n].at = at;
     stk[n].site = site;
     stk[n].bias = bias;
     PD_BARRIER();
-    *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
+    *PD_RET_SLOT = (pd_ureg)(uintptr_t)pd_ret_tramp;
+#undef PD_RET_SLOT
+}
+
+void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+{
+    PD_THR(t);
+    uint8_t *globals = pd_fast_globals();
+    if (PD_UNLIKELY(!globals)) /* a session not running (yet, or any more) */
+        return;
+    const struct pd_probe *p = &pd_probes[site->fprobes[0]]; /* fprobes is never empty */
+    if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST))) {
+        /* hooked first (a FAST probe reads no register): after its handler nothing
+         * but its context is live */
+        if (site->nreturn)
+            pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
+        pd_func_fast(t, p, globals, site, regs, bias);
+        return;
+    }
+    /* probes that may read the frame (ubacktrace, registers) see it unhooked */
+    pd_func_run(t, globals, site, site->fprobes, site->nentry, regs, bias);
+    if (site->nreturn)
+        pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+/* pd_func_fire for a site whose one entry probe p is FAST (pd_func_fast_probe), from a
+ * stub that builds no pd_regs (pd_write_fast_body): sp is the stack pointer at entry. */
+void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintptr_t sp,
+                     uintptr_t bias)
+{
+    PD_THR(t);
+    uint8_t *globals = pd_fast_globals();
+    if (PD_UNLIKELY(!globals))
+        return;
+    if (site->nreturn)
+        pd_func_hook(t, NULL, sp, site, bias);
+    pd_func_fast(t, p, globals, site, NULL, bias);
+}
 #endif
+
+/* The one entry probe of a function site if it is FAST, else NULL: such a site's stub
+ * needs no pd_regs (pd_func_fire_sp). */
+const struct pd_probe *pd_func_fast_probe(const struct pd_site *site)
+{
+    if (site->nentry != 1)
+        return NULL;
+    const struct pd_probe *p = &pd_probes[site->fprobes[0]];
+    return p->locks & PD_PROBE_FAST ? p : NULL;
 }
 
 /* ---- unwinding through hooked frames (pd_unwind.c) ---------------------------
@@ -189,13 +334,30 @@ void pd_shadow_rehook(uintptr_t cfa)
             *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
     }
 }
+
+/* At the detach of a -x process, every other thread stopped: each thread's hooked
+ * frames get their real return addresses, so an exception or backtrace through one
+ * later needs no wrapper (the GOT is the process's own again).  Returns them counted. */
+uint32_t pd_shadow_unhook_all(void)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; k < PD_THREADS_MAX; k++) {
+        struct pd_thread *t = __atomic_load_n(&pd_threads[k], __ATOMIC_ACQUIRE);
+        for (uint32_t i = 0; t && t->stk && i < t->n; i++) {
+            pd_ureg *slot = (pd_ureg *)t->stk[i].at;
+            if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp) {
+                *slot = (pd_ureg)t->stk[i].ret;
+                n++;
+            }
+        }
+    }
+    return n;
+}
+#else
+uint32_t pd_shadow_unhook_all(void) { return 0; }
 #endif
 
-#if defined(__x86_64__) || defined(__i386__)
 uintptr_t pd_ret_tramp_addr(void) { return (uintptr_t)pd_ret_tramp; }
-#else
-uintptr_t pd_ret_tramp_addr(void) { return 0; }
-#endif
 
 /* For a backtrace walking through a hooked frame whose return slot is `at`. */
 uintptr_t pd_shadow_ret(uintptr_t at)
@@ -211,7 +373,11 @@ uintptr_t pd_shadow_ret(uintptr_t at)
 pd_ureg pd_ret_handler(struct pd_regs *regs);
 pd_ureg pd_ret_handler(struct pd_regs *regs)
 {
+#if defined(__aarch64__) /* pd_ret_tramp filled in sp (arch/aarch64/func.h) */
+    uintptr_t sp = (uintptr_t)regs->r[PD_DWARF_SP];
+#else
     uintptr_t sp = (uintptr_t)(regs + 1) + sizeof(pd_ureg); /* after the slot */
+#endif
     uintptr_t at = sp - sizeof(pd_ureg);
     regs->r[PD_DWARF_SP] = (pd_ureg)sp;
     PD_THR(t);
@@ -250,18 +416,52 @@ pd_ureg pd_ret_handler(struct pd_regs *regs)
         }
         e = stk[k - 1];
         /* another stack's frames may sit above it (stack switching): keep them */
-        for (uint32_t j = k - 1; j + 1 < n; j++)
+        for (uint32_t j = k - 1; j + 1 < n; j++) {
             stk[j] = stk[j + 1];
+            PD_BARRIER(); /* not a memmove call: libc's may use vector registers */
+        }
         n--;
     }
     PD_BARRIER();
     t->n = n;
     regs->r[PD_DWARF_IP] = (pd_ureg)e.ret;
     const struct pd_site *site = e.site;
-    for (unsigned i = 0; i < site->nreturn; i++)
-        pd_run_probe(&pd_probes[site->fprobes[site->nentry + i]], site, regs, e.bias);
+    uint8_t *globals = pd_fast_globals();
+    if (globals)
+        pd_func_run(t, globals, site, site->fprobes + site->nentry, site->nreturn, regs, e.bias);
     return (pd_ureg)e.ret;
 }
+
+#if defined(__x86_64__)
+/* pd_ret_tramp's fast path (x86-64, unless pd_xmm_always): the return whose slot is
+ * `at`, when it is the top shadow frame's and every return probe of its site is FAST,
+ * needs no pd_regs: pops the frame, runs them, returns the original address.  Anything
+ * else returns 0, and pd_ret_tramp builds pd_regs for pd_ret_handler, which knows the
+ * rest (longjmp leftovers, probes that read registers). */
+uintptr_t pd_ret_fast(uintptr_t at);
+uintptr_t pd_ret_fast(uintptr_t at)
+{
+    PD_THR(t);
+    uint32_t n = t->n;
+    if (PD_UNLIKELY(n == 0 || t->stk[n - 1].at != at))
+        return 0;
+    const struct pd_shadow *e = &t->stk[n - 1];
+    const struct pd_site *site = e->site;
+    if (site->nreturn != 1) /* several: the loop of pd_ret_handler */
+        return 0;
+    const struct pd_probe *p = &pd_probes[site->fprobes[site->nentry]];
+    if (!(p->locks & PD_PROBE_FAST))
+        return 0;
+    uintptr_t ret = e->ret, bias = e->bias;
+    PD_BARRIER(); /* read before the pop: a signal handler may reuse the entry */
+    t->n = n - 1;
+    PD_BARRIER();
+    uint8_t *globals = pd_fast_globals();
+    if (PD_LIKELY(globals != NULL))
+        pd_func_fast(t, p, globals, site, NULL, bias);
+    return ret;
+}
+#endif
 
 int64_t pd_func_return(struct pd_ctx *c)
 {
@@ -363,6 +563,11 @@ __asm__(".text\n"
         "  pop %rbp\n"
         "  ret\n"
         ".size pd_xmm_call,.-pd_xmm_call\n");
+/* Leaves pd_ret_tramp for the return address N-8 bytes above the stack pointer: by an
+ * indirect jmp, not `ret`, whose prediction would be wrong (the hooked function's ret
+ * came here and took the caller's return stack entry), as would every return after
+ * it in the caller.  [rsp-8] is safe to read: signals skip the red zone. */
+#define PD_X64_RET_JMP(n) "  lea " #n "(%rsp),%rsp\n  jmp *-8(%rsp)\n"
 /* pd_ret_handler is general-regs-only: pd_ret_tramp saves the vector registers only
  * for pd_xmm_always. */
 __asm__(".text\n"
@@ -371,6 +576,26 @@ __asm__(".text\n"
         ".type pd_ret_tramp,@function\n"
         "pd_ret_tramp:\n"
         "  sub $8,%rsp\n"            /* slot: where we return to */
+        "  cmpl $0,pd_xmm_always(%rip)\n"
+        "  jne 5f\n"
+        /* pd_ret_fast: what C may clobber is kept (the caller of a local function may
+         * rely on registers that function leaves alone: IPA-RA), flags are dead */
+        "  push %rax\n  push %rdx\n  push %rcx\n  push %rsi\n  push %rdi\n"
+        "  push %r8\n  push %r9\n  push %r10\n  push %r11\n  push %rbx\n"
+        "  mov %rsp,%rbx\n"
+        "  and $-16,%rsp\n"
+        "  lea 80(%rbx),%rdi\n"      /* the slot */
+        "  call pd_ret_fast\n"
+        "  test %rax,%rax\n"
+        "  jz 4f\n"
+        "  mov %rax,80(%rbx)\n"
+        "4:\n"
+        "  mov %rbx,%rsp\n"          /* mov and pop keep ZF */
+        "  pop %rbx\n  pop %r11\n  pop %r10\n  pop %r9\n  pop %r8\n"
+        "  pop %rdi\n  pop %rsi\n  pop %rcx\n  pop %rdx\n  pop %rax\n"
+        "  jz 5f\n"
+        PD_X64_RET_JMP(8)
+        "5:\n"                      /* the full path: pd_regs for pd_ret_handler */
         "  pushq $0\n"               /* flags (dead at a return) */
         "  pushq $0\n"               /* rip */
         "  push %r15\n  push %r14\n  push %r13\n  push %r12\n"
@@ -399,8 +624,7 @@ __asm__(".text\n"
         "  add $8,%rsp\n"
         "  pop %r8\n  pop %r9\n  pop %r10\n  pop %r11\n"
         "  pop %r12\n  pop %r13\n  pop %r14\n  pop %r15\n"
-        "  add $16,%rsp\n"
-        "  ret\n"
+        PD_X64_RET_JMP(24)
         ".size pd_ret_tramp,.-pd_ret_tramp\n");
 _Static_assert(sizeof(struct pd_regs) == 144, "pd_ret_tramp's frame");
 #elif defined(__i386__)
@@ -448,7 +672,10 @@ __asm__(".text\n"
         ".size pd_ret_tramp,.-pd_ret_tramp\n");
 _Static_assert(sizeof(struct pd_regs) == 40, "pd_ret_tramp's frame");
 #endif
-#if !defined(__x86_64__) /* i386 and aarch64 stubs save the vector registers themselves */
+#if defined(__aarch64__)
+#include "arch/aarch64/func.h" /* pd_ret_tramp */
+#endif
+#if defined(__aarch64__) /* its stubs save the vector registers themselves (i386: pd_fast_i386.c) */
 uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d)
 {
     return fn(a, b, c, d);

@@ -38,14 +38,18 @@ static uint32_t pd_hash_key(const struct pd_mapdesc *d, const uint8_t *key)
     uint32_t h = 2166136261u;
     uint32_t at = 0;
     for (uint32_t k = 0; k < d->nkeys; k++) {
-        uint32_t len = d->key_types[k] == PD_T_STRING ? MAXSTRINGLEN : 8;
-        uint32_t n = len;
-        if (d->key_types[k] == PD_T_STRING)
-            n = (uint32_t)strnlen((const char *)key + at, MAXSTRINGLEN);
-        for (uint32_t i = 0; i < n; i++)
-            h = (h ^ key[at + i]) * 16777619u;
+        if (d->key_types[k] == PD_T_STRING) {
+            uint32_t n = (uint32_t)strnlen((const char *)key + at, MAXSTRINGLEN);
+            for (uint32_t i = 0; i < n; i++)
+                h = (h ^ key[at + i]) * 16777619u;
+            at += MAXSTRINGLEN;
+        } else { /* the same bytes, unrolled: a long key is hashed on every hit */
+#pragma GCC unroll 8
+            for (uint32_t i = 0; i < 8; i++)
+                h = (h ^ key[at + i]) * 16777619u;
+            at += 8;
+        }
         h = (h ^ 0xffu) * 16777619u;
-        at += len;
     }
     return h | 1u; /* never 0, so a hash alone tells a used slot */
 }
@@ -100,6 +104,14 @@ static void pd_map_drop_oldest(uint8_t *map, const struct pd_mapdesc *d)
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create)
 {
+    return pd_map_get_seq(c, map, d, key, create, NULL);
+}
+
+/* pd_map_get whose insertions take their number from *seq_src (atomically) when it is
+ * not NULL: the per-thread tables of one keyed statistic share one order (pd_kstat.c). */
+void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
+                     const uint8_t *key, int create, uint64_t *seq_src)
+{
     struct pd_map_hdr *h = (struct pd_map_hdr *)map;
     uint32_t hash = pd_hash_key(d, key);
     uint32_t mask = d->capacity - 1;
@@ -146,7 +158,8 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
     memcpy(e + PD_ENTRY_HDR, key, d->key_size);
     memset(e + PD_ENTRY_HDR + d->key_size, 0, d->value_size);
     ((uint32_t *)e)[1] = hash;
-    uint64_t seq = h->next_seq++;
+    uint64_t seq = seq_src ? __atomic_fetch_add(seq_src, 1, __ATOMIC_RELAXED)
+                           : h->next_seq++;
     memcpy(e + 8, &seq, 8);
     ((uint32_t *)e)[0] = PD_ENTRY_USED;
     h->count++;
@@ -218,6 +231,18 @@ uint32_t pd_map_match(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *k
 }
 
 uint32_t pd_map_count(const uint8_t *map) { return ((const struct pd_map_hdr *)map)->count; }
+
+/* The used entry at or after slot *i, as its key blob (advancing *i past it); NULL at
+ * the end.  Its insertion number is PD_MAP_KEY_SEQ(key), its value follows the key. */
+uint8_t *pd_map_next(uint8_t *map, const struct pd_mapdesc *d, uint32_t *i)
+{
+    while (*i < d->capacity) {
+        uint8_t *e = pd_map_entry(map, d, (*i)++);
+        if (((uint32_t *)e)[0] == PD_ENTRY_USED)
+            return e + PD_ENTRY_HDR;
+    }
+    return NULL;
+}
 
 /* ---- iteration in sorted order (foreach) ---------------------------------- */
 
@@ -353,6 +378,26 @@ void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
         if (b < PD_HIST_MAX_BUCKETS)
             s->hist[b]++;
     }
+}
+
+/* agg += one for count, sum, min, max and the first `nbuckets` histogram buckets, as
+ * stap merges per-CPU copies; an empty agg takes one's min and max. */
+void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets)
+{
+    if (!one->count)
+        return;
+    if (!agg->count) {
+        agg->min = one->min;
+        agg->max = one->max;
+    }
+    agg->count += one->count;
+    agg->sum = (int64_t)((uint64_t)agg->sum + (uint64_t)one->sum);
+    if (one->min < agg->min)
+        agg->min = one->min;
+    if (one->max > agg->max)
+        agg->max = one->max;
+    for (uint32_t b = 0; b < nbuckets; b++)
+        agg->hist[b] += one->hist[b];
 }
 
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)

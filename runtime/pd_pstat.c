@@ -93,28 +93,43 @@ static int pd_pslot_claim(void)
     return -1;
 }
 
-void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d)
+/* This thread's slot index, claimed on first use: 1..PD_PSTAT_SLOTS, or 0 when it
+ * shares slot 0 (keyed statistics, pd_kstat.c, use the same index). */
+int pd_pslot_index(void)
 {
     int k = pd_pslot_mine;
     if (PD_UNLIKELY(k == 0))
         k = pd_pslot_mine = pd_pslot_claim();
-    struct pd_pslot *ps = pd_pslot_at(area, k > 0 ? k : 0);
-    if (k < 0) {
-        int rc = pd_lock(&ps->lock);
-        if (rc == PD_LOCK_DEADLOCK) { /* cannot happen outside a nested handler; never hang */
+    return k > 0 ? k : 0;
+}
+
+/* Takes a statistic slot's own lock word: 0, or -1 with an error (never hangs). */
+int pd_slot_lock(struct pd_ctx *c, uint32_t *w)
+{
+    int rc = pd_lock(w);
+    if (rc == PD_LOCK_DEADLOCK) { /* cannot happen outside a nested handler; never hang */
+        if (c)
             pd_error(c, "statistic slot lock held by this thread");
-            return;
-        }
-        if (rc == PD_LOCK_RECOVERED)
-            __atomic_add_fetch(&pd_segment_header()->lock_recoveries, 1, __ATOMIC_RELAXED);
+        return -1;
     }
+    if (rc == PD_LOCK_RECOVERED)
+        __atomic_add_fetch(&pd_segment_header()->lock_recoveries, 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d)
+{
+    int k = pd_pslot_index();
+    struct pd_pslot *ps = pd_pslot_at(area, k);
+    if (k == 0 && pd_slot_lock(c, &ps->lock) < 0)
+        return;
     /* seqlock write: odd, data, even; readers retry across it */
     uint32_t q = ps->seq;
     __atomic_store_n(&ps->seq, q + 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     pd_stat_add(&ps->s, v, d);
     __atomic_store_n(&ps->seq, q + 2, __ATOMIC_RELEASE);
-    if (k < 0)
+    if (k == 0)
         pd_unlock(&ps->lock);
 }
 
@@ -163,14 +178,7 @@ const struct pd_stat *pd_pstat_read(const uint8_t *area)
             memcpy(&agg, &one, sizeof agg);
             continue;
         }
-        agg.count += one.count;
-        agg.sum = (int64_t)((uint64_t)agg.sum + (uint64_t)one.sum);
-        if (one.min < agg.min)
-            agg.min = one.min;
-        if (one.max > agg.max)
-            agg.max = one.max;
-        for (int b = 0; b < PD_HIST_MAX_BUCKETS; b++)
-            agg.hist[b] += one.hist[b];
+        pd_stat_merge(&agg, &one, PD_HIST_MAX_BUCKETS);
     }
     if (used < 2)
         return &agg;

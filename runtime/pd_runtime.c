@@ -37,11 +37,11 @@ static int prctl_get_name(char name[17])
 
 /* ---- process state ------------------------------------------------------- */
 
-static uint8_t *pd_seg;               /* the mapped segment, NULL when inert */
-static struct pd_header *pd_hdr;
+uint8_t *pd_seg;                      /* the mapped segment, NULL when inert */
+struct pd_header *pd_hdr;
 static size_t pd_seg_size;
 static int pd_is_launcher;
-static int pd_inert;                  /* detached from a -x process: every entry is a no-op */
+int pd_inert;                         /* detached from a -x process: every entry is a no-op */
 static struct pd_proc *pd_self;       /* this process's registry entry */
 
 struct pd_armed {
@@ -66,7 +66,7 @@ static uint32_t pd_narmed;
 static uint8_t *pd_obj_armed;
 static uintptr_t *pd_obj_bias;
 
-static __thread int pd_in_handler;   /* reentrancy guard (signal inside a handler) */
+__thread int pd_in_handler;          /* reentrancy guard (signal inside a handler) */
 
 static uint64_t pd_now_ns(void)
 {
@@ -320,7 +320,9 @@ int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
 }
 
 int64_t pd_pid(void) { return getpid(); }
-int64_t pd_tid(void) { return (int64_t)syscall(SYS_gettid); }
+/* gettid costs a syscall a call (~1 us in some sandboxes); pd_lock.h caches it per
+ * thread and forgets it in a forked child. */
+int64_t pd_tid(void) { return (int64_t)pd_lock_self(); }
 int64_t pd_ppid(void) { return getppid(); }
 
 /* Read each time: a process may rename itself (PR_SET_NAME) at any point. */
@@ -481,7 +483,7 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
 }
 
 /* A FAST handler failed: the rest of its context, then pd_run_finish. */
-static uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr_t regs)
+uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr_t regs)
 {
     struct pd_ctx *c = (struct pd_ctx *)cp;
     int saved_errno = errno;
@@ -502,8 +504,8 @@ static uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, 
 static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_site *site,
                                    const struct pd_regs *regs, uintptr_t bias)
 {
-    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+    uint8_t *globals = pd_fast_globals();
+    if (!globals)
         return;
     PD_GUARD(guard);
     if (*guard) {
@@ -511,13 +513,8 @@ static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_sit
         return;
     }
     *guard = 1;
-    /* only what a FAST handler reads (translate.py's fastprobe whitelist) */
     struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
-    c->bias = bias;
-    c->globals = pd_seg + pd_hdr->globals_off;
-    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
-    c->error = 0;
-    c->where = NULL;
+    pd_fast_ctx(c, globals, bias);
     p->handler(c);
     if (PD_UNLIKELY(c->error))
         pd_xmm_call(pd_run_finish_saved, (uintptr_t)c, (uintptr_t)p, (uintptr_t)site,
@@ -636,6 +633,9 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     if (a->site->nop_len == 0) {
         /* A function entry: the displaced instruction runs from its out-of-line copy. */
         pd_func_fire(&regs, a->site, a->bias);
+#if defined(__aarch64__) /* a return probe replaced the link register (pd_func.c) */
+        uc->uc_mcontext.regs[30] = (unsigned long long)regs.r[30];
+#endif
         pd_uc_set_ip(uc, a->ool);
         return;
     }
@@ -662,8 +662,7 @@ static int pd_install_trap_handler(void)
 
 /* ---- arming -------------------------------------------------------------- */
 
-static void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void pd_warn(const char *fmt, ...)
+void pd_warn(const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -705,7 +704,9 @@ static int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(
     uintptr_t first = addr & ~(uintptr_t)(page - 1);
     uintptr_t last = (addr + len - 1) & ~(uintptr_t)(page - 1);
     size_t span = last - first + (size_t)page;
-    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE | PROT_EXEC) != 0) {
+    /* other bits of prot_after (aarch64 PROT_BTI) are kept while writing too */
+    int extra = prot_after & ~(PROT_READ | PROT_WRITE | PROT_EXEC);
+    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE | PROT_EXEC | extra) != 0) {
         pd_warn("cannot make 0x%lx writable (%lu bytes from page 0x%lx): %s",
                 (unsigned long)addr, (unsigned long)span, (unsigned long)first,
                 strerror(errno));
@@ -731,6 +732,15 @@ static int pd_object_matches(const char *path, const char *loaded_name)
     } else if (!realpath(name, resolved)) {
         return 0;
     }
+#if defined(__aarch64__)
+    /* Under qemu-user the loader names sysroot libraries by guest paths (/lib/libc.so.6
+     * for the launcher's /usr/aarch64-linux-gnu/lib/libc.so.6); stat sees both through
+     * qemu's -L mapping: the same file is the same inode. */
+    struct stat a, b;
+    if (strcmp(resolved, path) != 0)
+        return stat(resolved, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+               a.st_ino == b.st_ino;
+#endif
     return strcmp(resolved, path) == 0;
 }
 
@@ -741,6 +751,9 @@ static int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
         if (ph->p_type == PT_LOAD && vaddr >= ph->p_vaddr && vaddr < ph->p_vaddr + ph->p_memsz)
             return ((ph->p_flags & PF_R) ? PROT_READ : 0) |
                    ((ph->p_flags & PF_W) ? PROT_WRITE : 0) |
+#if defined(__aarch64__) /* guarded pages stay guarded (arch/aarch64/tramp.h) */
+                   ((ph->p_flags & PF_X) && pd_a64_guarded(info) ? PROT_BTI : 0) |
+#endif
                    ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
     }
     return -1;

@@ -105,8 +105,8 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 #define PD_PROBE_LOCKS 1u
 #define PD_PROBE_FAST 2u
 /* Code that runs from a trampoline before the vector registers are saved: gcc may use
- * no xmm register in it (x86-64; i386 stubs still save xmm0-7). */
-#if defined(__x86_64__)
+ * no xmm (nor, on i386, x87) register in it. */
+#if defined(__x86_64__) || defined(__i386__)
 #define PD_FAST_FN __attribute__((target("general-regs-only")))
 #else
 #define PD_FAST_FN
@@ -131,10 +131,11 @@ struct pd_object {
 
 /* How to patch a site: computed offline by launcher/patchplan.py (issue 6). */
 enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
-enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3 };
+enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3, PD_FIX_B26 = 4 };
 
 /* A field of the relocated code filled in once the stub's address is known:
- * REL32 = target + bias - (code + anchor); ABS32/ABS32HI = low/high half of target + bias. */
+ * REL32 = target + bias - (code + anchor); ABS32/ABS32HI = low/high half of target + bias;
+ * B26 (aarch64): the B at `at` branches to target + bias. */
 struct pd_fixup {
     uint64_t target;     /* link-time address */
     uint16_t at, anchor; /* offsets in the relocated code */
@@ -232,22 +233,63 @@ PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *sit
                              const struct pd_regs *regs, uintptr_t bias);
 PD_FAST_FN int pd_session_running(void);
 PD_FAST_FN void pd_count_skipped(unsigned n);
-/* fn(a, b, c, d) with every vector register kept (pd_func.c): how PD_FAST_FN code
- * calls code that may use them.  pd_xmm_always: the stubs and pd_ret_tramp save them
- * themselves (i386; and a module dlopened by -x, whose TLS descriptors may call
- * malloc, which glibc 2.36's _dl_tlsdesc_dynamic does not guard). */
+/* fn(a, b, c, d) with every vector register kept (pd_func.c; i386: pd_fast_i386.c, also
+ * the x87 state): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
+ * stubs and pd_ret_tramp save them themselves (a module dlopened by -x, whose TLS
+ * descriptors may call malloc, which glibc 2.36's _dl_tlsdesc_dynamic does not guard;
+ * the i386 pd_ret_tramp always does). */
 typedef uintptr_t (*pd_saved_fn)(uintptr_t, uintptr_t, uintptr_t, uintptr_t);
 uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d);
 extern int pd_xmm_always;
 PD_FAST_FN void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
+PD_FAST_FN void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site,
+                                uintptr_t sp, uintptr_t bias);
+const struct pd_probe *pd_func_fast_probe(const struct pd_site *site);
 int64_t pd_func_return(struct pd_ctx *c);
+/* What FAST handlers run with: pd_run_fast and pd_func.c's entry/return path, which
+ * runs a site's FAST probes with one check, one guard and one context. */
+extern uint8_t *pd_seg __attribute__((visibility("hidden")));
+extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
+extern int pd_inert __attribute__((visibility("hidden")));
+extern __thread int pd_in_handler __attribute__((visibility("hidden")));
+/* The globals area while probes may run, else NULL. */
+static inline PD_FAST_FN uint8_t *pd_fast_globals(void)
+{
+    uint8_t *seg = pd_seg; /* set before any site is armed; inert keeps the mapping */
+    struct pd_header *hdr = pd_hdr;
+    if (!seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE) ||
+        __atomic_load_n(&hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+        return NULL;
+    return seg + hdr->globals_off;
+}
+/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist). */
+static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias)
+{
+    c->bias = bias;
+    c->globals = globals;
+    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->error = 0;
+    c->where = NULL;
+}
+/* After a FAST handler set c->error: the rest of c and the error report, called as
+ * pd_xmm_call(pd_run_finish_saved, c, probe, site, regs). */
+uintptr_t pd_run_finish_saved(uintptr_t c, uintptr_t p, uintptr_t site, uintptr_t regs);
 /* Return addresses of hooked frames put back for an unwinder, and re-hooked. */
 void pd_shadow_unhook(uintptr_t cfa);
 void pd_shadow_rehook(uintptr_t cfa);
+uint32_t pd_shadow_unhook_all(void); /* every thread's, at a -x detach */
 /* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
 void *pd_dlopen_noload(const char *lib);
+/* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
+ * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */
+void pd_got_redirect_all(void);
+void pd_got_redirect_loaded(void);
+void pd_got_forget_unloaded(void);
+void pd_got_restore_all(uint32_t counts[2]);
+/* A warning line for the session (stderr when there is none). */
+void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether pd_objects[o] is armed in this process, and its load bias. */
 int pd_object_bias(uint32_t o, uintptr_t *bias);
 /* pd_ret_tramp's address; the original return address stored at `at` (0: none). */
@@ -276,8 +318,13 @@ struct pd_unwind {
     const struct pd_cfarow *rows;
     uint32_t nrows;
     uint64_t lo, hi; /* link-time extent of the code described */
+    /* usymdata only (else NULL, 0): data symbols, the extent of the PT_LOAD segments */
+    const struct pd_usym *data;
+    uint32_t ndata;
+    uint64_t mlo, mhi;
 };
 char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr);
+char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr);
 char *pd_ubacktrace(struct pd_ctx *c, char *dst);
 void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id);
 
@@ -334,6 +381,11 @@ void pd_key_i64(uint8_t *slot, int64_t v);
 void pd_key_str(uint8_t *slot, const char *s);
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);
+void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
+                     const uint8_t *key, int create, uint64_t *seq_src);
+uint8_t *pd_map_next(uint8_t *map, const struct pd_mapdesc *d, uint32_t *i);
+/* An entry is {u32 state, u32 hash, u64 seq, key, value}: the seq before a key blob. */
+#define PD_MAP_KEY_SEQ(key) ((uint64_t *)((key) - 8))
 void pd_map_delete(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key);
 void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d);
 /* Wildcard keys: `mask` has bit k set where key k is `*`.  Returns how many
@@ -346,6 +398,7 @@ uint32_t pd_map_count(const uint8_t *map);
 uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t **out,
                        int column, int order);
 void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
+void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
@@ -358,6 +411,31 @@ void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct p
 void pd_pstat_setup(void);
 void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d);
 const struct pd_stat *pd_pstat_read(const uint8_t *area);
+int pd_pslot_index(void);
+int pd_slot_lock(struct pd_ctx *c, uint32_t *w);
+
+/* Keyed statistics with per-thread tables (pd_kstat.c): `s[k] <<< v` takes only its
+ * slot's lock; reads merge the slots.  The area is the merged map (agg, rebuilt by
+ * pd_kstat_merge), a struct pd_kstat at kstat_off, then 1 + nslots slots of
+ * slot_stride bytes: struct pd_kslot, then a pd_map of `slot` (compact values). */
+struct pd_kstatdesc {
+    const struct pd_mapdesc *agg;
+    const struct pd_mapdesc *slot;
+    uint32_t nslots;       /* per-thread slots; threads with a higher index share slot 0 */
+    uint32_t nbuckets;     /* histogram buckets kept in a slot's values */
+    uint32_t kstat_off;
+    uint32_t slot_stride;
+};
+void pd_kstat_add(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd,
+                  const uint8_t *key, int64_t v);
+const struct pd_stat *pd_kstat_get(struct pd_ctx *c, uint8_t *area,
+                                   const struct pd_kstatdesc *kd, const uint8_t *key);
+void pd_kstat_merge(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd);
+void pd_kstat_delete(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd,
+                     const uint8_t *key);
+void pd_kstat_clear(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd);
+uint32_t pd_kstat_match(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd,
+                        const uint8_t *key, uint32_t mask, int remove);
 struct pd_header *pd_segment_header(void); /* NULL when inert */
 
 /* ---- strings --------------------------------------------------------------- */
@@ -374,6 +452,12 @@ int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signe
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
 void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks (issue 6) */
+/* pd_pstack.c: the trampolines' private per-thread stacks (issue 6). */
+void pd_pstack_init(void);
+void pd_pstack_set(uintptr_t lo, uintptr_t hi);
+extern __thread uintptr_t pd_ps_save __attribute__((visibility("hidden")));
+extern int pd_ps_enabled;
+extern int32_t pd_ps_top_off, pd_ps_save_off;
 /* Attaching to and detaching from a running process (pydyn -x, pd_attach.c). */
 int pd_session_attach(const char *name);
 uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas);

@@ -3,16 +3,17 @@
  *
  * Included by pd_runtime.c after pd_run/pd_patch/pd_warn.  A site becomes a
  * `jmp rel32` to its stub; the stub
- *   - skips the red zone (x86-64: lea -128(%rsp),%rsp), reserves a struct
- *     pd_regs (DWARF order, exactly what the trap fills: ip = the site, sp =
- *     the original stack pointer) plus one word for the flags (lahf/seto, no
- *     pushf/popf),
- *   - aligns the stack, clears DF; i386 saves xmm0-7 (libc's string routines the
- *     handlers reach use them), x86-64 only with pd_xmm_always (-x attach): there
- *     the C it calls is general-regs-only and leaves through pd_xmm_call for any
- *     probe not FAST (PD_TRAMP_SAVE_XMM=0: never saved),
+ *   - switches to the thread's private stack (pd_switch_stack, pd_pstack.c), or where
+ *     it has none (or under -x) skips the red zone of its own (x86-64: 128 bytes),
+ *     reserves a struct pd_regs (DWARF order, exactly what the trap fills: ip = the
+ *     site, sp = the original stack pointer) plus one word for the flags (lahf/seto,
+ *     no pushf/popf),
+ *   - aligns the stack, clears DF; saves the vector registers only with
+ *     pd_xmm_always (-x attach): the C it calls is general-regs-only and leaves
+ *     through pd_xmm_call for any probe not FAST (PD_TRAMP_SAVE_XMM=0: never saved),
  *   - calls pd_tramp_entry(regs, site, bias) -> pd_run (reentrancy guard and all),
- *   - restores flags (add $0x7f,%al; sahf) and the caller-saved registers,
+ *   - gives the private stack back, restores flags (add $0x7f,%al; sahf) and the
+ *     caller-saved registers and the site's stack pointer,
  *   - runs the plan's relocated instructions and jumps back to plan.resume.
  * DF is not restored (C code at a USDT site always runs with DF=0).
  */
@@ -28,6 +29,9 @@
 #endif
 #ifndef PD_TRAMP_SAVE_XMM
 #define PD_TRAMP_SAVE_XMM 1
+#endif
+#ifndef PD_PRIVATE_STACK
+#define PD_PRIVATE_STACK 1 /* -D PD_PRIVATE_STACK=0: stubs run handlers below the red zone */
 #endif
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -127,6 +131,15 @@ static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site 
 
 static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
+    if (site->nentry + site->nreturn) { /* a function entry: nothing there reads flags */
+        pd_func_fire(regs, site, bias);
+        return;
+    }
+    const struct pd_probe *p = &pd_probes[site->probe];
+    if (PD_LIKELY(p->locks & PD_PROBE_FAST)) {
+        pd_run_fast(p, site, regs, bias); /* reads no register: flags left unconverted */
+        return;
+    }
     pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
     regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
     pd_tramp_fire(regs, site, bias);
@@ -139,6 +152,12 @@ static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site
  * context, as a trap would, and resumes the stub at its relocated instructions with
  * every register as the site had it.  Other faults go to the handler that was there. */
 
+static int pd_stub_private_stack(void);
+#if defined(__x86_64__)
+#define PD_STUB_DWARF_CX 2 /* the scratch register of pd_switch_stack */
+#else
+#define PD_STUB_DWARF_CX 1
+#endif
 static unsigned pd_stub_store_off; /* offset of the stub's first store to the stack */
 static unsigned pd_stub_sp_delta;  /* the site's sp minus sp at that store */
 static struct sigaction pd_prev_sigsegv;
@@ -162,6 +181,8 @@ static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
     }
     greg_t *sp = &uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_DWARF_SP]];
     *sp += (greg_t)pd_stub_sp_delta;
+    if (pd_stub_private_stack()) /* rcx holds 0 (TOP), the site's is in SAVE */
+        uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_STUB_DWARF_CX]] = (greg_t)pd_ps_save;
     struct pd_regs regs;
     pd_regs_from_ucontext(&regs, uc);
     regs.r[PD_DWARF_IP] = (pd_ureg)a->addr;
@@ -182,20 +203,173 @@ static void pd_install_stub_fault_handler(void)
     sigaction(SIGSEGV, &sa, &pd_prev_sigsegv);
 }
 
+/* ---- the switch to the thread's private stack (pd_pstack.c) -------------------- */
+
+/* Whether stubs switch stacks; fixed once the first stub is written (pd_stub_fault
+ * and the store offsets below are the same for every stub). */
+static int pd_stub_private_stack(void)
+{
+    static int ps = -1;
+    if (ps < 0)
+        ps = PD_PRIVATE_STACK && pd_ps_enabled && !pd_xmm_always;
+    return ps;
+}
+
+/* op reg, %fs:off (x86-64) / %gs:off (i386): the thread's TLS word at `off`. */
+static void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
+{
+#if defined(__x86_64__)
+    pd_e8(e, 0x64);
+    if (rex)
+        pd_e8(e, rex);
+    pd_e8(e, op);
+    pd_e8(e, (uint8_t)(((reg & 7) << 3) | 4)); /* SIB, no base or index: absolute disp32 */
+    pd_e8(e, 0x25);
+#else
+    (void)rex;
+    pd_e8(e, 0x65);
+    pd_e8(e, op);
+    pd_e8(e, (uint8_t)(((reg & 7) << 3) | 5)); /* disp32 */
+#endif
+    pd_e32(e, (uint32_t)off);
+}
+
+/* The stub's first instructions: the stack pointer becomes the private stack's top
+ * less two words, [sp] = the site's sp, [sp + W] = what TOP gets back at the end (the
+ * top; 0 on the own-stack path), with no flag and no register changed.  TOP == 0 (in
+ * use: a nested hit; or none: a thread pd_altstack.c did not equip): the thread's own
+ * stack below the red zone instead, whose first store is where pd_stub_fault catches a
+ * garbage sp.  Signals between these instructions: pd_pstack.c's pd_sig_wrap. */
+static void pd_switch_stack(struct pd_emit *e, const uint8_t *at)
+{
+    const int w = (int)sizeof(void *), rz = sizeof(void *) == 8 ? 128 : 0;
+    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x89, 1, pd_ps_save_off);  /* mov %rcx,SAVE */
+    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x8b, 1, pd_ps_top_off);   /* mov TOP,%rcx */
+    pd_e8(e, 0xe3);                                            /* jrcxz own */
+    uint8_t *own = e->p;
+    pd_e8(e, 0);
+    pd_e_tls(e, w == 8 ? 0x48 : 0, 0xc7, 0, pd_ps_top_off);   /* movq $0,TOP: claimed */
+    pd_e32(e, 0);
+    if (w == 8)
+        pd_e(e, "\x48\x89\x49\xf8\x48\x89\x61\xf0\x48\x8d\x61\xf0", 12);
+    else /* mov %rcx,-W(%rcx); mov %rsp,-2W(%rcx); lea -2W(%rcx),%rsp */
+        pd_e(e, "\x89\x49\xfc\x89\x61\xf8\x8d\x61\xf8", 9);
+    pd_e8(e, 0xeb);                                            /* jmp body */
+    uint8_t *body = e->p;
+    pd_e8(e, 0);
+    *own = (uint8_t)(e->p - own - 1);
+    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x8d, 4, -(rz + 2 * w));     /* lea -(rz+2W)(%rsp),%rsp */
+    pd_stub_store_off = (unsigned)(e->p - at);
+    pd_stub_sp_delta = (unsigned)(rz + 2 * w);
+    pd_e_sp(e, w == 8 ? 0x48 : 0, 0xc7, 0, w);                 /* movq $0,W(%rsp) */
+    pd_e32(e, 0);
+    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x8d, 1, rz + 2 * w);        /* lea rz+2W(%rsp),%rcx */
+    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x89, 1, 0);                 /* mov %rcx,(%rsp) */
+    *body = (uint8_t)(e->p - body - 1);
+    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x8b, 1, pd_ps_save_off);  /* mov SAVE,%rcx */
+}
+
+/* A FAST probe's site (issue 6): after pd_switch_stack, a body that saves only what C
+ * may clobber (and the flags), calls pd_run_fast(probe, site, NULL, bias) -- a FAST
+ * handler reads no register, so no pd_regs is built -- and jumps to the relocated
+ * code, which stays where the full body put it (pd_stub_code_off is the same in every
+ * stub).  Written over the full body, between `at` and `code`. */
+static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe *p,
+                              const struct pd_site *site, uintptr_t bias)
+{
+    struct pd_emit em = {at, code}, *e = &em;
+    /* a function entry's FAST probe (issue 7): pd_func_fire_sp, which also hooks the return */
+    const int fn = site->nentry + site->nreturn != 0;
+    const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp : (uintptr_t)pd_run_fast;
+#if defined(__x86_64__)
+    /* rax rcx rdx rsi rdi r8-r11 rbx, flags at 80; the site's sp at 96, TOP's value at 104 */
+    static const int8_t save[10] = {0, 1, 2, 6, 7, 8, 9, 10, 11, 3};
+    pd_e(e, "\x48\x8d\x64\x24\xa0", 5);                       /* lea -96(%rsp),%rsp */
+    pd_e_sp(e, 0x48, 0x89, 0, 0);                              /* mov %rax,(%rsp) */
+    pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
+    pd_e_sp(e, 0x48, 0x89, 0, 80);                             /* mov %rax,flagsword */
+    for (int i = 1; i < 10; i++)
+        pd_e_sp(e, (uint8_t)(0x48 | (save[i] >= 8 ? 4 : 0)), 0x89, save[i], 8 * i);
+    pd_e(e, "\x48\x89\xe3\x48\x83\xe4\xf0\xfc", 8);             /* mov %rsp,%rbx; and; cld */
+    pd_e(e, "\x48\xbf", 2);                                    /* movabs $probe,%rdi */
+    pd_e64(e, (uint64_t)(uintptr_t)p);
+    pd_e(e, "\x48\xbe", 2);                                    /* movabs $site,%rsi */
+    pd_e64(e, (uint64_t)(uintptr_t)site);
+    if (fn) /* pd_func_fire_sp(p, site, the site's sp, bias) */
+        pd_e(e, "\x48\x8b\x53\x60\x48\xb9", 6);                /* mov 96(%rbx),%rdx; movabs */
+    else
+        pd_e(e, "\x31\xd2\x48\xb9", 4);                        /* xor %edx,%edx; movabs $bias,%rcx */
+    pd_e64(e, (uint64_t)bias);
+    pd_e(e, "\x48\xb8", 2);                                    /* movabs $target,%rax */
+    pd_e64(e, (uint64_t)target);
+    pd_e(e, "\xff\xd0\x48\x89\xdc", 5);                         /* call *%rax; mov %rbx,%rsp */
+    pd_e_sp(e, 0x48, 0x8b, 0, 104);                            /* release the stack */
+    pd_e_tls(e, 0x48, 0x89, 0, pd_ps_top_off);
+    pd_e_sp(e, 0x48, 0x8b, 0, 80);                             /* flags */
+    pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
+    for (int i = 0; i < 10; i++)
+        pd_e_sp(e, (uint8_t)(0x48 | (save[i] >= 8 ? 4 : 0)), 0x8b, save[i], 8 * i);
+    pd_e(e, "\x48\x8d\x64\x24\x60\x48\x8b\x24\x24", 9);         /* lea 96(%rsp),%rsp; mov (%rsp),%rsp */
+#else
+    /* eax ecx edx ebx, flags at 16; the site's sp at 20, TOP's value at 24 */
+    pd_e(e, "\x8d\x64\x24\xec", 4);                            /* lea -20(%esp),%esp */
+    pd_e(e, "\x89\x04\x24\x9f\x0f\x90\xc0", 7);                   /* mov %eax,(%esp); lahf; seto */
+    pd_e_sp(e, 0, 0x89, 0, 16);
+    for (int i = 1; i < 4; i++)
+        pd_e_sp(e, 0, 0x89, i, 4 * i);                         /* ecx edx ebx */
+    pd_e(e, "\x89\xe3\x83\xe4\xf0\xfc", 6);                      /* mov %esp,%ebx; and; cld */
+    pd_e8(e, 0x68);                                            /* push $bias */
+    pd_e32(e, (uint32_t)bias);
+    if (fn)
+        pd_e(e, "\xff\x73\x14\x68", 4);                        /* pushl 20(%ebx) (sp); push $site */
+    else
+        pd_e(e, "\x6a\x00\x68", 3);                            /* push $0 (regs); push $site */
+    pd_e32(e, (uint32_t)(uintptr_t)site);
+    pd_e8(e, 0x68);                                            /* push $probe */
+    pd_e32(e, (uint32_t)(uintptr_t)p);
+    pd_e8(e, 0xe8);                                            /* call target */
+    uint8_t *call_field = e->p;
+    pd_e32(e, 0);
+    if (e->p <= e->end)
+        pd_put_rel32(call_field, (uintptr_t)e->p, target);
+    pd_e(e, "\x89\xdc", 2);                                    /* mov %ebx,%esp */
+    pd_e_sp(e, 0, 0x8b, 0, 24);                                /* release the stack */
+    pd_e_tls(e, 0, 0x89, 0, pd_ps_top_off);
+    pd_e_sp(e, 0, 0x8b, 0, 16);                                /* flags */
+    pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
+    for (int i = 0; i < 4; i++)
+        pd_e_sp(e, 0, 0x8b, i, 4 * i);
+    pd_e(e, "\x8d\x64\x24\x14\x8b\x24\x24", 7);                   /* lea 20(%esp),%esp; mov (%esp),%esp */
+#endif
+    pd_e8(e, 0xe9);                                            /* jmp code */
+    pd_e32(e, 0);
+    if (e->p > e->end)
+        return -1;
+    return pd_put_rel32(e->p - 4, (uintptr_t)e->p, (uintptr_t)code);
+}
+
 /* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes).  Returns its length, or -1
  * if a jump or relocated operand does not reach from there. */
 static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
 {
     struct pd_emit em = {at, at + PD_STUB_ENTRY}, *e = &em;
     const struct pd_plan *plan = &site->plan;
+    const int ps = pd_stub_private_stack();
+    uint8_t *body;
 #if defined(__x86_64__)
     /* DWARF order -> x86 register encoding; rsp (7) is computed. */
     static const int8_t enc[PD_NREGS] = {0, 2, 1, 3, 6, 7, 5, -1, 8, 9, 10, 11, 12, 13, 14, 15, -1};
     const int32_t frame = (int32_t)sizeof(struct pd_regs) + 8; /* + the flags word */
-    pd_e(e, "\x48\x8d\x64\x24\x80", 5);                       /* lea -128(%rsp),%rsp */
+    if (ps)
+        pd_switch_stack(e, at);
+    else
+        pd_e(e, "\x48\x8d\x64\x24\x80", 5);                   /* lea -128(%rsp),%rsp */
+    body = e->p;
     pd_e_sp(e, 0x48, 0x8d, 4, -frame);                         /* lea -frame(%rsp),%rsp */
-    pd_stub_store_off = (unsigned)(e->p - at);
-    pd_stub_sp_delta = (unsigned)frame + 128;
+    if (!ps) {
+        pd_stub_store_off = (unsigned)(e->p - at);
+        pd_stub_sp_delta = (unsigned)frame + 128;
+    }
     pd_e_sp(e, 0x48, 0x89, 0, 0);                              /* mov %rax,(%rsp) */
     pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
     pd_e_sp(e, 0x48, 0x89, 0, frame - 8);                      /* mov %rax,flagsword */
@@ -204,7 +378,10 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
             continue;
         pd_e_sp(e, (uint8_t)(0x48 | (enc[i] >= 8 ? 4 : 0)), 0x89, enc[i], 8 * i);
     }
-    pd_e_sp(e, 0x48, 0x8d, 0, frame + 128);                    /* lea orig_rsp,%rax */
+    if (ps)
+        pd_e_sp(e, 0x48, 0x8b, 0, frame);                      /* mov saved_sp,%rax */
+    else
+        pd_e_sp(e, 0x48, 0x8d, 0, frame + 128);                /* lea orig_rsp,%rax */
     pd_e_sp(e, 0x48, 0x89, 0, 8 * PD_DWARF_SP);
     pd_e(e, "\x48\xb8", 2);                                    /* movabs $site,%rax */
     pd_e64(e, (uint64_t)(bias + (uintptr_t)site->pc));
@@ -230,6 +407,10 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
             pd_e_xmm(e, 0, n, 16 * n);                         /* movdqa 16n(%rsp),%xmmN */
     }
     pd_e(e, "\x48\x89\xdc", 3);                                /* mov %rbx,%rsp */
+    if (ps) {                                                  /* release the stack */
+        pd_e_sp(e, 0x48, 0x8b, 0, frame + 8);                  /* mov top_or_0,%rax */
+        pd_e_tls(e, 0x48, 0x89, 0, pd_ps_top_off);             /* mov %rax,%fs:TOP */
+    }
     pd_e_sp(e, 0x48, 0x8b, 0, frame - 8);                      /* mov flagsword,%rax */
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
     for (int i = 0; i < PD_DWARF_IP; i++) {                    /* caller-saved + rbx, rbp */
@@ -237,26 +418,36 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
             continue;
         pd_e_sp(e, (uint8_t)(0x48 | (enc[i] >= 8 ? 4 : 0)), 0x8b, enc[i], 8 * i);
     }
-    pd_e_sp(e, 0x48, 0x8d, 4, frame + 128);                    /* lea ...(%rsp),%rsp */
+    if (ps) {
+        pd_e_sp(e, 0x48, 0x8d, 4, frame);                      /* lea frame(%rsp),%rsp */
+        pd_e(e, "\x48\x8b\x24\x24", 4);                        /* mov (%rsp),%rsp */
+    } else {
+        pd_e_sp(e, 0x48, 0x8d, 4, frame + 128);                /* lea ...(%rsp),%rsp */
+    }
 #else
     const int32_t frame = (int32_t)sizeof(struct pd_regs) + 4;
     static const int8_t enc[PD_NREGS] = {0, 1, 2, 3, -1, 5, 6, 7, -1}; /* eax ecx edx ebx . ebp esi edi */
+    if (ps)
+        pd_switch_stack(e, at);
+    body = e->p;
     pd_e_sp(e, 0, 0x8d, 4, -frame);                            /* lea -frame(%esp),%esp */
-    pd_stub_store_off = (unsigned)(e->p - at);
-    pd_stub_sp_delta = (unsigned)frame;
+    if (!ps) {
+        pd_stub_store_off = (unsigned)(e->p - at);
+        pd_stub_sp_delta = (unsigned)frame;
+    }
     pd_e_sp(e, 0, 0x89, 0, 0);                                 /* mov %eax,(%esp) */
     pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
     pd_e_sp(e, 0, 0x89, 0, frame - 4);
     for (int i = 1; i < PD_DWARF_IP; i++)
         if (enc[i] >= 0)
             pd_e_sp(e, 0, 0x89, enc[i], 4 * i);
-    pd_e_sp(e, 0, 0x8d, 0, frame);                             /* lea orig_esp,%eax */
+    pd_e_sp(e, 0, ps ? 0x8b : 0x8d, 0, frame);                 /* mov saved_sp / lea orig_esp,%eax */
     pd_e_sp(e, 0, 0x89, 0, 4 * PD_DWARF_SP);
     pd_e_sp(e, 0, 0xc7, 0, 4 * PD_DWARF_IP);                   /* movl $site,ip */
     pd_e32(e, (uint32_t)(bias + (uintptr_t)site->pc));
     pd_e(e, "\x89\xe3", 2);                                    /* mov %esp,%ebx */
     pd_e(e, "\x83\xe4\xf0", 3);                                /* and $-16,%esp */
-    if (PD_TRAMP_SAVE_XMM) {
+    if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         pd_e(e, "\x81\xec\x80\x00\x00\x00", 6);                /* sub $128,%esp */
         for (int n = 0; n < 8; n++)
             pd_e_xmm(e, 1, n, 16 * n);
@@ -273,17 +464,23 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     pd_e32(e, 0);
     if (e->p <= e->end)
         pd_put_rel32(call_field, (uintptr_t)e->p, (uintptr_t)pd_tramp_entry);
-    if (PD_TRAMP_SAVE_XMM) {
+    if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         pd_e(e, "\x83\xc4\x10", 3);                            /* add $16,%esp */
         for (int n = 0; n < 8; n++)
             pd_e_xmm(e, 0, n, 16 * n);
     }
     pd_e(e, "\x89\xdc", 2);                                    /* mov %ebx,%esp */
+    if (ps) {                                                  /* release the stack */
+        pd_e_sp(e, 0, 0x8b, 0, frame + 4);                     /* mov top_or_0,%eax */
+        pd_e_tls(e, 0, 0x89, 0, pd_ps_top_off);                /* mov %eax,%gs:TOP */
+    }
     pd_e_sp(e, 0, 0x8b, 0, frame - 4);
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
     for (int i = 0; i < 4; i++)                                /* eax ecx edx ebx */
         pd_e_sp(e, 0, 0x8b, enc[i], 4 * i);
     pd_e_sp(e, 0, 0x8d, 4, frame);                             /* lea frame(%esp),%esp */
+    if (ps)
+        pd_e(e, "\x8b\x24\x24", 3);                             /* mov (%esp),%esp */
 #endif
     /* the displaced instructions, relocated */
     uint8_t *code = e->p;
@@ -308,6 +505,10 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     if (e->p > e->end)
         return -1;
     if (pd_put_rel32(field, (uintptr_t)e->p, bias + (uintptr_t)plan->resume) != 0)
+        return -1;
+    const struct pd_probe *probe = site->nentry + site->nreturn ? pd_func_fast_probe(site)
+        : pd_probes[site->probe].locks & PD_PROBE_FAST ? &pd_probes[site->probe] : NULL;
+    if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
     return (int)(e->p - at);
 }
@@ -651,7 +852,7 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
 }
 
 /* ---- out-of-line copies for function entries on the trap path (issue 7) -------- */
-#if !defined(__aarch64__) /* x86 only (aarch64: tramp.h says none) */
+#if !defined(__aarch64__) /* aarch64's PD_OOL_SIZE and pd_write_ool: arch/aarch64/tramp.h */
 
 #define PD_OOL_SIZE 96 /* relocated code (<= 64) + jmp back */
 
@@ -680,6 +881,7 @@ static int pd_write_ool(uint8_t *at, const struct pd_site *site, uintptr_t bias)
         return -1;
     return 0;
 }
+#endif /* x86 pd_write_ool */
 
 /* Per function site of object `o`: the address of its out-of-line copy (0: none, the
  * site cannot be trapped), indexed like pd_sites; NULL if the object has none. */
@@ -714,8 +916,8 @@ static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
         munmap(area, size);
         return NULL;
     }
+    pd_flush_icache(area, at); /* written through the data path (aarch64) */
     return ool;
 }
 
-#endif /* x86 out-of-line copies */
 #endif

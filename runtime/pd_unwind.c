@@ -9,7 +9,8 @@
  * backtrace (glibc's backtrace(), which calls libgcc through its own handle,
  * or _Unwind_Backtrace) sees the real callers, and the frames are re-hooked
  * when it returns.  The interposers are called by PLT from libstdc++ and
- * programs; a copy of the unwinder linked statically (-static-libgcc) is not
+ * programs (in a process pydyn -x attached to, pd_got.c points those GOT entries
+ * here); a copy of the unwinder linked statically (-static-libgcc) is not
  * seen.  x86 only: no other arch hooks return addresses yet.
  */
 #define _GNU_SOURCE

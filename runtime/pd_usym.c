@@ -1,4 +1,4 @@
-/* usymname(), ubacktrace(), print_ubacktrace() (issue 7).
+/* usymname(), usymdata(), ubacktrace(), print_ubacktrace() (issue 7).
  *
  * Names and unwind rules come from tables the launcher computed for each probed
  * object (launcher/elf/unwind.py: function symbols and the .eh_frame CFA rules,
@@ -62,12 +62,17 @@ static uint32_t pd_last_le(const void *base, uint32_t n, size_t stride, uint64_t
     return lo;
 }
 
+static const struct pd_usym *pd_usym_in(const struct pd_usym *syms, uint32_t n, uint64_t off)
+{
+    uint32_t i = pd_last_le(syms, n, sizeof *syms, off);
+    if (i == 0 || off >= syms[i - 1].addr + syms[i - 1].size)
+        return NULL;
+    return &syms[i - 1];
+}
+
 static const struct pd_usym *pd_usym_find(const struct pd_unwind *u, uint64_t off)
 {
-    uint32_t i = pd_last_le(u->syms, u->nsyms, sizeof *u->syms, off);
-    if (i == 0 || off >= u->syms[i - 1].addr + u->syms[i - 1].size)
-        return NULL;
-    return &u->syms[i - 1];
+    return pd_usym_in(u->syms, u->nsyms, off);
 }
 
 static const struct pd_cfarow *pd_cfa_find(const struct pd_unwind *u, uint64_t off)
@@ -96,6 +101,36 @@ char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr)
 {
     (void)c;
     pd_describe(dst, MAXSTRINGLEN, (uintptr_t)addr, 1);
+    return dst;
+}
+
+/* stap's usymdata: "name+0xoff/0xsize [path]" for an address in a data object (or a
+ * function) of a probed object, "0xaddr [path+0xoff/0xsize]" elsewhere in its loaded
+ * segments (offset and size from the object's first loaded byte), else "0xaddr". */
+char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr)
+{
+    (void)c;
+    uintptr_t a = (uintptr_t)addr, bias;
+    for (uint32_t o = 0; &pd_unwind_ntables && o < pd_unwind_ntables; o++) {
+        const struct pd_unwind *u = &pd_unwind_tables[o];
+        if (!u->data || !pd_object_bias(o, &bias))
+            continue;
+        uint64_t off = (uint64_t)(a - bias);
+        if (off < u->mlo || off >= u->mhi)
+            continue;
+        const struct pd_usym *s = pd_usym_in(u->data, u->ndata, off);
+        if (!s)
+            s = pd_usym_find(u, off);
+        if (s)
+            snprintf(dst, MAXSTRINGLEN, "%s+0x%lx/0x%lx [%s]", s->name,
+                     (unsigned long)(off - s->addr), (unsigned long)s->size, pd_objects[o].path);
+        else
+            snprintf(dst, MAXSTRINGLEN, "0x%lx [%s+0x%lx/0x%lx]", (unsigned long)a,
+                     pd_objects[o].path, (unsigned long)(off - u->mlo),
+                     (unsigned long)(u->mhi - u->mlo));
+        return dst;
+    }
+    snprintf(dst, MAXSTRINGLEN, "0x%lx", (unsigned long)a);
     return dst;
 }
 

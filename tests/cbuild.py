@@ -11,6 +11,7 @@ import functools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,3 +116,10 @@ def assert_thread_sums(stdout: str, per: int, threads: int = 8) -> None:
     want = per * (per - 1) // 2
     assert sorted(ln for ln in lines if ln.startswith("id ")) == \
         sorted(f"id {i} {want}" for i in range(threads)), stdout
+
+
+def run_pydyn(cache: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """`pydyn ARGS` (this interpreter's launcher) with its module cache in `cache`."""
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
+                          capture_output=True, text=True, env=env, timeout=timeout)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c
+from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
 
 from pydyn.launcher.elf.dwarf import get_dwarf
 from pydyn.launcher.errors import TargetError
@@ -30,9 +30,7 @@ SRC = PROGS / "dwarf_params.c"
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 def decl_line(func: str) -> int:
@@ -256,8 +254,12 @@ def test_entry_values_in_return_probes(progs: Progs, cache: Path, tmp_path: Path
     progs(b)
     rec = build_c(PROGS / "func_rec.c", tmp_path / "rec", m32=b.m32, opt=b.opt, extra=("-g",))
     jmp = build_c(PROGS / "func_jmp.c", tmp_path / "jmp", m32=b.m32, opt=b.opt, extra=("-g",))
-    res = pydyn(cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
-                f"sh -c '{rec} 15 10000; {jmp}; echo status=$?'")
+    check_entry_session(pydyn(cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
+                              f"sh -c '{rec} 15 10000; {jmp}; echo status=$?'"))
+
+
+def check_entry_session(res: subprocess.CompletedProcess[str]) -> None:
+    """ENTRY's session on `rec 15 10000; jmp` (also test_aarch64_functions.py)."""
     assert res.returncode == 0, res.stderr
     calls, total = fib_entry_sum(15)
     out = res.stdout.splitlines()

@@ -35,8 +35,14 @@ probe process("{b}").function("vec_fn").return {{ printf("%s\\n", "r") }}
 # What the trampoline path may call without pd_xmm_call (all general-regs-only).
 FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_run_probe", "pd_run_fast", "pd_fire_probe", "pd_session_running",
-            "pd_count_skipped"}
-ALLOWED_CALLS = FAST_FNS | {"pd_xmm_call", "abort@plt", "write@plt"}
+            "pd_count_skipped", "pd_func_run", "pd_guard_init", "pd_ret_fast",
+            "pd_func_fire_sp"}
+# m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) does `n++`, and
+# PIC code calls the get_pc_thunks; both are checked like FAST_FNS.
+M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_thunk.bx",
+               "__x86.get_pc_thunk.cx", "__x86.get_pc_thunk.dx", "__x86.get_pc_thunk.si",
+               "__x86.get_pc_thunk.di", "__x86.get_pc_thunk.bp"}
+ALLOWED_CALLS = FAST_FNS | M32_HELPERS | {"pd_xmm_call", "abort@plt", "write@plt"}
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -83,24 +89,35 @@ def _functions(objdump: str) -> dict[str, list[str]]:
     return fns
 
 
-def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path) -> None:
+# A vector, MMX or x87 register operand, or an x87 instruction (they all start with f).
+FPU_USE = re.compile(r"%[xyz]?mm\d|%st\b|^\s*[0-9a-f]+:\s+f[a-z]+")
+
+
+@pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
+def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path, m32: bool) -> None:
     if shutil.which("objdump") is None:
         pytest.skip("no objdump (binutils)")
-    b = _prog(tmp_path, False)
+    b = _prog(tmp_path, m32)
     r = pydyn(cache, "-p4", "-e", FAST.format(b=b))
     assert r.returncode == 0, r.stderr
-    m64 = Path(r.stdout.split()[0])
-    fns = _functions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(m64)],
+    mod = Path(r.stdout.split()[1 if m32 else 0])
+    assert mod.name.endswith("_m32.so" if m32 else "_m64.so"), r.stdout
+    fns = _functions(subprocess.run(["objdump", "-d", "--no-show-raw-insn", str(mod)],
                                     capture_output=True, text=True, check=True).stdout)
     handlers = {n for n in fns if re.fullmatch(r"probe_[01]", n)}
     assert len(handlers) == 2, sorted(fns)
-    for name in FAST_FNS | handlers:
+    checked = FAST_FNS | handlers | (M32_HELPERS & fns.keys())
+    if m32:     # the i386 pd_ret_tramp still saves xmm0-7 and x87 around it
+        checked.discard("pd_ret_handler")
+    for name in checked:
         body = fns.get(name)
         if body is None:
-            assert name in ("pd_fire_probe",), f"{name} missing from {m64}"
+            # pd_ret_fast: x86-64 only
+            assert name in ("pd_fire_probe",) or (m32 and name == "pd_ret_fast"), \
+                f"{name} missing from {mod}"
             continue        # inlined into its callers, which are checked
         for ins in body:
-            assert not re.search(r"%[xyz]mm\d", ins), f"{name}: {ins}"
+            assert not FPU_USE.search(ins), f"{name}: {ins}"
             m = re.search(r"\s(?:call|jmp)\s+[0-9a-f]+ <([^>+]+)>", ins)
             if m and m.group(1) != name:
                 assert m.group(1) in ALLOWED_CALLS, f"{name} calls {m.group(1)}: {ins}"
@@ -137,3 +154,19 @@ def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: s
     assert re.search(r"ERROR: MAXACTION exceeded near operator '\+\+' at <input>:1:\d+",
                      r.stderr), r.stderr
     assert "bad 0\ndone 5" in r.stdout
+
+
+@pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
+def test_x87_stack_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
+    """i386 gcc keeps doubles on the x87 stack: at x87_live.c's site it is full (eight
+    values), and fp_add's own x87 pushes would overwrite them with NaNs unless
+    pd_xmm_call saves the x87 state (pd_fast_i386.c)."""
+    b = build_c(PROGS / "x87_live.c", tmp_path / "x87", m32=m32)
+    n = 2000
+    bare = subprocess.run([str(b), str(n)], capture_output=True, text=True, check=True).stdout
+    script = (f'global x probe process("{b}").mark("hit") {{ x = fp_add(x, long_to_fp($arg1)) }}'
+              ' probe end { printf("x=%s\\n", fp_to_string(x, 1)) }')
+    r = pydyn(cache, "-e", script, "-c", f"{b} {n}")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(bare), r.stdout
+    assert f"x={n * (n - 1) // 2}.0\n" in r.stdout, r.stdout

@@ -7,23 +7,19 @@ a module built with `-g`.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import PROGS, build_c, have_m32, run_pydyn
 
 TIMEOUT = 120
 ABIS = ["m64", "m32"]
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")

@@ -39,9 +39,13 @@ from .argspec import ArgKind, ArgSpec
 _X86_64_REGS = ("%rax", "%rdx", "%rcx", "%rbx", "%rsi", "%rdi", "%rbp", "%rsp",
                 *(f"%r{i}" for i in range(8, 16)), "%rip")
 _I386_REGS = ("%eax", "%ecx", "%edx", "%ebx", "%esp", "%ebp", "%esi", "%edi", "%eip")
-_REGS = {"x86_64": _X86_64_REGS, "i386": _I386_REGS}
-_SP = {"x86_64": 7, "i386": 4}
-_WORD = {"x86_64": 8, "i386": 4}
+_A64_REGS = (*(f"x{i}" for i in range(31)), "sp")
+_REGS = {"x86_64": _X86_64_REGS, "i386": _I386_REGS, "aarch64": _A64_REGS}
+_SP = {"x86_64": 7, "i386": 4, "aarch64": 31}
+_WORD = {"x86_64": 8, "i386": 4, "aarch64": 8}
+# the CFA minus sp at the entry: x86 calls pushed the return address, aarch64 keeps it in x30
+_CFA_AT_ENTRY = {"x86_64": 8, "i386": 4, "aarch64": 0}
+_A64_INT_ARGS = 8       # x0-x7
 _X86_64_INT_ARGS = (5, 4, 1, 2, 8, 9)   # rdi rsi rdx rcx r8 r9
 _QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
                "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "_Atomic"}
@@ -158,8 +162,8 @@ def _read(path: str) -> DwarfInfo:
     try:
         with open(path, "rb") as stream:
             elf = ELFFile(stream)
-            machine = {"EM_X86_64": "x86_64", "EM_386": "i386"}.get(elf["e_machine"],
-                                                                      elf["e_machine"])
+            machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
+                       "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
             if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
                 raise no_dwarf(path)
             dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
@@ -255,7 +259,8 @@ class _Reader:
                                       via_abi=True, why=why))
             else:
                 params.append(replace(p, why=why if not is_float else
-                                      "floating-point parameters live in SSE/x87 "
+                                      "floating-point parameters live in "
+                                      f"{'SIMD' if self.machine == 'aarch64' else 'SSE/x87'} "
                                       "registers, which probes do not save"))
         return tuple(params)
 
@@ -293,6 +298,7 @@ class _Reader:
         ops = self.expr.parse_expr(code)
         names = self._reg_names()
         sp, word = _SP.get(self.machine, 7), _WORD.get(self.machine, 8)
+        cfa = _CFA_AT_ENTRY.get(self.machine, word)
         if len(ops) != 1:
             return None, "location '" + " ".join(o.op_name for o in ops) + "' not supported"
         op = ops[0]
@@ -306,14 +312,14 @@ class _Reader:
                            machine=self.machine), ""
         if n.startswith("DW_OP_breg") and n[10:].isdigit():
             base_reg, off = int(n[10:]), int(op.args[0])
-            if base_reg >= len(names) or (not at_entry and (base_reg != sp or off < word)):
+            if base_reg >= len(names) or (not at_entry and (base_reg != sp or off < cfa)):
                 return None, f"at {off}({names[base_reg] if base_reg < len(names) else '?'})" \
                              ": written by the prologue, not yet at the entry"
             return ArgSpec(f"{off}({names[base_reg]})", size, signed, False, ArgKind.MEM,
                            base=base_reg, disp=off, machine=self.machine), ""
         if n == "DW_OP_fbreg" and cfa_base:
-            off = word + int(op.args[0])
-            if not at_entry and off < word:   # below the return address: the callee's frame
+            off = cfa + int(op.args[0])
+            if not at_entry and off < cfa:   # below the CFA: the callee's frame
                 return None, "in the stack frame the prologue builds, not yet at the entry"
             return ArgSpec(f"{off}({names[sp]})", size, signed, False, ArgKind.MEM,
                            base=sp, disp=off, machine=self.machine), ""
@@ -329,9 +335,9 @@ class _AbiCursor:
     def __init__(self, machine: str, word: int, hidden: bool) -> None:
         self.machine = machine
         self.word = word
-        self.ints = 1 if hidden else 0
+        self.ints = 1 if hidden and machine != "aarch64" else 0   # aarch64: in x8
         self.stack = word + (4 if hidden and machine == "i386" else 0)
-        self.known = machine in ("x86_64", "i386")
+        self.known = machine in ("x86_64", "i386", "aarch64")
 
     def next(self, kind: tuple[int, bool, bool, bool]) -> ArgSpec | None:
         size, _signed, is_float, scalar = kind
@@ -346,14 +352,16 @@ class _AbiCursor:
             return ArgSpec(f"{at}(%esp)", size, False, False, ArgKind.MEM, base=4, disp=at,
                            machine="i386")
         if is_float and scalar and size <= 8:
-            return None   # an SSE register: the integer order goes on
-        if not scalar or size > 8 or self.ints >= len(_X86_64_INT_ARGS):
+            return None   # an SSE / SIMD register: the integer order goes on
+        a64 = self.machine == "aarch64"
+        if not scalar or size > 8 or self.ints >= (_A64_INT_ARGS if a64 else
+                                                   len(_X86_64_INT_ARGS)):
             self.known = False   # aggregates and stack arguments: not followed
             return None
-        reg = _X86_64_INT_ARGS[self.ints]
+        reg = self.ints if a64 else _X86_64_INT_ARGS[self.ints]
         self.ints += 1
-        return ArgSpec(_X86_64_REGS[reg], size, False, False, ArgKind.REG, reg=reg,
-                       machine="x86_64")
+        return ArgSpec(_REGS[self.machine][reg], size, False, False, ArgKind.REG, reg=reg,
+                       machine=self.machine)
 
 
 # -- types ----------------------------------------------------------------------

@@ -13,8 +13,14 @@ runtime installs must not replace the landing pad indirect calls need).
 
 A FunctionSite is a ProbeSite with `nop_len == 0` (the patched instruction is
 not a nop: the runtime executes a relocated copy of it) whose `$argN` are the
-platform ABI's integer arguments at entry: x86-64 rdi, rsi, rdx, rcx, r8, r9;
-i386 `4*N(%esp)`.
+platform ABI's integer arguments at entry: x86-64 rdi, rsi, rdx, rcx, r8, r9
+(7 and 8 on the stack); i386 `4*N(%esp)`; aarch64 x0-x7.  On aarch64 a `bti c`
+landing pad at the entry is skipped as `endbr64` is (the `B` must not replace it);
+`paciasp`/`pacibsp` are not skipped: the runtime moves them into the stub, so they
+sign the return address the handler may have swapped (patchplan_a64.py) -- except
+in an object marked for BTI (its pages are guarded: an indirect call must land on a
+landing pad, which paciasp is and `B` is not), where the probe goes after them and a
+return probe is refused (the address is signed by then).
 """
 
 from __future__ import annotations
@@ -34,11 +40,17 @@ from .symbols import SymbolTable
 
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
 ENDBR32 = b"\xf3\x0f\x1e\xfb"
-NARGS = 6
+NARGS = 8        # $arg1..$arg8; DWARF parameters come after them in a site's table
+# aarch64 `bti c` / `bti jc` (hint #34 / #38): landing pads of indirect calls
+A64_BTI_C = (b"\x5f\x24\x03\xd5", b"\xdf\x24\x03\xd5")
+A64_PAC_SP = (b"\x3f\x23\x03\xd5", b"\x7f\x23\x03\xd5")     # paciasp, pacibsp
+_NT_GNU_PROPERTY_TYPE_0 = 5
+_AARCH64_FEATURE_1_AND, _AARCH64_FEATURE_1_BTI = 0xC0000000, 1
 # DWARF register numbers of the x86-64 SysV integer argument registers
 _X86_64_ARG_REGS = (5, 4, 1, 2, 8, 9)
 _X86_64_NAMES = ("%rdi", "%rsi", "%rdx", "%rcx", "%r8", "%r9")
 _I386_ESP = 4
+_X86_64_RSP = 7
 # gcc's hot/cold split: a .cold part is jumped to, never called (no return address)
 _COLD = re.compile(r"\.cold(\.\d+)?$")
 
@@ -66,10 +78,15 @@ class FunctionSite(ProbeSite):
 
 
 def abi_args(machine: str) -> tuple[ArgSpec, ...]:
-    """$arg1..$arg6 at a function's entry, by the platform ABI (as C longs)."""
-    if machine == "x86_64":
-        return tuple(ArgSpec(f"8@{n}", 8, True, False, ArgKind.REG, reg=r, machine=machine)
-                     for r, n in zip(_X86_64_ARG_REGS, _X86_64_NAMES, strict=True))
+    """$arg1..$arg8 at a function's entry, by the platform ABI (as C longs)."""
+    if machine == "x86_64":   # 7 and 8 are above the return address
+        return (*(ArgSpec(f"8@{n}", 8, True, False, ArgKind.REG, reg=r, machine=machine)
+                  for r, n in zip(_X86_64_ARG_REGS, _X86_64_NAMES, strict=True)),
+                *(ArgSpec(f"8@{8 * i}(%rsp)", 8, True, False, ArgKind.MEM, base=_X86_64_RSP,
+                          disp=8 * i, machine=machine) for i in (1, 2)))
+    if machine == "aarch64":
+        return tuple(ArgSpec(f"8@x{i}", 8, True, False, ArgKind.REG, reg=i, machine=machine)
+                     for i in range(NARGS))
     if machine == "i386":
         return tuple(ArgSpec(f"-4@{4 * (i + 1)}(%esp)", 4, True, False, ArgKind.MEM,
                              base=_I386_ESP, disp=4 * (i + 1), machine=machine)
@@ -87,6 +104,7 @@ class FunctionTable:
         self.elf_class = elf_class
         self.functions = functions
         self.unnamed = 0   # .eh_frame ranges that no symbol names (stripped): never probed
+        self.signed: set[int] = set()   # aarch64: entries after a paciasp (BTI objects)
         self._by_addr: dict[int, list[Function]] | None = None
 
     def aliases(self, addr: int) -> list[Function]:
@@ -120,10 +138,12 @@ def get_functions(path: str) -> FunctionTable:
         return table
     with open_elf(path) as h:
         info = read_elf_info(h)
-        if info.machine not in ("x86_64", "i386"):
+        if info.machine not in ("x86_64", "i386", "aarch64"):
             raise TargetError(info.path, f"function probes are not supported on "
                                          f"{info.machine} yet")
         code = [s for s in info.segments if s.executable]
+        bti = info.machine == "aarch64" and _marked_bti(h)
+        signed: set[int] = set()
         by_addr: dict[int, list[tuple[str, str, int]]] = {}
         symbols = SymbolTable.from_handle(h)
         symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
@@ -147,16 +167,40 @@ def get_functions(path: str) -> FunctionTable:
             seg = next(s for s in code if s.contains(addr, 1))
             off = seg.file_offset(addr, 4)
             head = h.read(off, 4) if off is not None else None
-            if head in (ENDBR64, ENDBR32) and size > 4:
+            skip = ((*A64_BTI_C, *(A64_PAC_SP if bti else ())) if info.machine == "aarch64"
+                    else (ENDBR64, ENDBR32))
+            if head in skip and size > 4:
                 entry = addr + 4
+                if head in A64_PAC_SP:
+                    signed.add(addr)
             functions.append(Function(name, addr, size, entry))
             # aliases share the site: each name can be matched
             for alias, _b, _s in names[1:]:
                 functions.append(Function(alias, addr, size, entry))
     table = FunctionTable(info.path, info.machine, info.elf_class, functions)
     table.unnamed = _unnamed_ranges(fdes, by_addr)
+    table.signed = signed
     _cache[key] = table
     return table
+
+
+def _marked_bti(h: Any) -> bool:
+    """Whether the object's GNU property note asks for BTI (guarded pages)."""
+    from .notes import RawNote, iter_raw_notes
+    sec = h.get_section_bytes(".note.gnu.property")
+    for note in iter_raw_notes(sec[1]) if sec else ():
+        if not isinstance(note, RawNote) or note.name != b"GNU" or \
+                note.type != _NT_GNU_PROPERTY_TYPE_0:
+            continue
+        d, off = note.desc, 0
+        while off + 8 <= len(d):
+            kind, size = int.from_bytes(d[off:off + 4], "little"), \
+                int.from_bytes(d[off + 4:off + 8], "little")
+            if kind == _AARCH64_FEATURE_1_AND and size >= 4:
+                return bool(int.from_bytes(d[off + 8:off + 12], "little") &
+                            _AARCH64_FEATURE_1_BTI)
+            off += 8 + ((size + 7) & ~7)
+    return False
 
 
 def _unnamed_ranges(fdes: list[tuple[int, int]],
@@ -193,6 +237,9 @@ def _never_returns_here(table: FunctionTable, f: Function, entry_point: int) -> 
         return "is the ELF entry point (entered without a return address)"
     if any(_OWN_RETURN.fullmatch(g.name) for g in table.aliases(f.addr)):
         return "reads its own return address (or returns twice)"
+    if f.addr in table.signed:
+        return ("signs its return address (paciasp) before the probe, which must follow "
+                "it in an object marked for BTI")
     return None
 
 

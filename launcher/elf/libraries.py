@@ -3,13 +3,17 @@
 `process("libc.so.6")` means the libc that the target (64- or 32-bit) loads,
 so the search follows ld.so's order — DT_RPATH, LD_LIBRARY_PATH, DT_RUNPATH,
 /etc/ld.so.cache, the default directories — and only accepts a candidate whose
-ELF class and machine match the target's.
+ELF class and machine match the target's.  An aarch64 target on another host runs
+under qemu-user, whose loader finds its default directories inside the sysroot
+(`$QEMU_LD_PREFIX`, else Debian's /usr/aarch64-linux-gnu: what session.py passes
+as `-L`), so those are searched before the host's cache and directories.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import platform
 import struct
 from collections.abc import Iterator
 
@@ -30,6 +34,15 @@ DEFAULT_DIRS: dict[str, tuple[str, ...]] = {
                 "/usr/lib64", "/lib", "/usr/lib"),
 }
 _GLOB_CHARS = frozenset("*?[")
+QEMU_SYSROOTS = {"aarch64": "/usr/aarch64-linux-gnu"}   # session.QEMU_USER's defaults
+
+
+def _emulated_dirs(info: ElfInfo) -> list[str]:
+    """The default directories of a target qemu-user runs, as the host sees them."""
+    if info.machine not in QEMU_SYSROOTS or platform.machine() == info.machine:
+        return []
+    root = os.environ.get("QEMU_LD_PREFIX", QEMU_SYSROOTS[info.machine])
+    return [root + d for d in DEFAULT_DIRS.get(info.abi, ())]
 
 
 def _matches(candidate: str, info: ElfInfo) -> bool:
@@ -116,6 +129,7 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
     ordered: list[str] = []
     for d in searched:
         ordered.append(os.path.join(d, name))
+    ordered.extend(os.path.join(d, name) for d in _emulated_dirs(info))
     if not is_glob:
         ordered.extend(_iter_ld_cache(name))
     ordered.extend(os.path.join(d, name) for d in DEFAULT_DIRS.get(info.abi, ()))

@@ -111,6 +111,12 @@ class SymbolTable:
         syms = self.get_symbols(name)
         return syms[0] if len(syms) == 1 else None
 
+    def all_symbols(self) -> Iterable[Symbol]:
+        """Every defined symbol of both tables (a name in both comes twice)."""
+        self._ensure_loaded()
+        for syms in self._by_name.values():
+            yield from syms
+
     def get_got_address(self) -> int | None:
         """Address the i386 PIC register points at (`_GLOBAL_OFFSET_TABLE_`, else .got.plt)."""
         sym = self.get_symbol("_GLOBAL_OFFSET_TABLE_")

@@ -1,6 +1,7 @@
-"""What `ubacktrace()` and `usymname()` need of a probed object (issue 7), computed
-offline so the runtime never parses ELF: its function names and a compact table
-of `.eh_frame` CFA rules.
+"""What `ubacktrace()`, `usymname()` and `usymdata()` need of a probed object
+(issue 7), computed offline so the runtime never parses ELF: its function names,
+a compact table of `.eh_frame` CFA rules and, for `usymdata` only, its data
+symbols (sized STT_OBJECT) and the extent of its PT_LOAD segments.
 
 A row is `(pc, kind, cfa_off, fp_off)`: from `pc` on, the frame's CFA is the
 stack pointer (kind 0) or the frame pointer (kind 1) plus `cfa_off`; the
@@ -21,7 +22,8 @@ from elftools.dwarf.callframe import FDE
 
 from ..errors import TargetError
 from .functions import get_functions
-from .reader import open_elf
+from .reader import get_elf_info, open_elf
+from .symbols import Symbol, get_symbol_table
 
 SP_FP_RA = {"x86_64": (7, 6, 16), "i386": (4, 5, 8)}   # DWARF register numbers
 KIND_SP, KIND_FP, KIND_STOP = 0, 1, 2
@@ -47,11 +49,13 @@ def unwind_table(path: str) -> UnwindTable:
     for f in funcs.functions:   # the preferred name of each address comes first
         first.setdefault(f.addr, (f.addr, f.size, f.name))
     symbols = sorted(first.values())
-    sp, fp, ra = SP_FP_RA[funcs.machine]
+    # no walker for other arches (aarch64): names only, a backtrace is its first pc
+    sp, fp, ra = SP_FP_RA.get(funcs.machine, (-1, -1, -1))
     rows: list[tuple[int, int, int, int]] = []
     try:
         with open_elf(path) as h:
-            dwarf = h.elffile.get_dwarf_info() if h.elffile.has_dwarf_info() else None
+            dwarf = (h.elffile.get_dwarf_info()
+                     if sp >= 0 and h.elffile.has_dwarf_info() else None)
             entries = dwarf.EH_CFI_entries() if dwarf is not None and dwarf.has_EH_CFI() else []
             for fde in entries:
                 if not isinstance(fde, FDE):
@@ -103,19 +107,57 @@ def _compact(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int,
     return out
 
 
-def unwind_c(objects: dict[str, int], c_string: object) -> list[str]:
-    """The generated C of the tables, `pd_unwind_tables[]` indexed like pd_objects."""
+@dataclass(frozen=True)
+class DataTable:
+    symbols: list[tuple[int, int, str]]         # (addr, size, name), by addr
+    lo: int                                     # link-time extent of the PT_LOAD segments
+    hi: int
+
+
+def _preference(sym: Symbol) -> tuple[bool, int, str]:
+    """Among names of one address: global before local, `environ` before `__environ`."""
+    return sym.bind == "LOCAL", len(sym.name) - len(sym.name.lstrip("_")), sym.name
+
+
+def data_table(path: str) -> DataTable:
+    """The sized data objects of the ELF file at `path` and its extent in memory."""
+    best: dict[int, Symbol] = {}
+    for sym in get_symbol_table(path).all_symbols():
+        if sym.type != "OBJECT" or sym.size <= 0 or sym.section in ("ABS", "COMMON"):
+            continue
+        have = best.get(sym.value)
+        if have is None or _preference(sym) < _preference(have):
+            best[sym.value] = sym
+    symbols = sorted((s.value, s.size, s.name) for s in best.values())
+    segments = get_elf_info(path).segments
+    lo = min((seg.vaddr for seg in segments), default=0)
+    hi = max((seg.end for seg in segments), default=0)
+    return DataTable(symbols, lo, hi)
+
+
+def unwind_c(objects: dict[str, int], c_string: object, data: bool = False) -> list[str]:
+    """The generated C of the tables, `pd_unwind_tables[]` indexed like pd_objects;
+    with `data`, each object's data symbols and extent too (usymdata)."""
     quote = c_string if callable(c_string) else repr
     out: list[str] = []
     rows_c: list[str] = []
+
+    def usyms(name: str, symbols: list[tuple[int, int, str]]) -> None:
+        syms = ", ".join(f"{{{a:#x}, {s}, {quote(n)}}}" for a, s, n in symbols)
+        out.append(f"static const struct pd_usym {name}[] = {{{syms or '{0}'}}};")
+
     for path, oi in sorted(objects.items(), key=lambda kv: kv[1]):
         t = unwind_table(path)
-        syms = ", ".join(f"{{{a:#x}, {s}, {quote(n)}}}" for a, s, n in t.symbols)
+        usyms(f"pd_usyms_{oi}", t.symbols)
         cfa = ", ".join(f"{{{pc:#x}, {off}, {k}, {fpo}}}" for pc, k, off, fpo in t.rows)
-        out.append(f"static const struct pd_usym pd_usyms_{oi}[] = {{{syms or '{0}'}}};")
         out.append(f"static const struct pd_cfarow pd_cfa_{oi}[] = {{{cfa or '{0}'}}};")
+        extra = ""
+        if data:
+            d = data_table(path)
+            usyms(f"pd_udata_{oi}", d.symbols)
+            extra = f", pd_udata_{oi}, {len(d.symbols)}, {d.lo:#x}, {d.hi:#x}"
         rows_c.append(f"    {{pd_usyms_{oi}, {len(t.symbols)}, pd_cfa_{oi}, {len(t.rows)}, "
-                      f"{t.lo:#x}, {t.hi:#x}}},")
+                      f"{t.lo:#x}, {t.hi:#x}{extra}}},")
     out.append("const struct pd_unwind pd_unwind_tables[] = {")
     out.extend(rows_c or ["    {0},"])
     out.append("};")

@@ -8,13 +8,20 @@
  * Included by pd_tramp.h; pd_tramp_prepare there maps the area and calls
  * pd_write_stub per site.  A stub is a copy of pd_a64_stub_tmpl (below):
  *     sub sp,#32; save x16 x17 x30; adr x16, literals; ldr x17, =common; blr x17;
- *     restore x16 x17 x30; add sp,#32; b site+4; literals {site pc, site, bias, common}
+ *     restore x16 x17 x30; add sp,#32; b site+4;
+ *     literals {site pc, site, bias, common, C entry}
  * and pd_a64_tramp_common (one copy, in this module) saves x0-x30, sp, nzcv,
  * fpsr/fpcr and the vector state into the same struct pd_regs the BRK trap fills
- * (pc = the site, sp = the site's), calls pd_run on the current stack (Linux
+ * (pc = the site, sp = the site's), calls the C entry (pd_a64_tramp_entry: pd_run,
+ * or pd_func_fire at a function entry) on the current stack (Linux
  * has no red zone on aarch64; the site's sp is 16-aligned as AAPCS64 requires,
  * sp-relative accesses fault otherwise, and every frame here keeps it so) and
- * restores.
+ * restores; x30 comes back from regs->r[30], which a function entry's return probe
+ * replaces with pd_ret_tramp (pd_func.c).  A function entry's stub (plan DISPLACE,
+ * issue 7) branches from the `b site+4` slot to the plan's relocated first instruction
+ * after the literals, then `b entry+4`; the same code is the out-of-line copy a BRK
+ * at the entry resumes in (pd_write_ool).  pd_ret_tramp (arch/aarch64/func.h) is a
+ * stub of the same shape whose C entry runs the return probes.
  * Vector state: q0-q31, or with SVE (HWCAP_SVE) z0-z31, p0-p15 and ffr -- a
  * NEON write in the handler's libc calls zeroes a z register's upper bits, and
  * the compiler may keep live values in any of them at an asm statement. */
@@ -24,16 +31,25 @@
 #include <sys/auxv.h>
 
 #define PD_TRAMP_REACH (0x8000000u - 0x10000u) /* B's +-128 MiB, less a margin */
-#define PD_STUB_SIZE 80                         /* pd_a64_stub_tmpl: 40 bytes + 32 of literals */
+#define PD_STUB_SIZE 128 /* pd_a64_stub_tmpl: 40 bytes + 40 of literals, then <= 28 of code */
+#define PD_OOL_SIZE 32   /* a function entry's relocated code (<= 24) + `b entry+4` */
 #define PD_A64_B 0x14000000u
 
-/* Read by pd_a64_tramp_common: which vector state to save. */
+/* Read by pd_a64_tramp_common: which vector state to save.  Set before any
+ * constructor arms a site (pd_ret_tramp needs it also when only BRKs are armed). */
 __attribute__((visibility("hidden"))) int pd_a64_sve;
+__attribute__((constructor(101))) static void pd_a64_sve_init(void)
+{
+    pd_a64_sve = (getauxval(AT_HWCAP) & HWCAP_SVE) != 0;
+}
 
 __attribute__((visibility("hidden"), used)) void
 pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    pd_run(&pd_probes[site->probe], site, regs, bias);
+    if (site->nentry + site->nreturn) /* a function entry (issue 7) */
+        pd_func_fire(regs, site, bias);
+    else
+        pd_run(&pd_probes[site->probe], site, regs, bias);
 }
 
 extern const uint8_t pd_a64_stub_tmpl[], pd_a64_stub_branch[], pd_a64_stub_lits[],
@@ -71,7 +87,7 @@ __asm__(".text\n"
         "  brk #0xa64\n" /* replaced by `b site+4` in each copy */
         ".balign 8\n"
         "pd_a64_stub_lits:\n"
-        "  .quad 0, 0, 0, 0\n" /* site pc, struct pd_site *, bias, pd_a64_tramp_common */
+        "  .quad 0, 0, 0, 0, 0\n" /* site pc, struct pd_site *, bias, common, C entry */
         "pd_a64_stub_end:\n"
         "\n"
         ".globl pd_a64_tramp_common\n"
@@ -113,7 +129,8 @@ __asm__(".text\n"
         "  mov x0, x19\n"
         "  ldr x1, [x21, #8]\n"
         "  ldr x2, [x21, #16]\n"
-        "  bl pd_a64_tramp_entry\n"
+        "  ldr x9, [x21, #32]\n"
+        "  blr x9\n"
         "  adrp x9, pd_a64_sve\n"
         "  ldr w9, [x9, #:lo12:pd_a64_sve]\n"
         "  cbnz w9, 3f\n"
@@ -127,6 +144,8 @@ __asm__(".text\n"
         "  .irp n," PD_A64_ZREGS "\n  ldr z\\n, [x9, #\\n, mul vl]\n  .endr\n"
         "4:\n"
         "  mov sp, x19\n"
+        "  ldr x0, [sp, #240]\n"       /* x30 as the entry left it: the stub restores it */
+        "  str x0, [sp, #304]\n"
         "  ldp x0, x1, [sp, #272]\n"
         "  msr fpsr, x0\n"
         "  msr fpcr, x1\n"
@@ -152,6 +171,37 @@ static uint32_t pd_a64_b(uintptr_t from, uintptr_t to)
 /* Whether the site's `B` reaches the stub (pd_tramp_prepare checks each site). */
 static int pd_stub_reaches(uintptr_t site, uintptr_t stub) { return pd_a64_b_reaches(site, stub); }
 
+/* The plan's relocated code at `at` (8-aligned: its literals are) + `b resume`, in at
+ * most `room` bytes; returns the length, or -1 if a branch does not reach from there. */
+static int pd_a64_put_code(uint8_t *at, size_t room, const struct pd_plan *plan, uintptr_t bias)
+{
+    if (((uintptr_t)at & 7) || plan->code_len % 4 || plan->code_len + 4u > room)
+        return -1;
+    memcpy(at, plan->code, plan->code_len);
+    for (unsigned i = 0; i < plan->nfixups; i++) {
+        const struct pd_fixup *f = &plan->fixups[i];
+        uintptr_t t = bias + (uintptr_t)f->target;
+        uint32_t w;
+        if (f->kind == PD_FIX_B26) { /* B or BL: the opcode bits stay */
+            if (!pd_a64_b_reaches((uintptr_t)(at + f->at), t))
+                return -1;
+            memcpy(&w, at + f->at, 4);
+            w = (w & ~0x3ffffffu) | (pd_a64_b((uintptr_t)(at + f->at), t) & 0x3ffffffu);
+        } else if (f->kind == PD_FIX_ABS32 || f->kind == PD_FIX_ABS32HI) {
+            w = f->kind == PD_FIX_ABS32HI ? (uint32_t)((uint64_t)t >> 32) : (uint32_t)t;
+        } else {
+            return -1;
+        }
+        memcpy(at + f->at, &w, 4);
+    }
+    uintptr_t back = (uintptr_t)(at + plan->code_len), resume = bias + (uintptr_t)plan->resume;
+    if (!pd_a64_b_reaches(back, resume))
+        return -1;
+    uint32_t b = pd_a64_b(back, resume);
+    memcpy(at + plan->code_len, &b, 4);
+    return (int)plan->code_len + 4;
+}
+
 /* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes, 8-aligned); returns its
  * length, or -1 if the way back does not reach.  pd_tramp_prepare flushes the area. */
 static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
@@ -159,17 +209,65 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     size_t n = (size_t)(pd_a64_stub_end - pd_a64_stub_tmpl);
     size_t branch = (size_t)(pd_a64_stub_branch - pd_a64_stub_tmpl);
     size_t lits = (size_t)(pd_a64_stub_lits - pd_a64_stub_tmpl);
-    uintptr_t resume = bias + (uintptr_t)site->plan.resume;
-    if (n > PD_STUB_SIZE || !pd_a64_b_reaches((uintptr_t)(at + branch), resume))
+    uintptr_t next = bias + (uintptr_t)site->plan.resume; /* a nop: after the site */
+    if (n > PD_STUB_SIZE)
         return -1;
-    pd_a64_sve = (getauxval(AT_HWCAP) & HWCAP_SVE) != 0;
     memcpy(at, pd_a64_stub_tmpl, n);
-    uint32_t b = pd_a64_b((uintptr_t)(at + branch), resume);
+    if (site->plan.tactic == PD_TACTIC_DISPLACE) { /* a function entry: its first instruction */
+        int len = pd_a64_put_code(at + n, PD_STUB_SIZE - n, &site->plan, bias);
+        if (len < 0)
+            return -1;
+        next = (uintptr_t)(at + n);
+        n += (size_t)len;
+    }
+    if (!pd_a64_b_reaches((uintptr_t)(at + branch), next))
+        return -1;
+    uint32_t b = pd_a64_b((uintptr_t)(at + branch), next);
     memcpy(at + branch, &b, 4);
-    uint64_t lit[4] = {bias + site->pc, (uint64_t)(uintptr_t)site, bias,
-                       (uint64_t)(uintptr_t)pd_a64_tramp_common};
+    uint64_t lit[5] = {bias + site->pc, (uint64_t)(uintptr_t)site, bias,
+                       (uint64_t)(uintptr_t)pd_a64_tramp_common,
+                       (uint64_t)(uintptr_t)pd_a64_tramp_entry};
     memcpy(at + lits, lit, sizeof lit);
     return (int)n;
+}
+
+/* A function entry on the BRK path resumes in this copy of its first instruction. */
+static int pd_write_ool(uint8_t *at, const struct pd_site *site, uintptr_t bias)
+{
+    if (!site->plan.code_len)
+        return -1;
+    return pd_a64_put_code(at, PD_OOL_SIZE, &site->plan, bias) < 0 ? -1 : 0;
+}
+
+/* Whether the loader mapped the object's code with PROT_BTI (guarded pages: an
+ * indirect branch must land on a landing pad): its GNU property note asks for BTI
+ * and the CPU has it.  pd_patch's mprotect must keep the flag, or patching a site
+ * would silently drop the object's branch protection for that page. */
+static int pd_a64_guarded(const struct dl_phdr_info *info)
+{
+    if (!(getauxval(AT_HWCAP2) & HWCAP2_BTI))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_GNU_PROPERTY || ph->p_memsz < 16)
+            continue;
+        const uint32_t *n = (const uint32_t *)(info->dlpi_addr + ph->p_vaddr);
+        if (n[0] != 4 || n[2] != NT_GNU_PROPERTY_TYPE_0 || memcmp(&n[3], "GNU", 4) != 0 ||
+            16 + (uint64_t)n[1] > ph->p_memsz)
+            return 0;
+        const uint8_t *d = (const uint8_t *)&n[4], *end = d + n[1];
+        while (d + 8 <= end) { /* pr_type, pr_datasz, data padded to 8 */
+            uint32_t type, size, bits;
+            memcpy(&type, d, 4);
+            memcpy(&size, d + 4, 4);
+            if (type == GNU_PROPERTY_AARCH64_FEATURE_1_AND && size >= 4 && d + 12 <= end) {
+                memcpy(&bits, d + 8, 4);
+                return (bits & GNU_PROPERTY_AARCH64_FEATURE_1_BTI) != 0;
+            }
+            d += 8 + (((uint64_t)size + 7) & ~(uint64_t)7);
+        }
+    }
+    return 0;
 }
 
 static uint32_t pd_a64_patch_insn; /* what pd_a64_write_b stores (constructor time) */
@@ -186,13 +284,6 @@ static int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stu
         return -1;
     pd_a64_patch_insn = pd_a64_b(addr, stub);
     return pd_patch(addr, 4, prot, pd_a64_write_b);
-}
-
-static uintptr_t *pd_ool_prepare(const struct dl_phdr_info *info, uint32_t o)
-{
-    (void)info;
-    (void)o;
-    return NULL; /* function probes are x86 only for now (issue 7) */
 }
 
 #endif
