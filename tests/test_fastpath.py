@@ -10,15 +10,13 @@ FAST handler's MAXACTION error is still reported.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_sdt_h
+from cbuild import PROGS, build_c, have_sdt_h, run_pydyn
 
 TIMEOUT = 120
 FAST = """global n, c, r
@@ -46,9 +44,7 @@ ALLOWED_CALLS = FAST_FNS | M32_HELPERS | {"pd_xmm_call", "abort@plt", "write@plt
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")

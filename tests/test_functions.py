@@ -9,13 +9,11 @@ and exit status unchanged; under trampolines (default) and traps
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, have_m32
+from cbuild import BUILDS, PROGS, Build, build_c, have_m32, run_pydyn
 
 from pydyn.launcher.elf.functions import ENDBR64, get_functions
 
@@ -23,9 +21,7 @@ TIMEOUT = 120
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 def fib_calls(n: int) -> tuple[int, int]:

@@ -8,15 +8,13 @@ run, on m64 and m32, under trampolines (default) and traps where it matters.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_cxx
+from cbuild import PROGS, build_c, have_cxx, run_pydyn
 from elftools.dwarf.callframe import FDE
 
 from pydyn.launcher.elf.ehframe import fde_ranges
@@ -29,9 +27,7 @@ ABI_IDS = ["m64", "m32"]
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 def bare(cmd: list[str]) -> str:
