@@ -14,8 +14,8 @@ take turns in each round, so load drifts hit all of them alike):
 then the cold build alone (-p4) of a 20-probe script, cold and fresh.  `cpu ms` is
 the user + sys time of a run's processes (steadier than wall time on a busy machine).  Every traced
 run's hit count is checked; a tool that cannot run here prints why, never a number.
-pydyn is started as `python -m pydyn` with this interpreter (a pyenv shim in front of
-the `pydyn` script would add its own start).
+pydyn is started as the `pydyn` script beside this interpreter (`make bench` runs
+.venv/bin/python: .venv/bin/pydyn, no shim in front), else as `python -m pydyn`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,10 @@ HERE = Path(__file__).resolve().parent
 HITS = 1000
 SCRIPT = ('global n\nprobe process("{bin}").mark("hit") {{ n++ }}\n'
           'probe end {{ printf("count=%d\\n", n) }}\n# {tag}\n')
-PYDYN = [sys.executable, "-m", "pydyn"]
+# The `pydyn` script of this interpreter's environment, as a user runs it (`make deps`:
+# .venv/bin/pydyn), else `python -m pydyn` (runpy costs ~5 ms more).
+_SCRIPT = Path(sys.executable).with_name("pydyn")
+PYDYN = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "pydyn"]
 
 
 CPU_MS: list[float] = []   # CPU ms (user + sys) of the last timed() run, all its processes

@@ -9,10 +9,8 @@ either loader.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
@@ -22,6 +20,28 @@ from typing import NamedTuple
 from pydyn import shmlayout as shmlayout_package
 from pydyn.launcher.errors import BuildError
 from pydyn.shmlayout import render_c_header
+
+# A warm run hashes little and looks up a couple of commands: the builtin sha256 and a
+# PATH walk spare it hashlib's OpenSSL binding and shutil (bz2, lzma), ~10 ms together.
+try:
+    from _sha256 import sha256  # CPython 3.11
+except ImportError:
+    try:
+        from _sha2 import sha256  # CPython 3.12+
+    except ImportError:
+        from hashlib import sha256
+
+
+def which(name: str) -> str | None:
+    """shutil.which(name) for the default PATH and mode."""
+    if "/" in name:
+        return name if os.access(name, os.X_OK) and not os.path.isdir(name) else None
+    for d in os.get_exec_path():
+        path = os.path.join(d, name)
+        if os.access(path, os.X_OK) and not os.path.isdir(path):
+            return path
+    return None
+
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 SHMLAYOUT_DIR = os.path.dirname(os.path.realpath(shmlayout_package.__file__))
@@ -91,7 +111,7 @@ def source_signature(files: Iterable[tuple[str, str]]) -> bytes:
     reading and hashing the ~0.6 MB of launcher, runtime and layout sources cost ~10 ms
     of every warm run.  Any write changes the ctime, which no tool can set back; a
     touched but unchanged file only costs one rebuild."""
-    h = hashlib.sha256()
+    h = sha256()
     for rel, path in sorted(files):
         st = os.stat(path)
         h.update(f"{rel}\0{st.st_size} {st.st_mtime_ns} {st.st_ctime_ns} {st.st_ino}\n"
@@ -124,7 +144,7 @@ def abi_cc(abi: str) -> str:
 
 def compiler_path(abi: str = "m64") -> str | None:
     """Where `abi`'s compiler (default `$CC`, gcc) is found on PATH; None if it is not."""
-    return shutil.which(abi_cc(abi))
+    return which(abi_cc(abi))
 
 
 def compiler_version(cc: str) -> str:
@@ -197,6 +217,7 @@ def runtime_objects(tc: Toolchain, defines: Sequence[str], store: Path,
         return objs
     if final.exists() and warn is not None:
         warn(f"precompiled runtime {final} is damaged; compiling it again")
+    import shutil
     import tempfile
     store.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = Path(tempfile.mkdtemp(dir=store, prefix=f".{final.name}."))
@@ -231,7 +252,7 @@ def _objects_dir(tc: Toolchain, defines: Sequence[str], store: Path) -> Path:
     st = os.stat(real)
     ident = "\n".join([runtime_digest().hex(), real, f"{st.st_size} {st.st_mtime_ns}",
                        *tc.flags, *COMMON_CFLAGS, *sorted(defines)])
-    return store / f"{tc.abi}-{hashlib.sha256(ident.encode()).hexdigest()[:24]}"
+    return store / f"{tc.abi}-{sha256(ident.encode()).hexdigest()[:24]}"
 
 
 def _stored_toolchain(abi: str, defines: Sequence[str], store: Path | None) -> Toolchain | None:
@@ -248,7 +269,7 @@ def _stored_toolchain(abi: str, defines: Sequence[str], store: Path | None) -> T
 
 
 def _sha256_file(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256(path.read_bytes()).hexdigest()
 
 
 def _objects_sound(directory: Path, objs: Sequence[Path]) -> bool:
@@ -260,6 +281,7 @@ def _objects_sound(directory: Path, objs: Sequence[Path]) -> bool:
 
 
 def _trim_store(store: Path) -> None:
+    import shutil
     sets = sorted((p.stat().st_mtime, p) for p in store.iterdir()
                   if p.is_dir() and not p.name.startswith("."))
     for _, old in sets[:-RUNTIME_STORE_KEEP]:

@@ -36,11 +36,9 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import hashlib
 import json
 import os
 import pwd
-import shutil
 import stat
 import struct
 import sys
@@ -62,7 +60,9 @@ from pydyn.launcher.build import (
     iter_source_files,
     link_lib_dirs,
     runtime_digest,
+    sha256,
     source_signature,
+    which,
 )
 from pydyn.launcher.elf.notes import RawNote, iter_raw_notes
 from pydyn.launcher.errors import PydynError
@@ -85,11 +85,11 @@ def _default_warn(msg: str) -> None:
 
 
 def _sha(data: bytes | str) -> str:
-    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+    return sha256(data.encode() if isinstance(data, str) else data).hexdigest()
 
 
 def _file_sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    return sha256(path.read_bytes()).hexdigest()
 
 
 # -- cheap facts ---------------------------------------------------------------------
@@ -170,7 +170,7 @@ def named_binaries(points: Iterable[str], target_path: str | None) -> list[str]:
     from the current directory, through symlinks): recomputed on every lookup."""
     out: list[str] = []
     for arg in points:
-        found = shutil.which(arg) if "/" not in arg else arg
+        found = which(arg) if "/" not in arg else arg
         out.append(os.path.realpath(found) if found and os.path.exists(found)
                    else f"<missing {arg}>")
     if target_path:
@@ -333,6 +333,11 @@ def _site_json(site: Any, plan: Any) -> dict[str, Any]:
 
 
 # -- files, locks, permissions ---------------------------------------------------------
+
+
+def _rmtree(path: Path) -> None:
+    import shutil  # eviction and cleaning only: a warm run does not load it
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _write_atomic(path: Path, data: bytes | str) -> None:
@@ -720,7 +725,7 @@ class ModuleCache:
                 if exc.errno == errno.ENOENT:
                     return True
                 raise
-            shutil.rmtree(trash, ignore_errors=True)
+            _rmtree(trash)
             return True
         finally:
             lock.release()
@@ -729,11 +734,11 @@ class ModuleCache:
         """--clean-cache: every entry not in use, the index, the compiler memo and the
         precompiled runtime."""
         removed, busy = self.evict(limit=-1)
-        shutil.rmtree(self.root / "index", ignore_errors=True)
-        shutil.rmtree(self.root / RUNTIME_STORE, ignore_errors=True)
+        _rmtree(self.root / "index")
+        _rmtree(self.root / RUNTIME_STORE)
         (self.root / "compilers.json").unlink(missing_ok=True)
         for trash in self.root.glob(".trash.*"):
-            shutil.rmtree(trash, ignore_errors=True)
+            _rmtree(trash)
         return removed, busy
 
 
@@ -757,7 +762,7 @@ def build_private(program: Any, required: set[str], defines: Sequence[str],
     import tempfile
     out = Path(tempfile.mkdtemp(prefix="pydyn-"))
     if not keep:
-        atexit.register(shutil.rmtree, out, True)
+        atexit.register(_rmtree, out)
     return build_modules(program.c_source, program.checksum_hex, out, required, defines)
 
 

@@ -55,11 +55,25 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    # argparse makes a formatter per add_argument, and without a width each imports
+    # shutil (bz2, lzma: ~4 ms of every run) to ask the terminal; only --help needs it.
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, width=_help_width())
+
+
+def _help_width() -> int:
+    if "--help" not in sys.argv and "-h" not in sys.argv:
+        return 78
+    import shutil
+    return shutil.get_terminal_size().columns - 2
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="pydyn",
         description="SystemTap-style dynamic instrumentation for 64-bit and 32-bit processes.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXAMPLES, formatter_class=_HelpFormatter,
     )
     p.add_argument("--version", action=_VersionAction, nargs=0, help="print the version")
     p.add_argument("script", nargs="?", help="script file ('-' for stdin)")
@@ -265,7 +279,7 @@ def run(argv: Sequence[str]) -> int:
                              ".mark(\"*\")'")
         target = None
         if opts.command:
-            from shutil import which
+            from pydyn.launcher.build import which
             cmd0 = split_command(opts.command)[0]
             exe = cmd0 if "/" in cmd0 else which(cmd0)
             target = os.path.realpath(exe) if exe else None
@@ -312,7 +326,7 @@ def run(argv: Sequence[str]) -> int:
         raise PydynError(f"-T {opts.timeout:g}: the timeout must be a positive number of seconds")
     if opts.command:
         argv_cmd = split_command(opts.command)
-        from shutil import which
+        from pydyn.launcher.build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
         if exe and argv_cmd[0] != "/bin/sh":
             target_path = os.path.realpath(exe)

@@ -9,10 +9,11 @@ CDEF (or this cffi cannot load it) the cdef is parsed in line, as before.
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 from typing import Any
+
+from pydyn.launcher.build import sha256
 
 CDEF = """
 struct pd_module_info {
@@ -29,7 +30,7 @@ void pd_launcher_wait(uint32_t timeout_ms);
 void pd_launcher_wake(void);
 void pd_launcher_detach(void);
 """
-CDEF_SHA256 = hashlib.sha256(CDEF.encode()).hexdigest()
+CDEF_SHA256 = sha256(CDEF.encode()).hexdigest()
 GENERATED = Path(__file__).with_name("_pd_launcher_ffi.py")
 
 

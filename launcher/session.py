@@ -11,7 +11,6 @@ from __future__ import annotations
 import mmap
 import os
 import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -23,7 +22,7 @@ from typing import Any, NamedTuple
 
 import posix_ipc
 
-from pydyn.launcher.build import ModuleSet
+from pydyn.launcher.build import ModuleSet, which
 from pydyn.launcher.errors import SessionError, TargetError
 from pydyn.launcher.modffi import launcher_ffi
 from pydyn.launcher.output import LIMIT_ADVICE, OutputSink
@@ -145,12 +144,12 @@ def emulator_prefix(argv: Sequence[str]) -> list[str]:
     """`[qemu-aarch64, -L, SYSROOT]` when argv[0] is an aarch64 program on another host,
     else []: an x86-64 launcher runs an aarch64 -c target under qemu-user."""
     exe = argv[0]
-    path = exe if "/" in exe else shutil.which(exe)
+    path = exe if "/" in exe else which(exe)
     machine = _elf_machine(path) if path else None
     if machine not in QEMU_USER or HOST_MACHINE.get(os.uname().machine) == machine:
         return []
     env_name, default, sysroot = QEMU_USER[machine]
-    qemu = os.environ.get(env_name) or shutil.which(default)
+    qemu = os.environ.get(env_name) or which(default)
     if qemu is None:
         raise TargetError(path or exe, f"is an aarch64 program and {default} is not "
                           "installed (apt-get install qemu-user)")
@@ -160,7 +159,7 @@ def emulator_prefix(argv: Sequence[str]) -> list[str]:
 def check_command_target(argv: Sequence[str]) -> None:
     """Refuse a -c program that cannot take a preloaded module, before starting it."""
     exe = argv[0]
-    path = exe if "/" in exe else shutil.which(exe)
+    path = exe if "/" in exe else which(exe)
     if path is None:
         raise TargetError(exe, "command not found")
     p = Path(path)
