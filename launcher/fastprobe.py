@@ -2,7 +2,8 @@
 registers.
 
 A handler qualifies only if every line of its generated C is one of the shapes below
-(a statement count, an atomic add of a constant to a global, the error check): no
+(a statement count, a counter add of a constant -- pd_counter_add, a plain add to the
+thread's slot or an atomic one -- the error check): no
 call, no local, no string, so gcc compiles it `general-regs-only` (PD_FAST_FN) with
 nothing that can reach libc.  Anything else keeps the ordinary path.
 """
@@ -16,8 +17,7 @@ PD_PROBE_FAST = 2  # pd_probe.locks bit (runtime/pd_runtime.h)
 _C_STR = r'"(?:[^"\\]|\\.)*"'
 _SAFE = re.compile("|".join((
     rf"PD_ACTION\(c, {_C_STR}\);",
-    r"\(void\)__atomic_fetch_add\(\(int64_t \*\)\(c->globals \+ \d+\), "
-    r"\(int64_t\)\(-?(?:\d+|INT64_C\(-?\d+\))\), __ATOMIC_RELAXED\);",
+    r"pd_counter_add\(c, \d+, \d+, \d+, \d+, -?\(int64_t\)\(-?(?:\d+|INT64_C\(-?\d+\))\)\);",
     r"if \(PD_UNLIKELY\(c->error\)\) goto out;",
 )))
 

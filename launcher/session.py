@@ -543,7 +543,7 @@ class Session:
             summary = ", ".join(f"{n} {k}" for k, n in sorted(states.items()))
             self.log(f"pydyn: {len(procs)} process image(s) in the session: {summary}")
             if h.stat_slot_fallbacks:   # runtime/pd_pstat.c: correct, but under a lock
-                self.log(f"pydyn: {h.stat_slot_fallbacks} thread(s) found no free statistic "
-                         "slot and shared the locked one")
+                self.log(f"pydyn: {h.stat_slot_fallbacks} thread(s) found no free per-thread "
+                         "slot (statistics shared the locked one, counters added atomically)")
         return SessionResult(1 if errors or self._detach_failed else 0, errors, skipped,
                              status, procs)

@@ -79,6 +79,7 @@ class GlobalVar:
     written: bool = False
     hist_log: bool = False
     hist_linear: tuple[int, int, int] | None = None
+    counter: int = 0                 # counter-only scalar: its index in a thread's block
 
     @property
     def is_array(self) -> bool:
@@ -259,6 +260,8 @@ class Translator:
         self.changed = False
         self.warnings: list[str] = []
         self.atomic_globals: set[str] = set()
+        self.counter_area = 0     # per-thread counter blocks (runtime/pd_counter.c)
+        self.counter_stride = 0
         self.pstat_globals: set[str] = set()   # scalar statistics with per-thread slots
         self.kstat_globals: set[str] = set()   # keyed ones with per-thread tables (kstat.py)
         self.kstat_layouts: dict[str, kstat.KstatLayout] = {}
@@ -816,7 +819,18 @@ class Translator:
             else:
                 var.size = _type_size(var.type)
             off += (var.size + 63) & ~63
-        return off
+        counters = [n for n in self.globals if n in self.atomic_globals]
+        for i, name in enumerate(counters):
+            self.globals[name].counter = i
+        # one cache line or more a thread: threads adding to their own slot share none
+        self.counter_area, self.counter_stride = off, (len(counters) * 8 + 63) & ~63
+        return off + PSTAT_SLOTS * self.counter_stride
+
+    def counter_read(self, name: str) -> str:
+        """C reading counter-only scalar `name`: its base plus every thread's slot."""
+        var = self.globals[name]
+        return (f"pd_counter_read(c->globals, {var.offset}, "
+                f"{self.counter_area + 8 * var.counter}, {self.counter_stride})")
 
     def _key_size(self, var: GlobalVar) -> int:
         assert var.array is not None
@@ -924,9 +938,7 @@ class Emitter:
         """(C pointer expression, type, may_be_null) of an lvalue."""
         if isinstance(e, ast.Symbol):
             if self.is_global(e.name) and e.name in self.tr.atomic_globals and not create:
-                off = self.tr.globals[e.name].offset
-                return f"(&(int64_t){{__atomic_load_n((int64_t *)(c->globals + {off}), " \
-                       "__ATOMIC_RELAXED)})", LONG, False
+                return f"(&(int64_t){{{self.tr.counter_read(e.name)}}})", LONG, False
             if self.is_global(e.name):
                 var = self.tr.globals[e.name]
                 t = var.type or LONG
@@ -1361,13 +1373,14 @@ class Emitter:
         target = _counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
         if isinstance(s, ast.ExprStatement) and target is not None and \
                 self.is_global(target.name) and target.name in self.tr.atomic_globals:
-            off = self.tr.globals[target.name].offset
+            var = self.tr.globals[target.name]
             e = s.expr
             value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
             op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
-            fn = "__atomic_fetch_add" if op[0] == "+" else "__atomic_fetch_sub"
-            self.line(f"(void){fn}((int64_t *)(c->globals + {off}), (int64_t)({value}), "
-                      "__ATOMIC_RELAXED);")
+            sign = "" if op[0] == "+" else "-"
+            self.line(f"pd_counter_add(c, {var.offset}, {8 * var.counter}, "
+                      f"{self.tr.counter_area}, {self.tr.counter_stride}, "
+                      f"{sign}(int64_t)({value}));")
             self.check()
         elif isinstance(s, ast.ExprStatement):
             self.line(f"(void)({self.expr(s.expr)});")
@@ -1980,8 +1993,10 @@ def _exit_report(tr: Translator) -> list[str]:
             else:
                 fid = tr.report_format_id(parse_format(f"{var.name}=%#x\n"),
                                           ("map", var.name, (), LONG))
+                value = tr.counter_read(var.name) if var.name in tr.atomic_globals \
+                    else f"*(int64_t *){g}"
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
-                             f"pd_rec_i64(c, *(int64_t *){g}); pd_rec_close(c);")
+                             f"pd_rec_i64(c, {value}); pd_rec_close(c);")
             continue
         assert var.array is not None
         keyfmt = ",".join('"%#s"' if k == STRING else "%#d" for k in var.array.keys)

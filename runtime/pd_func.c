@@ -159,7 +159,7 @@ static uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintpt
 
 static __attribute__((noinline, noclone, cold)) int *pd_guard_init(struct pd_thread *t)
 {
-    return t->guard = &pd_in_handler;
+    return t->guard = &pd_in_handler.busy;
 }
 
 /* One FAST probe, as pd_run_fast runs it but with the thread's context. */
@@ -175,7 +175,7 @@ pd_func_fast(struct pd_thread *t, const struct pd_probe *p, uint8_t *globals,
         return;
     }
     struct pd_ctx *c = (struct pd_ctx *)t->fctx;
-    pd_fast_ctx(c, globals, bias);
+    pd_fast_ctx(c, globals, bias, guard);
     c->probe = p; /* for pd_fast_failed: fewer values live across the call */
     c->site = site;
     c->regs = regs;

@@ -66,7 +66,7 @@ static uint32_t pd_narmed;
 static uint8_t *pd_obj_armed;
 static uintptr_t *pd_obj_bias;
 
-__thread int pd_in_handler;          /* reentrancy guard (signal inside a handler) */
+__thread struct pd_fast_tls pd_in_handler; /* reentrancy guard (signal inside a handler) */
 
 static uint64_t pd_now_ns(void)
 {
@@ -428,7 +428,7 @@ static void pd_run_finish(struct pd_ctx *c)
 
 /* The reentrancy guard's address, found once (one TLS descriptor call). */
 #define PD_GUARD(g)                 \
-    int *g = &pd_in_handler;        \
+    int *g = &pd_in_handler.busy;   \
     __asm__("" : "+r"(g))
 
 static void pd_run(const struct pd_probe *p, const struct pd_site *site,
@@ -459,6 +459,7 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->error = 0;
     c->nesting = 0;
     c->where = NULL;
+    c->cslot = ((struct pd_fast_tls *)(void *)guard)->cslot;
     c->outlen = 0;
     c->errmsg[0] = 0;
     pd_rec_open_at = 0;
@@ -514,7 +515,7 @@ static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_sit
     }
     *guard = 1;
     struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
-    pd_fast_ctx(c, globals, bias);
+    pd_fast_ctx(c, globals, bias, guard);
     p->handler(c);
     if (PD_UNLIKELY(c->error))
         pd_xmm_call(pd_run_finish_saved, (uintptr_t)c, (uintptr_t)p, (uintptr_t)site,

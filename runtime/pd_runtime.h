@@ -213,6 +213,7 @@ struct pd_ctx {
     int error;                    /* set: the handler unwinds to its end */
     int nesting;                  /* user function call depth (MAXNESTING) */
     const char *where;            /* the statement running, for error messages */
+    int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
     uint32_t outlen;
     char errmsg[160];
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
@@ -251,7 +252,13 @@ int64_t pd_func_return(struct pd_ctx *c);
 extern uint8_t *pd_seg __attribute__((visibility("hidden")));
 extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
 extern int pd_inert __attribute__((visibility("hidden")));
-extern __thread int pd_in_handler __attribute__((visibility("hidden")));
+/* The thread's FAST-path TLS block, found once per hit: the reentrancy guard and the
+ * counter slot block pointer (pd_counter.c: NULL not claimed yet, 1 none). */
+struct pd_fast_tls {
+    int busy;
+    int64_t *cslot;
+};
+extern __thread struct pd_fast_tls pd_in_handler __attribute__((visibility("hidden")));
 /* The globals area while probes may run, else NULL. */
 static inline PD_FAST_FN uint8_t *pd_fast_globals(void)
 {
@@ -263,8 +270,10 @@ static inline PD_FAST_FN uint8_t *pd_fast_globals(void)
     return seg + hdr->globals_off;
 }
 /* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist). */
-static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias)
+static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,
+                                          const int *guard)
 {
+    c->cslot = ((const struct pd_fast_tls *)(const void *)guard)->cslot; /* busy is first */
     c->bias = bias;
     c->globals = globals;
     c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
@@ -413,6 +422,32 @@ void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_st
 const struct pd_stat *pd_pstat_read(const uint8_t *area);
 int pd_pslot_index(void);
 int pd_slot_lock(struct pd_ctx *c, uint32_t *w);
+
+/* Counter-only scalars (pd_counter.c): a base int64 (initial value, adds of threads
+ * without a slot) and, from `area`, one block of `stride` bytes per statistic slot
+ * 1..PD_PSTAT_SLOTS holding every counter; reads sum base and slots. */
+PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, uint32_t area,
+                                uint32_t stride, int64_t v);
+int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t at, uint32_t stride);
+/* x += v on counter `at` (its byte offset in a block).  x86-64: a plain add to the
+ * thread's own slot (single writer: a load and a store, no lock prefix).  i386 keeps the
+ * atomic add on the base, a 64-bit plain store not being atomic there; aarch64 too. */
+static inline PD_FAST_FN void pd_counter_add(struct pd_ctx *c, uint32_t base, uint32_t at,
+                                             uint32_t area, uint32_t stride, int64_t v)
+{
+#if defined(__x86_64__)
+    int64_t *s = c->cslot;
+    if (PD_LIKELY((uintptr_t)s > 1)) {
+        int64_t *p = (int64_t *)((uint8_t *)s + at);
+        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+    } else {
+        pd_counter_slow(c, base, at, area, stride, v); /* claims; without a slot: atomic */
+    }
+#else
+    (void)at, (void)area, (void)stride;
+    (void)__atomic_fetch_add((int64_t *)(c->globals + base), v, __ATOMIC_RELAXED);
+#endif
+}
 
 /* Keyed statistics with per-thread tables (pd_kstat.c): `s[k] <<< v` takes only its
  * slot's lock; reads merge the slots.  The area is the merged map (agg, rebuilt by

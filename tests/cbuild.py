@@ -100,6 +100,22 @@ def build_c(src: Source | Sequence[Source], out: Source, *, m32: bool = False,
     return out
 
 
+def build_abis(src: Source, out: Source, extra: Sequence[str] = ("-pthread",)
+               ) -> dict[str, Path]:
+    """`src` built as OUT64 and, with an -m32 toolchain, OUT32: {"m64": ..., "m32": ...}."""
+    built = {"m64": build_c(src, f"{out}64", extra=extra)}
+    if have_m32():
+        built["m32"] = build_c(src, f"{out}32", m32=True, extra=extra)
+    return built
+
+
+def abi_binary(built: dict[str, Path], abi: str) -> Path:
+    """build_abis' program for `abi`; skips when it could not be built."""
+    if abi not in built:
+        pytest.skip("no -m32 toolchain (gcc -m32 / gcc-multilib missing)")
+    return built[abi]
+
+
 # The 8-thread programs (test_fastprobe's THREADS_C, rel_target's `threads` mode)
 # fire "hammer" with (thread id, i) for i < per: one script and one check serve them.
 def thread_sums_script(binary: Path, handler_extra: str = "", end_extra: str = "") -> str:

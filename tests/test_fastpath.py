@@ -34,7 +34,7 @@ probe process("{b}").function("vec_fn").return {{ printf("%s\\n", "r") }}
 FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_run_probe", "pd_run_fast", "pd_fire_probe", "pd_session_running",
             "pd_count_skipped", "pd_func_run", "pd_guard_init", "pd_ret_fast",
-            "pd_func_fire_sp"}
+            "pd_func_fire_sp", "pd_counter_slow"}
 # m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) does `n++`, and
 # PIC code calls the get_pc_thunks; both are checked like FAST_FNS.
 M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_thunk.bx",

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import PROGS, abi_binary, build_abis
 
 from pydyn.launcher.translate import PSTAT_SLOTS
 from pydyn.shmlayout.layout import HEADER
@@ -51,12 +51,7 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def binaries(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> dict[str, Path]:
-    tmp = tmp_path_factory.mktemp("pstat")
-    out = {"m64": build_c(PROGS / "pstat_threads.c", tmp / "pstat64", extra=("-pthread",))}
-    if have_m32():
-        out["m32"] = build_c(PROGS / "pstat_threads.c", tmp / "pstat32", m32=True,
-                             extra=("-pthread",))
-    return out
+    return build_abis(PROGS / "pstat_threads.c", tmp_path_factory.mktemp("pstat") / "pstat")
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -74,17 +69,11 @@ def report(stdout: str) -> list[str]:
             and "fallbacks" not in ln]
 
 
-def binary_for(binaries: dict[str, Path], abi: str) -> Path:
-    if abi not in binaries:
-        pytest.skip("no -m32 toolchain (gcc -m32 / gcc-multilib missing)")
-    return binaries[abi]
-
-
 @pytest.mark.parametrize("abi", ["m64", "m32"])
 @pytest.mark.parametrize("nthreads", [8, 70])
 def test_merged_stats_equal_a_single_thread(binaries: dict[str, Path], cache: Path,
                                             abi: str, nthreads: int) -> None:
-    binary = binary_for(binaries, abi)
+    binary = abi_binary(binaries, abi)
     stp = script(binary)
     seq = report(pydyn(cache, "-e", stp, "-c", f"{binary} {nthreads} {PER} seq").stdout)
     vals = [value(t, i) for t in range(nthreads) for i in range(PER)]
@@ -108,7 +97,7 @@ def test_merged_stats_equal_a_single_thread(binaries: dict[str, Path], cache: Pa
 @pytest.mark.parametrize("abi", ["m64", "m32"])
 def test_stats_handler_takes_no_globals_lock(binaries: dict[str, Path], cache: Path,
                                              abi: str) -> None:
-    binary = binary_for(binaries, abi)
+    binary = abi_binary(binaries, abi)
     offs = f'{HEADER.offset("globals_lock")} {HEADER.offset("stat_slot_fallbacks")}'
     nthreads = PSTAT_SLOTS + 2
     stp = script(binary)
@@ -117,7 +106,8 @@ def test_stats_handler_takes_no_globals_lock(binaries: dict[str, Path], cache: P
     assert f"finished under the globals lock: {nthreads} of {nthreads}" in r.stdout
     # the main thread fired no probe, so 64 workers got slots and 2 used the shared one
     assert "slot fallbacks: 2" in r.stdout
-    assert "2 thread(s) found no free statistic slot and shared the locked one" in r.stderr
+    assert "2 thread(s) found no free per-thread slot (statistics shared the locked one" \
+        in r.stderr
     assert f"hits={nthreads * 2000}" in r.stdout
     # the control: a handler that reads a statistic takes the lock, so it waits
     locked = stp.replace("hits++ }", "hits++; if (@count(s) < 0) hits++ }", 1)
