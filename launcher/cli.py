@@ -57,16 +57,22 @@ def version() -> str:
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     # argparse makes a formatter per add_argument, and without a width each imports
-    # shutil (bz2, lzma: ~4 ms of every run) to ask the terminal; only --help needs it.
+    # shutil (bz2, lzma: ~4 ms of every run) to ask the terminal.
     def __init__(self, prog: str) -> None:
         super().__init__(prog, width=_help_width())
 
 
 def _help_width() -> int:
-    if "--help" not in sys.argv and "-h" not in sys.argv:
+    """shutil.get_terminal_size's answer, less argparse's margin of 2."""
+    try:
+        return int(os.environ["COLUMNS"]) - 2
+    except (KeyError, ValueError):
+        pass
+    out = sys.__stdout__
+    try:
+        return os.get_terminal_size(out.fileno()).columns - 2 if out else 78
+    except (ValueError, OSError):   # not a terminal
         return 78
-    import shutil
-    return shutil.get_terminal_size().columns - 2
 
 
 def _parser() -> argparse.ArgumentParser:
