@@ -346,8 +346,7 @@ int64_t pd_target(struct pd_ctx *c)
     return pd_hdr ? pd_hdr->target_pid : 0;
 }
 
-/* Like stap, exit() stops new probe handlers at once (session STOPPING); the
- * launcher then runs `end`. */
+/* exit() stops new probe handlers (session STOPPING); the launcher then runs `end`. */
 static void pd_request_exit(void)
 {
     __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
@@ -358,11 +357,16 @@ static void pd_request_exit(void)
         ;
 }
 
+/* Set by exit() in this thread's handler: the request waits until the handler's
+ * records are in the ring (pd_run_finish), or the launcher could finish its last
+ * drain before they arrive.  stap's exit() does not unwind the handler either. */
+static __thread int pd_exit_pending;
+
 void pd_exit(struct pd_ctx *c)
 {
     if (!pd_hdr)
         return;
-    pd_request_exit();
+    pd_exit_pending = 1;
     pd_rec_open(c, PD_REC_EXIT, 0, 0);
     pd_rec_close(c);
 }
@@ -418,12 +422,16 @@ static void pd_run_finish(struct pd_ctx *c)
         pd_emit_text(c, PD_REC_ERROR, msg);
         uint32_t n = __atomic_add_fetch(&pd_hdr->error_count, 1, __ATOMIC_RELAXED);
         if (n > MAXERRORS) {
-            pd_request_exit();
+            pd_exit_pending = 1;
             pd_rec_open(c, PD_REC_EXIT, 0, 0);
             pd_rec_close(c);
         }
     }
     pd_flush(c);
+    if (pd_exit_pending) {
+        pd_exit_pending = 0;
+        pd_request_exit();
+    }
 }
 
 /* The reentrancy guard's address, found once (one TLS descriptor call). */

@@ -166,6 +166,17 @@ def test_output_is_lossless_when_the_ring_fills(counter: Path, cache: Path) -> N
     assert "WARNING" not in res.stderr
 
 
+def test_output_after_exit_in_the_same_handler_is_kept(counter: Path, cache: Path) -> None:
+    # exit() does not unwind its handler (as in stap): what the handler prints after
+    # it still reaches the output, though the launcher ends the session meanwhile.
+    script = (f'global x\nprobe process("{counter}").mark("tick") {{ printf("before\\n"); '
+              'exit(); for (i = 0; i < 30000000; i++) x++; printf("after %d\\n", x) }')
+    res = pydyn(["-D", "MAXACTION=100000000", "-e", script, "-c", f"{counter} 3"], cache)
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if not ln.startswith("counter:")] \
+        == ["before", "after 30000000"], res.stdout
+
+
 def test_segments_of_dead_sessions_are_removed(cache: Path) -> None:
     # A launcher killed with SIGKILL leaves its segment; the next run removes it.
     dead = subprocess.Popen(["true"])
