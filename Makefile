@@ -16,6 +16,8 @@ DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-
 DEB_PACKAGES += bpftrace uftrace
 # tests/test_func_fast.py counts which runtime functions a probe hit runs.
 DEB_PACKAGES += gdb
+# tests/test_aarch64_unwind.py throws C++ exceptions through aarch64 return probes.
+DEB_PACKAGES += g++-aarch64-linux-gnu
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
 .PHONY: deps deb-deps py-deps examples demo test lint clean bench

@@ -2,10 +2,12 @@
 
 Builds bench/func_bench.c (m64, m32) and times N calls of its bench_fn: bare,
 with an entry probe, and with an entry + return probe pair (each `n++`), under
-trampolines.  The counts are checked against N.  Prints ns per call and
-the cost over bare.  Wall time is noisy on a shared machine, so `--callgrind`
-also counts the instructions per call with valgrind (--smc-check=all: the
-probes patch code), from the difference of two runs (startup cancels out).
+trampolines: the return probe at the patched `ret` ("pair") and through the
+return-address hijack ("hijack", `-D PD_RETURN_HIJACK=1`; launcher/retplan.py).
+The counts are checked against N.  Prints ns per call and the cost over bare.
+Wall time is noisy on a shared machine, so `--callgrind` also counts the
+instructions per call with valgrind (--smc-check=all: the probes patch code),
+from the difference of two runs (startup cancels out).
 """
 
 from __future__ import annotations
@@ -76,13 +78,15 @@ def main() -> int:
                 print(f"{abi}: cannot build (no -m32 toolchain?) - skipped")
                 continue
             cells: dict[str, tuple[float, float | None]] = {}
-            for case in ("bare", "entry", "pair"):
+            for case in ("bare", "entry", "pair", "hijack"):
                 if case == "bare":
                     prefix: list[str] = []
                 else:
                     script = tmp / f"{case}_{abi}.stp"
-                    script.write_text(SCRIPTS[case].format(bin=binary))
-                    prefix = [*pydyn, str(script), "-c"]
+                    script.write_text(SCRIPTS["pair" if case == "hijack" else case]
+                                      .format(bin=binary))
+                    forced = ["-D", "PD_RETURN_HIJACK=1"] if case == "hijack" else []
+                    prefix = [*pydyn, *forced, str(script), "-c"]
 
                 def cmd(n: int, tool: str = "", prefix: list[str] = prefix,
                         binary: Path = binary) -> list[str]:

@@ -147,7 +147,8 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 
 def _check_defines(defines: Sequence[str]) -> list[str]:
     allowed = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
-               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK"}
+               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
+               "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS"}
     out = []
     for d in defines:
         name, _, value = d.partition("=")
@@ -203,8 +204,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              ) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
     from pydyn.launcher.cache import build_private
+    from pydyn.launcher.elf.functions import FunctionSite
     from pydyn.launcher.patchplan import coverage, plan_site
     from pydyn.launcher.resolve import Resolver
+    from pydyn.launcher.retplan import return_plan
     from pydyn.launcher.session import check_command_target
     from pydyn.launcher.translate import translate
 
@@ -226,6 +229,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                 for site in rp.sites:
                     print(site)
                     print(f"    plan: {plan_site(site)}")
+                    if isinstance(site, FunctionSite) and site.is_return:
+                        print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
     program = translate(script, resolution,
@@ -234,7 +239,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         warnings.append(warning)
         print(warning, file=sys.stderr)
     step(3, "translated to C", t0)
-    verbose_lines = [coverage(program.plans)]
+    verbose_lines = [coverage(program.plans),
+                     *(f"returns of {f}: {how}" for f, how in program.return_plans)]
     if verbose:
         for line in verbose_lines:
             print(line, file=sys.stderr)

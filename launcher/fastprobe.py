@@ -15,8 +15,9 @@ import re
 PD_PROBE_FAST = 2  # pd_probe.locks bit (runtime/pd_runtime.h)
 
 _C_STR = r'"(?:[^"\\]|\\.)*"'
+_ACTION = re.compile(rf"PD_ACTION\(c, ({_C_STR})\);")
 _SAFE = re.compile("|".join((
-    rf"PD_ACTION\(c, {_C_STR}\);",
+    _ACTION.pattern,
     r"pd_counter_add\(c, \d+, \d+, \d+, \d+, -?\(int64_t\)\(-?(?:\d+|INT64_C\(-?\d+\))\)\);",
     r"if \(PD_UNLIKELY\(c->error\)\) goto out;",
 )))
@@ -27,6 +28,18 @@ def is_fast(decls: list[str], lines: list[str]) -> bool:
     return not decls and bool(lines) and all(_SAFE.fullmatch(ln.strip()) for ln in lines)
 
 
-def fast_lines(lines: list[str]) -> list[str]:
-    """A FAST handler's body: its statement count defers MAXACTION's pd_error call."""
-    return [ln.replace("PD_ACTION(c, ", "PD_ACTION_FAST(c, ", 1) for ln in lines]
+def fast_lines(pi: int, lines: list[str]) -> tuple[list[str], list[str]]:
+    """A FAST handler's body, and the table of its statements' `where` strings that
+    must precede it (`probe_<pi>_where`, named by its pd_probes row): each statement
+    compares its number with the MAXACTION budget (no loop: the numbers are static)
+    and only a failing one stores its `where`, found through c->probe."""
+    out: list[str] = []
+    wheres: list[str] = []
+    for ln in lines:
+        m = _ACTION.fullmatch(ln.strip())
+        if m:
+            wheres.append(m.group(1))
+            ln = ln[:len(ln) - len(ln.lstrip())] + f"PD_ACTION_FAST(c, {len(wheres)});"
+        out.append(ln)
+    table = [f"static const char *const probe_{pi}_where[] = {{{', '.join(wheres) or 'NULL'}}};"]
+    return out, table

@@ -89,6 +89,9 @@ class PatchPlan:
     # (offset in the window, offset in `code`) of each instruction after the first: where
     # the runtime sends a branch of another stub's relocated code that lands inside
     bounds: tuple[tuple[int, int], ...] = ()
+    # a function exit's site (retplan.py): the bytes of `code` that run before the
+    # handler (the instructions of the window before the exit)
+    pre: int = 0
 
     def __str__(self) -> str:
         size = f" {self.length} bytes" if self.length else ""
@@ -510,7 +513,8 @@ def plan_site(site: ProbeSite) -> PatchPlan:
     return plan_function(site) if site.nop_len == 0 else _plan_site(site)
 
 
-def _plan_site(site: ProbeSite) -> PatchPlan:
+def _plan_site(site: ProbeSite, until: int = 0) -> PatchPlan:
+    """`until`: a link-time address the window must reach (a function exit's, retplan.py)."""
     if site.machine == "aarch64":
         from .patchplan_a64 import plan_site as plan_a64  # imports this module
         return plan_a64(site)
@@ -558,7 +562,7 @@ def _plan_site(site: ProbeSite) -> PatchPlan:
                         raise _Refuse(f"only {length} bytes before control leaves the "
                                       "window and no dead padding within rel8 reach")
                 length += padded
-            if ends or length >= JMP_LEN:
+            if ends or (length >= JMP_LEN and pc + length >= until):
                 break
         else:
             raise _Refuse("ran out of decodable instructions")
@@ -763,5 +767,5 @@ def plan_c(plan: PatchPlan, n: int, c_string: Callable[[str], str]) -> tuple[lis
     init = (f"{{plan_orig_{n}, plan_code_{n}, plan_fix_{n}, {c_string(str(plan))}, "
             f"{plan.resume:#x}, {_TACTIC_C[plan.tactic]}, {plan.length}, {len(plan.code)}, "
             f"{len(plan.fixups)}, plan_redir_{n}, plan_bounds_{n}, {plan.island:#x}, "
-            f"{plan.hop:#x}, {len(plan.redirects)}, {len(plan.bounds)}}}")
+            f"{plan.hop:#x}, {len(plan.redirects)}, {len(plan.bounds)}, {plan.pre}}}")
     return decls, init

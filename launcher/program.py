@@ -56,6 +56,8 @@ class Program:
         # Scalar globals by name: (offset in the globals area, "long" | "string", size),
         # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
         self.scalars = scalars or {}
+        # (function, its return mechanism) for `pydyn -v` (retplan.py; set by translate)
+        self.return_plans: list[tuple[str, str]] = []
 
     @property
     def checksum_hex(self) -> str:

@@ -2,8 +2,8 @@
 
 Create the segment, load the native module into the launcher (cffi), run
 `begin`, start the `-c` command with the modules preloaded, drain output
-while it runs, then run `end`, report what was dropped or failed, and remove
-the segment.
+while it runs, then wait for the handlers still running (bounded), run `end`,
+report what was dropped, failed or still running, and remove the segment.
 """
 
 from __future__ import annotations
@@ -215,6 +215,7 @@ class Session:
         self._drain_error: BaseException | None = None
         self._attached: Any = None   # attach.AttachedProcess under -x
         self._detach_failed = False
+        self._stuck: tuple[int, str] = (0, "")   # handlers still running after the stop
 
     # -- segment -------------------------------------------------------------
     def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
@@ -411,6 +412,7 @@ class Session:
                     child.kill()
                     child.wait()
             self._mark_dead_processes(child)
+            self._quiesce(module)
             if header.error_count:
                 module.lib.pd_launcher_run(PD_PROBE_ERROR)
             module.lib.pd_launcher_run(PD_PROBE_END)
@@ -435,6 +437,17 @@ class Session:
                 mem.close()
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
+
+    def _quiesce(self, module: _Module) -> None:
+        """Before `end`: wait until no handler that saw RUNNING still runs (bounded,
+        runtime/pd_quiesce.c); the ones that do are an error of the exit report."""
+        quiesce = getattr(module.lib, "pd_launcher_quiesce", None)   # pydyn-run: older module
+        if quiesce is None:
+            return
+        msg = module.ffi.new("char[]", 512)
+        n = int(quiesce(msg, len(msg)))
+        if n:
+            self._stuck = (n, module.ffi.string(msg).decode(errors="replace"))
 
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
@@ -509,9 +522,12 @@ class Session:
 
     def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
         h = self.view.header
-        errors = int(h.error_count)
+        stuck, stuck_msg = self._stuck
+        errors = int(h.error_count) + stuck
         skipped = int(h.skipped_count)
         status = child.returncode if child is not None else None
+        if stuck:
+            self.log(f"ERROR: {stuck_msg}")
         if errors or skipped:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
             for kind in sorted(self.sink.error_kinds):

@@ -40,6 +40,7 @@ from pydyn.launcher.guru import (
 from pydyn.launcher.patchplan import PatchPlan, plan_c, plan_function, plan_site
 from pydyn.launcher.program import Format, HistFormat, Program, ReportTag  # noqa: F401
 from pydyn.launcher.resolve import Resolution, ResolvedPoint, format_point
+from pydyn.launcher.retplan import ReturnPlan, plan_returns
 from pydyn.launcher.script import ast
 
 LONG, STRING, STAT = "long", "string", "stat"
@@ -822,15 +823,16 @@ class Translator:
         counters = [n for n in self.globals if n in self.atomic_globals]
         for i, name in enumerate(counters):
             self.globals[name].counter = i
-        # one cache line or more a thread: threads adding to their own slot share none
-        self.counter_area, self.counter_stride = off, (len(counters) * 8 + 63) & ~63
+        # one cache line or more a thread (threads adding to their own slot share none),
+        # starting with the i386 writers' sequence word (runtime/pd_counter.c)
+        self.counter_area, self.counter_stride = off, (8 + len(counters) * 8 + 63) & ~63
         return off + PSTAT_SLOTS * self.counter_stride
 
     def counter_read(self, name: str) -> str:
         """C reading counter-only scalar `name`: its base plus every thread's slot."""
         var = self.globals[name]
-        return (f"pd_counter_read(c->globals, {var.offset}, "
-                f"{self.counter_area + 8 * var.counter}, {self.counter_stride})")
+        return (f"pd_counter_read(c->globals, {var.offset}, {self.counter_area}, "
+                f"{counter_at(var.counter)}, {self.counter_stride})")
 
     def _key_size(self, var: GlobalVar) -> int:
         assert var.array is not None
@@ -1378,7 +1380,7 @@ class Emitter:
             value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
             op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
             sign = "" if op[0] == "+" else "-"
-            self.line(f"pd_counter_add(c, {var.offset}, {8 * var.counter}, "
+            self.line(f"pd_counter_add(c, {var.offset}, {counter_at(var.counter)}, "
                       f"{self.tr.counter_area}, {self.tr.counter_stride}, "
                       f"{sign}(int64_t)({value}));")
             self.check()
@@ -1679,6 +1681,10 @@ def translate(script: ast.Script, resolution: Resolution, *,
         return hidden[(pi, id(rp))]
 
     entry_locks: dict[int, bool] = {}   # probes with @entry: their hidden entry handler
+    fentry_vals: set[tuple[str, int]] = set()   # functions whose returns read @entry
+    freturn_vals: set[tuple[str, int]] = set()  # ... and $return
+    fast_rows: set[int] = set()                 # probe rows of FAST probes
+    return_plans: list[tuple[FunctionSite, ReturnPlan]] = []   # retplan.py, per function
     entries_of = [_entry_values(p, tr.scopes[id(p)]) for p in script.probes]
     if any(entries_of):
         out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
@@ -1697,8 +1703,10 @@ def translate(script: ast.Script, resolution: Resolution, *,
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
             handler, entry_locks[pi] = _entry_handler(tr, pi, scope, entries_of[pi])
             out.extend(handler)
-        body = ["", f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
-                "{", *local_decls, *pop, *(fast_lines(em.lines) if fast else em.lines),
+        lines, where = fast_lines(pi, em.lines) if fast else (em.lines, [])
+        body = ["", *where,
+                f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
+                "{", *local_decls, *pop, *lines,
                 "out:", "    return;", "}"]
         out.extend(body)
         ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
@@ -1716,7 +1724,10 @@ def translate(script: ast.Script, resolution: Resolution, *,
         probe_rows.append(
             f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
             f"{lock_bits[pi]}, probe_{pi}, {_c_string(format_point(rp.point))}, "
-            f"{obj}, {rp.period_ns}}},")
+            f"{obj}, {rp.period_ns}"
+            f"{f', probe_{pi}_where' if lock_bits[pi] & PD_PROBE_FAST else ''}}},")
+        if lock_bits[pi] & PD_PROBE_FAST:
+            fast_rows.add(pidx)
         if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
             needs_wait = True
         if rp.kind == "timer":
@@ -1734,8 +1745,13 @@ def translate(script: ast.Script, resolution: Resolution, *,
             if isinstance(site, FunctionSite):
                 group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
+                if site.is_return and any(
+                        isinstance(n, ast.TargetSymbol) and n.name in ("$return", "$$return")
+                        for n in _iter_nodes(script.probes[pi].body)):
+                    freturn_vals.add((site.path, site.pc))
                 if pi in entry_locks:
                     group[2].append(hidden_entry(pi, rp))
+                    fentry_vals.add((site.path, site.pc))
                 continue
             ai = len(site_rows)
             arg_tables.append(
@@ -1762,12 +1778,42 @@ def translate(script: ast.Script, resolution: Resolution, *,
         plan = plan_function(site)
         plan_decls, plan_init = plan_c(plan, ai, _c_string)
         arg_tables.extend(plan_decls)
+        rplan = None
+        if returns:
+            rplan = plan_returns(site, site.func_addr, site.func_size,
+                                 entry_values=(site.path, site.pc) in fentry_vals,
+                                 return_value=(site.path, site.pc) in freturn_vals,
+                                 forced=(defines or {}).get("PD_RETURN_HIJACK", "0") != "0")
+            return_plans.append((site, rplan))
+        exits = rplan.exits if rplan else ()
+        head = f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
+        # a function with patched exits: this hijack row, then its alternatives (pd_runtime.h)
         site_rows.append(
-            f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
-            f"{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
-            f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}}},")
+            f"{head}{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
+            f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}, "
+            f"{'PD_FX_HIJACK' if exits else 0}}},")
         all_sites.append(site)
         all_plans.append(plan)
+        # a row with one probe is run as a mark's (nentry 0: the FAST mark path, pd_regs
+        # as the stub has them); an exit's probes that read registers need the caller's ip
+        if exits and entries:
+            mark_like = len(entries) == 1
+            site_rows.append(
+                f"{head}{_c_string(site.name)}, {oi}, {entries[0]}, 0, {len(fargs)}, "
+                f"{plan_init}, fprobes_{ai}, {0 if mark_like else len(entries)}, 0, "
+                "PD_FX_ALT},")
+        for ex in exits:
+            ei = len(site_rows)
+            exit_decls, exit_init = plan_c(ex.plan, ei, _c_string)
+            arg_tables.extend(exit_decls)
+            mark_like = len(returns) == 1 and returns[0] in fast_rows
+            site_rows.append(
+                f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
+                f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
+                f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
+                "PD_FX_ALT | PD_FX_EXIT},")
+            all_sites.append(dataclasses.replace(ex.site, is_return=True))
+            all_plans.append(ex.plan)
     # the exit report: globals written but never read are printed after `end`
     report = _exit_report(tr)
     if report:
@@ -1805,11 +1851,13 @@ def translate(script: ast.Script, resolution: Resolution, *,
         f"    {globals_size}, {len(probe_rows)}, {len(site_rows)}, {len(object_rows)}, 0\n"
         "};\n")
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
-    return Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
-                   needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans,
-                   scalars={n: (v.offset, v.type, v.size) for n, v in tr.globals.items()
-                            if v.array is None and v.type in (LONG, STRING)},
-                   report=tr.report)
+    program = Program(source + trailer, digest, tr.formats, frozenset(required), globals_size,
+                      needs_wait, timers, all_sites, warnings=tr.warnings, plans=all_plans,
+                      scalars={n: (v.offset, v.type, v.size) for n, v in tr.globals.items()
+                               if v.array is None and v.type in (LONG, STRING)},
+                      report=tr.report)
+    program.return_plans = [(f"{s.name}@{s.func_addr:#x}", str(r)) for s, r in return_plans]
+    return program
 
 
 def _iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
@@ -1833,6 +1881,11 @@ def _entry_values(probe: ast.Probe, scope: Scope) -> list[ast.Expr]:
     return [n for n in _iter_nodes(probe.body, (ast.Entry, ast.Defined))
             if isinstance(n, ast.Entry) or (returns and isinstance(n, ast.TargetSymbol)
                                             and _is_param_name(n.name))]
+
+
+def counter_at(index: int) -> int:
+    """Where counter `index` is in a thread's block: after the sequence word."""
+    return 8 + 8 * index
 
 
 def _counter_update(e: object) -> ast.Symbol | None:

@@ -76,6 +76,7 @@ PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const c
         return -7;
     }
     pd_xmm_always = 1; /* dlopened: TLS descriptors here may call malloc (pd_runtime.h) */
+    pd_ret_live = 1;   /* threads may be inside probed functions: no exit sites */
     int rc = pd_session_attach(shm);
     if (rc != 0)
         pd_env_leave();

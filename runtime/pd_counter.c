@@ -6,13 +6,22 @@
  * slot in each thread's block of the counter area: PD_PSTAT_SLOTS blocks of `stride`
  * bytes (a cache line or more, so threads do not share a line), block k-1 for the
  * statistic slot k the thread claims from the header's bitmap (pd_pstat.c), shared by
- * every process, m64 and m32 alike.  On x86-64 the owner adds with a plain load and
- * store (pd_counter_add); i386 and aarch64 writers keep the atomic add on the base, so
- * they never claim.  A reader sums the base and every block up to the slots' high-water
- * mark with 64-bit atomic loads, so an m32 reader sees m64 threads' adds.  A slot given
- * back at thread exit and claimed again keeps accumulating: a sum does not care.
+ * every process, m64 and m32 alike.  The owner is the block's only writer, so it adds
+ * with a plain load and store (pd_counter_add).  x86-64 stores the 64-bit value whole.
+ * i386 cannot (general registers only), so a block starts with a sequence word: an add
+ * that changes only the low half is one 32-bit store; one that changes the high half
+ * (a carry every 2^32 `n++`, a negative or wide v) makes the word odd, stores low then
+ * high half and makes it even again (pd_counter_wide; x86 keeps stores in order).  A
+ * reader takes the word, a 64-bit atomic load of the value and the word again, and
+ * retries while it was odd or changed: a value it returns is one the slot held.  aarch64
+ * writers keep the atomic add on the base, so they never claim.  A reader sums the base
+ * and every block up to the slots' high-water mark, so any ABI sees every other's adds.
+ * A slot given back at thread exit and claimed again keeps accumulating: a sum does not
+ * care.
  */
 #include "pd_runtime.h"
+
+#include <sched.h>
 
 /* The block pointer of this thread, or 1 without a slot: claims one (libc, TLS). */
 static uintptr_t pd_counter_claim(uintptr_t globals, uintptr_t area, uintptr_t stride,
@@ -31,7 +40,7 @@ static uintptr_t pd_counter_claim(uintptr_t globals, uintptr_t area, uintptr_t s
 PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, uint32_t area,
                                 uint32_t stride, int64_t v)
 {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
     if (!c->cslot)
         c->cslot = (int64_t *)pd_xmm_call(pd_counter_claim, (uintptr_t)c->globals, area,
                                           stride, 0);
@@ -45,9 +54,44 @@ PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, ui
     (void)__atomic_fetch_add((int64_t *)(c->globals + base), v, __ATOMIC_RELAXED);
 }
 
-/* Base + every slot up to the high-water mark; `at` is the counter's offset from the
- * globals in block 0 (the area plus its offset in a block). */
-int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t at, uint32_t stride)
+/* The owner's add that changes the high half (i386): inside an odd sequence word. */
+PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v)
+{
+    uint32_t *seq = (uint32_t *)blk, *w = (uint32_t *)((uint8_t *)blk + at);
+    uint32_t q = *seq;
+    uint64_t n = ((uint64_t)w[1] << 32 | w[0]) + (uint64_t)v;
+    __atomic_store_n(seq, q + 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&w[0], (uint32_t)n, __ATOMIC_RELAXED);
+    __atomic_store_n(&w[1], (uint32_t)(n >> 32), __ATOMIC_RELAXED);
+    __atomic_store_n(seq, q + 2, __ATOMIC_RELEASE);
+}
+
+/* A writer killed inside pd_counter_wide leaves its word odd: after this many tries the
+ * value is taken as it is (pd_pstat.c's snapshot does the same). */
+#define PD_COUNTER_READ_TRIES 10000
+
+static int64_t pd_counter_slot(const uint8_t *blk, uint32_t at)
+{
+    const uint32_t *seq = (const uint32_t *)blk;
+    for (int tries = 0;; tries++) {
+        uint32_t q = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+        if ((q & 1) && tries < PD_COUNTER_READ_TRIES) {
+            if (tries > 100)
+                sched_yield();
+            continue;
+        }
+        int64_t v = __atomic_load_n((const int64_t *)(blk + at), __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(seq, __ATOMIC_RELAXED) == q || tries >= PD_COUNTER_READ_TRIES)
+            return v;
+    }
+}
+
+/* Base + every slot up to the high-water mark; `at` is the counter's offset in a block
+ * of the area, which starts `area` bytes into the globals. */
+int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t area, uint32_t at,
+                        uint32_t stride)
 {
     struct pd_header *h = pd_segment_header();
     uint32_t hw = h ? __atomic_load_n(&h->stat_slots_hw, __ATOMIC_ACQUIRE) : 0;
@@ -55,7 +99,6 @@ int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t at, uint
         hw = PD_PSTAT_SLOTS + 1;
     uint64_t sum = (uint64_t)__atomic_load_n((const int64_t *)(globals + base), __ATOMIC_RELAXED);
     for (uint32_t k = 1; k < hw; k++)
-        sum += (uint64_t)__atomic_load_n(
-            (const int64_t *)(globals + at + (size_t)(k - 1) * stride), __ATOMIC_RELAXED);
+        sum += (uint64_t)pd_counter_slot(globals + area + (size_t)(k - 1) * stride, at);
     return (int64_t)sum;
 }

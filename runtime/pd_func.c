@@ -19,6 +19,11 @@
  * backtrace) are given the real return addresses first (pd_unwind.c); stack
  * switching (swapcontext) across a pending return is only tolerated when the
  * frame is found on the shadow stack.
+ *
+ * All of that is the hijack.  Where launcher/retplan.py patched the function's exits
+ * instead, each exit is a PD_FX_EXIT row whose "entry" probes are the return probes,
+ * run here (or, one FAST probe, as a mark's) with the registers at the exit; the
+ * entry row then hooks nothing.  pd_ret_choose picks one mechanism per function.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -45,6 +50,9 @@ struct pd_shadow {
     uintptr_t at;                 /* where it was: the stack pointer at entry */
     const struct pd_site *site;
     uintptr_t bias;
+#if defined(__aarch64__)
+    uintptr_t slot; /* while unhooked: where the frame saved x30, | its PAC key (pd_unwind.c) */
+#endif
 };
 
 /* One TLS block: its address is found once per call (one TLS descriptor call). */
@@ -146,8 +154,9 @@ static uintptr_t pd_stack_alloc_saved(uintptr_t t, uintptr_t b, uintptr_t c, uin
 
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
 
-/* A FAST probe's handler failed (MAXACTION): its report needs a whole context. */
-static uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
+/* A FAST probe's handler failed (MAXACTION): its report needs a whole context (also
+ * pd_run_fast's, pd_runtime.c). */
+uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
 {
     (void)b, (void)c, (void)d;
     const struct pd_ctx *h = (const struct pd_ctx *)head;
@@ -180,9 +189,15 @@ pd_func_fast(struct pd_thread *t, const struct pd_probe *p, uint8_t *globals,
     c->site = site;
     c->regs = regs;
     *guard = 1;
+    struct pd_fast_tls *tls = (struct pd_fast_tls *)(void *)guard; /* busy is first */
+    if (!pd_quiesce_enter(tls, PD_BUSY_FAST)) { /* STOPPING came in between */
+        *guard = 0;
+        return;
+    }
     p->handler(c);
     if (PD_UNLIKELY(c->error))
         pd_xmm_call(pd_fast_failed, (uintptr_t)c, 0, 0, 0);
+    pd_quiesce_leave((struct pd_fast_tls *)(void *)t->guard);
     *t->guard = 0;
 }
 
@@ -244,6 +259,9 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
     stk[n].at = at;
     stk[n].site = site;
     stk[n].bias = bias;
+#if defined(__aarch64__)
+    stk[n].slot = 0;
+#endif
     PD_BARRIER();
     *PD_RET_SLOT = (pd_ureg)(uintptr_t)pd_ret_tramp;
 #undef PD_RET_SLOT
@@ -251,6 +269,10 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
 
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
+    if (PD_UNLIKELY(!(site->nentry + site->nreturn))) { /* a one-probe row (PD_FX_ALT), trapped */
+        pd_run_probe(&pd_probes[site->probe], site, regs, bias);
+        return;
+    }
     PD_THR(t);
     uint8_t *globals = pd_fast_globals();
     if (PD_UNLIKELY(!globals)) /* a session not running (yet, or any more) */
@@ -263,6 +285,13 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
             pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
         pd_func_fast(t, p, globals, site, regs, bias);
         return;
+    }
+    struct pd_regs at_ret;
+    if (site->fx & PD_FX_EXIT) { /* as pd_ret_handler shows a return: ip in the caller */
+        at_ret = *regs;
+        at_ret.r[PD_DWARF_IP] = *(const pd_ureg *)(uintptr_t)regs->r[PD_DWARF_SP];
+        at_ret.r[PD_DWARF_SP] += sizeof(pd_ureg);
+        regs = &at_ret;
     }
     /* probes that may read the frame (ubacktrace, registers) see it unhooked */
     pd_func_run(t, globals, site, site->fprobes, site->nentry, regs, bias);
@@ -301,7 +330,6 @@ const struct pd_probe *pd_func_fast_probe(const struct pd_site *site)
  * so before it walks this thread's stack every live hooked frame gets its original
  * return address back; frames already below `cfa` (the interposed function's
  * caller's stack pointer) are dead: dropped and counted as skipped. */
-#if defined(__x86_64__) || defined(__i386__)
 static void pd_shadow_drop_dead(struct pd_thread *t, uintptr_t cfa)
 {
     while (t->n > 0 && t->stk[t->n - 1].at < cfa &&
@@ -311,6 +339,9 @@ static void pd_shadow_drop_dead(struct pd_thread *t, uintptr_t cfa)
     }
 }
 
+#if defined(__aarch64__)
+#include "arch/aarch64/unhook.h" /* pd_shadow_unhook, pd_shadow_rehook */
+#else
 void pd_shadow_unhook(uintptr_t cfa)
 {
     PD_THR(t);
@@ -334,6 +365,9 @@ void pd_shadow_rehook(uintptr_t cfa)
             *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
     }
 }
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
 
 /* At the detach of a -x process, every other thread stopped: each thread's hooked
  * frames get their real return addresses, so an exception or backtrace through one
@@ -358,6 +392,30 @@ uint32_t pd_shadow_unhook_all(void) { return 0; }
 #endif
 
 uintptr_t pd_ret_tramp_addr(void) { return (uintptr_t)pd_ret_tramp; }
+
+int pd_ret_live;
+
+/* Which rows of object o's functions are armed (struct pd_site's PD_FX_*): a function's
+ * exits (PD_FX_ALT rows) when each has a stub, else -- and always under -x, where a
+ * thread may be inside the function already, its return would fire without an entry
+ * -- the hijack row.  The rows not chosen get off[s] = 1 and no stub. */
+void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off)
+{
+    for (uint32_t h = 0; h < pd_module.nsites; h++) {
+        if (pd_sites[h].object != o || !(pd_sites[h].fx & PD_FX_HIJACK))
+            continue;
+        uint32_t end = h + 1;
+        int exits = !pd_ret_live && stubs;
+        for (; end < pd_module.nsites && (pd_sites[end].fx & PD_FX_ALT); end++)
+            if ((pd_sites[end].fx & PD_FX_EXIT) && !(stubs && stubs[end]))
+                exits = 0;
+        for (uint32_t s = h; s < end; s++) {
+            off[s] = (s == h) == exits;
+            if (off[s] && stubs)
+                stubs[s] = 0;
+        }
+    }
+}
 
 /* For a backtrace walking through a hooked frame whose return slot is `at`. */
 uintptr_t pd_shadow_ret(uintptr_t at)
@@ -568,6 +626,43 @@ __asm__(".text\n"
  * came here and took the caller's return stack entry), as would every return after
  * it in the caller.  [rsp-8] is safe to read: signals skip the red zone. */
 #define PD_X64_RET_JMP(n) "  lea " #n "(%rsp),%rsp\n  jmp *-8(%rsp)\n"
+/* The return probes' C runs on the thread's private stack (pd_pstack.c), as a stub's
+ * does; the registers stay saved on the target's (the ~100-250 bytes below the slot).
+ * Flags are dead at a return; rax and rcx are saved already.  Claimed (TOP = 0) right
+ * after it is read, as the stubs do; leaves TOP's value and offset at 8(%rsp) and
+ * (%rsp), 16-aligned (0 at 8(%rsp): no private stack, aligned in place). */
+#ifndef PD_PRIVATE_STACK
+#define PD_PRIVATE_STACK 1 /* -D PD_PRIVATE_STACK=0: on the target's stack, as stubs then */
+#endif
+#if PD_PRIVATE_STACK
+#define PD_X64_PSTACK_ON "  cmpl $0,pd_ps_enabled(%rip)\n"
+#else
+#define PD_X64_PSTACK_ON "  cmp %rsp,%rsp\n" /* ZF: never */
+#endif
+#define PD_X64_TO_PSTACK \
+    PD_X64_PSTACK_ON \
+    "  je 7f\n" \
+    "  movslq pd_ps_top_off(%rip),%rax\n" \
+    "  mov %fs:(%rax),%rcx\n" \
+    "  jrcxz 7f\n" \
+    "  movq $0,%fs:(%rax)\n" \
+    "  lea -16(%rcx),%rsp\n" \
+    "  mov %rcx,8(%rsp)\n" \
+    "  mov %rax,(%rsp)\n" \
+    "  jmp 8f\n" \
+    "7:\n" \
+    "  and $-16,%rsp\n" \
+    "  sub $16,%rsp\n" \
+    "  movq $0,8(%rsp)\n" \
+    "8:\n"
+/* ... and gives it back: rcx and rdx are reloaded from the frame later; no flag is
+ * touched (the fast path's ZF). */
+#define PD_X64_FROM_PSTACK \
+    "  mov 8(%rsp),%rcx\n" \
+    "  jrcxz 9f\n" \
+    "  mov (%rsp),%rdx\n" \
+    "  mov %rcx,%fs:(%rdx)\n" \
+    "9:\n"
 /* pd_ret_handler is general-regs-only: pd_ret_tramp saves the vector registers only
  * for pd_xmm_always. */
 __asm__(".text\n"
@@ -583,9 +678,10 @@ __asm__(".text\n"
         "  push %rax\n  push %rdx\n  push %rcx\n  push %rsi\n  push %rdi\n"
         "  push %r8\n  push %r9\n  push %r10\n  push %r11\n  push %rbx\n"
         "  mov %rsp,%rbx\n"
-        "  and $-16,%rsp\n"
+        PD_X64_TO_PSTACK
         "  lea 80(%rbx),%rdi\n"      /* the slot */
         "  call pd_ret_fast\n"
+        PD_X64_FROM_PSTACK
         "  test %rax,%rax\n"
         "  jz 4f\n"
         "  mov %rax,80(%rbx)\n"
@@ -604,7 +700,7 @@ __asm__(".text\n"
         "  push %rbp\n  push %rdi\n  push %rsi\n  push %rbx\n"
         "  push %rcx\n  push %rdx\n  push %rax\n"
         "  mov %rsp,%rbx\n"
-        "  and $-16,%rsp\n"
+        PD_X64_TO_PSTACK
         "  sub $256,%rsp\n"
         "  cmpl $0,pd_xmm_always(%rip)\n"
         "  je 1f\n"
@@ -618,6 +714,8 @@ __asm__(".text\n"
         "  je 2f\n"
         PD_X64_LOAD_XMM
         "2:\n"
+        "  add $256,%rsp\n"
+        PD_X64_FROM_PSTACK
         "  mov %rbx,%rsp\n"
         "  pop %rax\n  pop %rdx\n  pop %rcx\n  pop %rbx\n"
         "  pop %rsi\n  pop %rdi\n  pop %rbp\n"

@@ -46,6 +46,7 @@ static void pd_pslot_release(void *v)
     /* a probe later in this thread's exit must not write the slot a new thread may own */
     pd_pslot_mine = -1;
     pd_in_handler.cslot = (int64_t *)1;
+    pd_in_handler.inflight = (uint32_t *)1; /* pd_quiesce.c: the header's count */
     if (h && k > 0)
         __atomic_fetch_and(&h->stat_slots, ~((uint64_t)1 << (k - 1)), __ATOMIC_RELEASE);
 }
@@ -56,6 +57,7 @@ static void pd_pslot_atfork_child(void)
 {
     pd_pslot_mine = 0;
     pd_in_handler.cslot = NULL; /* pd_counter.c: the parent thread's block */
+    pd_in_handler.inflight = NULL; /* pd_quiesce.c: and its busy word */
     if (__atomic_load_n(&pd_pslot_key_state, __ATOMIC_ACQUIRE) == 2)
         pthread_setspecific(pd_pslot_key, NULL);
 }

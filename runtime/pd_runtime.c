@@ -64,9 +64,32 @@ static uint32_t pd_narmed;
 #define PD_ARMED_DEAD ((uintptr_t)1)
 /* Per pd_objects entry: armed in this process, and at which load bias. */
 static uint8_t *pd_obj_armed;
+static uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never armed */
+static uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p); /* pd_tramp.h */
 static uintptr_t *pd_obj_bias;
 
 __thread struct pd_fast_tls pd_in_handler; /* reentrancy guard (signal inside a handler) */
+
+static const uint32_t pd_no_session; /* 0: not PD_SESSION_RUNNING */
+struct pd_fast_env pd_fenv = {&pd_no_session, NULL, 0, 0, NULL, 0};
+
+/* The FAST path's view of the session (pd_fast_globals): on once mapped and checked
+ * (the launcher writes maxaction before any process joins), off before the segment goes. */
+static void pd_fast_env_set(int on)
+{
+    if (!on) {
+        __atomic_store_n(&pd_fenv.state, &pd_no_session, __ATOMIC_RELEASE);
+        return;
+    }
+    pd_fenv.globals = pd_seg + pd_hdr->globals_off;
+    pd_fenv.maxaction = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    pd_fenv.skipped = &pd_hdr->skipped_count;
+    /* static TLS (preloaded, not the launcher's or -x's dlopen): one offset for every thread */
+    pd_fenv.tls_off = pd_is_launcher || pd_xmm_always
+        ? 0 : (intptr_t)((uintptr_t)&pd_in_handler - pd_thread_pointer());
+    __atomic_store_n(&pd_fenv.epoch, pd_fenv.epoch + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&pd_fenv.state, &pd_hdr->session_state, __ATOMIC_RELEASE);
+}
 
 static uint64_t pd_now_ns(void)
 {
@@ -455,6 +478,14 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
         return;
     }
     *guard = 1;
+    /* in flight until its records are in the ring (pd_quiesce.h); the launcher's own
+     * begin/end/error probes: nobody waits for them */
+    struct pd_fast_tls *tls = (struct pd_fast_tls *)(void *)guard; /* busy is first */
+    int inside = !(launcher_probe && pd_is_launcher);
+    if (inside && !pd_quiesce_enter(tls, PD_BUSY_PROBE + (uint32_t)(p - pd_probes))) {
+        *guard = 0;
+        return;
+    }
     int saved_errno = errno;
 
     struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
@@ -476,6 +507,8 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
         int rc = pd_lock(&pd_hdr->globals_lock);
         if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
             __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            if (inside)
+                pd_quiesce_leave(tls);
             errno = saved_errno;
             *guard = 0;
             return;
@@ -487,6 +520,8 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     if (p->locks & PD_PROBE_LOCKS)
         pd_unlock(&pd_hdr->globals_lock);
     pd_run_finish(c);
+    if (inside)
+        pd_quiesce_leave(tls);
     errno = saved_errno;
     *guard = 0;
 }
@@ -508,27 +543,71 @@ uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr
     return 0;
 }
 
+__attribute__((noinline, cold)) PD_FAST_FN struct pd_fast_tls *pd_fast_tls_dynamic(void)
+{
+    return &pd_in_handler;
+}
+
+#if defined(__i386__)
+#define PD_FAST_MARK_CC __attribute__((regparm(2))) /* probe in eax, env in edx */
+#else
+#define PD_FAST_MARK_CC
+#endif
+
+/* A FAST handler failed: its report, with the vector registers saved (given the TLS
+ * block, not the context: the caller keeps one register fewer). */
+static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_fast_tls *t)
+{
+    struct pd_ctx *c = (struct pd_ctx *)(void *)t->ctx;
+    pd_xmm_call(pd_fast_failed, (uintptr_t)c, 0, 0, 0);
+    c->error = 0;
+}
+
 /* pd_run for a FAST probe (issue 6): no lock, no errno (nothing here calls libc), no
- * vector register; only an error leaves through pd_xmm_call. */
+ * vector register, no stack frame for a context: the one in pd_in_handler, whose
+ * cslot, globals and actions (the session's, set on the thread's first hit) stay set
+ * between hits.  Those and probe are all a FAST handler and its error report read
+ * (site, regs and bias stay NULL: fastprobe.py's whitelist has no context built-in).
+ * A FAST mark's stub calls this with the probe and &pd_fenv as immediates; only an
+ * error leaves through pd_xmm_call.  noipa: gcc would split off the state check, a
+ * jump more. */
+static __attribute__((noipa)) PD_FAST_FN PD_FAST_MARK_CC void
+pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
+{
+    if (__atomic_load_n(env->state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+        return;
+    struct pd_fast_tls *t = pd_fast_tls_of(env);
+    if (t->busy) { /* a signal handler's probe inside a handler: as pd_run does */
+        __atomic_add_fetch(env->skipped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    t->busy = 1;
+    struct pd_ctx *c = (struct pd_ctx *)(void *)t->ctx;
+    c->probe = p;
+    uint32_t epoch = __atomic_load_n(&env->epoch, __ATOMIC_ACQUIRE);
+    if (PD_UNLIKELY(t->epoch != epoch)) { /* the thread's first hit since it joined */
+        c->globals = env->globals;
+        c->actions = env->maxaction;
+        t->epoch = epoch;
+    }
+    if (!pd_quiesce_enter_on(t, PD_BUSY_FAST, env->state)) { /* STOPPING came in between */
+        t->busy = 0;
+        return;
+    }
+    /* the probe from c: nothing but t stays in a (callee-saved, pushed) register */
+    __asm__ volatile("" ::: "memory");
+    c->probe->handler(c);
+    if (PD_UNLIKELY(((struct pd_ctx *)(void *)t->ctx)->error))
+        pd_fast_error(t);
+    pd_quiesce_leave(t);
+    t->busy = 0;
+}
+
 static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_site *site,
                                    const struct pd_regs *regs, uintptr_t bias)
 {
-    uint8_t *globals = pd_fast_globals();
-    if (!globals)
-        return;
-    PD_GUARD(guard);
-    if (*guard) {
-        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
-        return;
-    }
-    *guard = 1;
-    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
-    pd_fast_ctx(c, globals, bias, guard);
-    p->handler(c);
-    if (PD_UNLIKELY(c->error))
-        pd_xmm_call(pd_run_finish_saved, (uintptr_t)c, (uintptr_t)p, (uintptr_t)site,
-                    (uintptr_t)regs);
-    *guard = 0;
+    (void)site, (void)regs, (void)bias;
+    pd_fast_mark(p, &pd_fenv);
 }
 
 static uintptr_t pd_run_saved(uintptr_t p, uintptr_t site, uintptr_t regs, uintptr_t bias)
@@ -633,7 +712,7 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     }
     if (a->stub) {
         /* The transient int3 of a jump being installed: the stub runs the probe. */
-        pd_uc_set_ip(uc, a->stub);
+        pd_uc_set_ip(uc, pd_stub_start(a->stub, &a->site->plan));
         return;
     }
     struct pd_regs regs;
@@ -779,11 +858,24 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
         pd_obj_armed[o] = 1;
         pd_obj_bias[o] = (uintptr_t)info->dlpi_addr;
         uintptr_t *stubs = pd_tramp_prepare(info, o);
+        if (!stubs) /* traps only: every function keeps the return-address hijack */
+            pd_ret_choose(o, NULL, pd_site_off);
         uintptr_t *ool = pd_ool_prepare(info, o); /* function entries (issue 7) */
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
             const struct pd_site *site = &pd_sites[s];
-            if (site->object != o)
+            if (site->object != o || pd_site_off[s])
                 continue;
+            if ((site->fx & PD_FX_EXIT) && !(stubs && stubs[s])) {
+                /* its stub was refused after the choice (a branch into its window): a trap
+                 * there would run the handler before the exit's own instructions */
+                pd_warn("%s: function %s: the exit at window 0x%lx could not be linked; its "
+                        "returns are not probed", pd_objects[o].path, site->name,
+                        (unsigned long)site->pc);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
             uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
             int prot = pd_segment_prot(info, (uintptr_t)site->pc);
             if (site->nop_len == 0) { /* a function entry: the plan's bytes, and a way to run them */
@@ -818,8 +910,23 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             struct pd_armed *a = pd_armed_insert(&e);
             if (!a)
                 continue;
-            if (a->stub && pd_install_jump(addr, site->plan.len, prot, a->stub) != 0)
-                a->stub = 0;
+            /* a short window jumps to its island (the stub's entry word) */
+            if (a->stub && pd_install_jump(addr, site->plan.len, prot, site->plan.len < 5 ? a->stub
+                                           : pd_stub_start(a->stub, &site->plan)) != 0) {
+                /* an exit's handler must run after the window's first instructions: its
+                 * int3 keeps sending threads to the stub (pd_sigtrap), never traps itself */
+                if (!(site->fx & PD_FX_EXIT))
+                    a->stub = 0;
+                else if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0)
+                    a->stub = 0; /* nothing written: the exit is not armed below */
+            }
+            if (!a->stub && (site->fx & PD_FX_EXIT)) {
+                pd_armed_remove(a);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
             if (!a->stub && pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
                 pd_armed_remove(a);
                 if (pd_self)
@@ -847,8 +954,9 @@ static void pd_arm_all(void)
         cap *= 2;
     pd_obj_armed = calloc(pd_module.nobjects + 1, 1);
     pd_obj_bias = calloc(pd_module.nobjects + 1, sizeof *pd_obj_bias);
+    pd_site_off = calloc(pd_module.nsites, 1);
     struct pd_armed *table = calloc(cap, sizeof *table);
-    if (!table || !pd_obj_armed || !pd_obj_bias)
+    if (!table || !pd_obj_armed || !pd_obj_bias || !pd_site_off)
         return;
     if (pd_install_trap_handler() != 0) {
         pd_warn("cannot install the SIGTRAP handler: %s", strerror(errno));
@@ -959,6 +1067,7 @@ static int pd_map_segment(const char *name)
 
 static void pd_unmap(void)
 {
+    pd_fast_env_set(0);
     if (pd_seg)
         munmap(pd_seg, pd_seg_size);
     pd_seg = NULL;
@@ -1090,8 +1199,10 @@ int pd_session_attach(const char *name)
     /* a later -x session reloading the same module file (dlopen returns the loaded
      * one) finds it inert; the zero pages of the last segment stay mapped */
     __atomic_store_n(&pd_inert, 0, __ATOMIC_RELEASE);
+    pd_fast_env_set(1);
     pd_lock_setup();
     pd_pstat_setup();
+    pd_quiesce_attach();
     pd_follow_init();
     pd_altstack_init();
     pd_self = pd_register(PD_PROC_ALIVE);
@@ -1172,6 +1283,7 @@ uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
 void pd_go_inert(void)
 {
     __atomic_store_n(&pd_inert, 1, __ATOMIC_RELEASE);
+    pd_fast_env_set(0);
     if (pd_seg)
         mmap(pd_seg, pd_seg_size, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
@@ -1199,6 +1311,8 @@ PD_EXPORT int pd_launcher_attach(const char *name)
     int rc = pd_map_segment(name);
     if (rc != PD_ATTACH_OK)
         pd_unmap();
+    else
+        pd_fast_env_set(1);
     return rc;
 }
 

@@ -122,6 +122,9 @@ struct pd_probe {
     const char *pp;      /* the probe point as the script wrote it */
     int32_t object;      /* PROCESS_BEGIN/END: pd_objects index, -1 for any process */
     uint32_t period_ns;  /* TIMER */
+    /* FAST: statement n's `where`, for its MAXACTION error (PD_ACTION_FAST): read
+     * through c->probe, so a handler needs no i386 PIC register to name it */
+    const char *const *where;
 };
 
 struct pd_object {
@@ -167,6 +170,7 @@ struct pd_plan {
     uint64_t island, hop;           /* len < 5: `jmp rel8` at pc to hop or island */
     uint8_t nredirects;
     uint8_t nbounds;
+    uint8_t pre;                    /* a function exit: code bytes run before the handler */
 };
 
 struct pd_site {
@@ -183,7 +187,16 @@ struct pd_site {
     const uint32_t *fprobes; /* function sites: nentry entry then nreturn return probes */
     uint16_t nentry;
     uint16_t nreturn;
+    uint8_t fx;          /* PD_FX_*: how a function's return probes are reached */
 };
+
+/* A function whose exits are patched (launcher/retplan.py) has a PD_FX_HIJACK row (the
+ * entry with nreturn return probes, as without exits) followed by PD_FX_ALT rows: the
+ * entry without return probes (if it has entry probes) and one PD_FX_EXIT row per exit,
+ * whose nentry "entry" probes are the return probes, run with the registers at the
+ * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
+ * when an exit's stub cannot be written. */
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4 };
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -252,34 +265,89 @@ int64_t pd_func_return(struct pd_ctx *c);
 extern uint8_t *pd_seg __attribute__((visibility("hidden")));
 extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
 extern int pd_inert __attribute__((visibility("hidden")));
-/* The thread's FAST-path TLS block, found once per hit: the reentrancy guard and the
- * counter slot block pointer (pd_counter.c: NULL not claimed yet, 1 none). */
+/* The thread's FAST-path TLS block, found once per hit: the reentrancy guard, and the
+ * context of a FAST mark probe (pd_fast_mark): only the fields before errmsg, all a FAST
+ * handler touches (launcher/fastprobe.py's whitelist), kept between hits.  Its cslot is
+ * the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
+ * reachable as `cslot`; its error is 0 between hits (the error path clears it). */
 struct pd_fast_tls {
     int busy;
-    int64_t *cslot;
+    union {
+        _Alignas(16) unsigned char ctx[offsetof(struct pd_ctx, errmsg)];
+        struct {
+            unsigned char cslot_at_[offsetof(struct pd_ctx, cslot)];
+            int64_t *cslot;
+        };
+    };
+    uint32_t *inflight; /* pd_quiesce.h: the thread's busy word in the segment (NULL, 1: none) */
+    uint32_t epoch;     /* pd_fenv.epoch when ctx's globals and actions were set */
 };
+_Static_assert(offsetof(struct pd_fast_tls, cslot) ==
+               offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
+               "pd_fast_tls.cslot is its context's");
 extern __thread struct pd_fast_tls pd_in_handler __attribute__((visibility("hidden")));
+#include "pd_quiesce.h"
+/* What the FAST path reads, set when the process joins the session (pd_runtime.c):
+ * state: the segment's session_state, or a word of 0 before that and once inert (one
+ * load says whether probes may run); tls_off: pd_in_handler's offset from the thread
+ * pointer when this module's TLS is static (preloaded), 0 when it may be dynamic (-x);
+ * skipped: the header's skipped_count; epoch: see pd_fast_tls.  A FAST mark stub passes
+ * its address, so the i386 path needs no PIC register. */
+struct pd_fast_env {
+    const uint32_t *state;
+    uint8_t *globals;
+    int64_t maxaction;
+    intptr_t tls_off;
+    uint32_t *skipped;
+    uint32_t epoch; /* bumped at every join: a context from before takes the new values */
+};
+extern struct pd_fast_env pd_fenv __attribute__((visibility("hidden")));
 /* The globals area while probes may run, else NULL. */
 static inline PD_FAST_FN uint8_t *pd_fast_globals(void)
 {
-    uint8_t *seg = pd_seg; /* set before any site is armed; inert keeps the mapping */
-    struct pd_header *hdr = pd_hdr;
-    if (!seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE) ||
-        __atomic_load_n(&hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+    if (__atomic_load_n(pd_fenv.state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
         return NULL;
-    return seg + hdr->globals_off;
+    return pd_fenv.globals;
 }
-/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist). */
+#define PD_HIDDEN __attribute__((visibility("hidden")))
+/* &pd_in_handler through the TLS descriptor, out of line (i386: it needs the GOT
+ * register, the hot path does not); may allocate: the -x stubs saved the vector
+ * registers. */
+PD_HIDDEN PD_FAST_FN struct pd_fast_tls *pd_fast_tls_dynamic(void);
+/* This thread's pd_in_handler: the thread pointer plus a constant where the TLS is
+ * static, else pd_fast_tls_dynamic. */
+static inline PD_FAST_FN struct pd_fast_tls *pd_fast_tls_of(const struct pd_fast_env *env)
+{
+    intptr_t off = env->tls_off;
+    if (PD_LIKELY(off != 0)) {
+        uintptr_t tp; /* pd_thread_pointer, which gcc does not inline here (other target) */
+#if defined(__x86_64__)
+        __asm__("mov %%fs:0, %0" : "=r"(tp));
+#elif defined(__i386__)
+        __asm__("mov %%gs:0, %0" : "=r"(tp));
+#else
+        tp = pd_thread_pointer();
+#endif
+        return (struct pd_fast_tls *)(tp + (uintptr_t)off);
+    }
+    return pd_fast_tls_dynamic();
+}
+static inline PD_FAST_FN struct pd_fast_tls *pd_fast_tls(void) { return pd_fast_tls_of(&pd_fenv); }
+/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist), for a
+ * context outside pd_in_handler (pd_func.c's). */
 static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,
                                           const int *guard)
 {
     c->cslot = ((const struct pd_fast_tls *)(const void *)guard)->cslot; /* busy is first */
     c->bias = bias;
     c->globals = globals;
-    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->actions = pd_fenv.maxaction;
     c->error = 0;
     c->where = NULL;
 }
+/* A FAST probe's handler failed (MAXACTION): its report, from a context head (pd_func.c),
+ * called as pd_xmm_call(pd_fast_failed, head, 0, 0, 0). */
+PD_HIDDEN uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d);
 /* After a FAST handler set c->error: the rest of c and the error report, called as
  * pd_xmm_call(pd_run_finish_saved, c, probe, site, regs). */
 uintptr_t pd_run_finish_saved(uintptr_t c, uintptr_t p, uintptr_t site, uintptr_t regs);
@@ -287,6 +355,8 @@ uintptr_t pd_run_finish_saved(uintptr_t c, uintptr_t p, uintptr_t site, uintptr_
 void pd_shadow_unhook(uintptr_t cfa);
 void pd_shadow_rehook(uintptr_t cfa);
 uint32_t pd_shadow_unhook_all(void); /* every thread's, at a -x detach */
+extern int pd_ret_live; /* attached by -x: return probes keep the hijack (pd_ret_choose) */
+void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off);
 /* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
@@ -319,7 +389,8 @@ struct pd_cfarow {
     uint64_t pc;
     int32_t cfa_off;
     uint8_t kind;
-    int8_t fp_off;
+    int16_t fp_off; /* where the caller's fp was saved, from the CFA; 0: not saved */
+    int16_t ra_off; /* aarch64: where x30 was saved, from the CFA; 0: still in x30 */
 };
 struct pd_unwind {
     const struct pd_usym *syms;
@@ -425,21 +496,37 @@ int pd_slot_lock(struct pd_ctx *c, uint32_t *w);
 
 /* Counter-only scalars (pd_counter.c): a base int64 (initial value, adds of threads
  * without a slot) and, from `area`, one block of `stride` bytes per statistic slot
- * 1..PD_PSTAT_SLOTS holding every counter; reads sum base and slots. */
-PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, uint32_t area,
-                                uint32_t stride, int64_t v);
-int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t at, uint32_t stride);
-/* x += v on counter `at` (its byte offset in a block).  x86-64: a plain add to the
- * thread's own slot (single writer: a load and a store, no lock prefix).  i386 keeps the
- * atomic add on the base, a 64-bit plain store not being atomic there; aarch64 too. */
+ * 1..PD_PSTAT_SLOTS: a u32 sequence word (odd while an i386 owner writes both halves of
+ * a value; 8 bytes with its padding), then every counter; reads sum base and slots. */
+/* hidden: an i386 handler calling them sets up no GOT register (no PLT) */
+PD_HIDDEN PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at,
+                                          uint32_t area, uint32_t stride, int64_t v);
+PD_HIDDEN PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v);
+int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t area, uint32_t at,
+                        uint32_t stride);
+/* x += v on counter `at` (its byte offset in a block), a plain add to the thread's own
+ * slot (single writer: no lock prefix).  x86-64: a 64-bit load and store.  i386: an add
+ * that leaves the high half as it is (a carry-free n++) is one 32-bit store, which a
+ * reader's 64-bit load sees whole; anything else goes through pd_counter_wide's
+ * sequence word.  aarch64 keeps the atomic add on the base. */
 static inline PD_FAST_FN void pd_counter_add(struct pd_ctx *c, uint32_t base, uint32_t at,
                                              uint32_t area, uint32_t stride, int64_t v)
 {
-#if defined(__x86_64__)
+#if defined(__x86_64__) || defined(__i386__)
     int64_t *s = c->cslot;
     if (PD_LIKELY((uintptr_t)s > 1)) {
+#if defined(__x86_64__)
         int64_t *p = (int64_t *)((uint8_t *)s + at);
         __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+#else
+        uint32_t *lo = (uint32_t *)((uint8_t *)s + at), old = *lo, n;
+        uint64_t u = (uint64_t)v;
+        if (PD_LIKELY(u >> 32 == 0 ? !__builtin_add_overflow(old, (uint32_t)u, &n)
+                                   : -u >> 32 == 0 && !__builtin_sub_overflow(old, (uint32_t)-u, &n)))
+            __atomic_store_n(lo, n, __ATOMIC_RELAXED);
+        else
+            pd_counter_wide(s, at, v);
+#endif
     } else {
         pd_counter_slow(c, base, at, area, stride, v); /* claims; without a slot: atomic */
     }
@@ -527,12 +614,16 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
             pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
     } while (0)
-/* PD_ACTION in a FAST handler: no call. */
-#define PD_ACTION_FAST(c, where_)                                             \
+/* PD_ACTION as FAST handler statement n_ (1, 2, ...; a FAST handler has no loop): no
+ * call, no store while within MAXACTION -- c->actions is the budget, never counted
+ * down -- and `where` (c->probe->where[n_ - 1]) is only stored when the statement
+ * fails.  Every runner of a FAST handler sets c->probe. */
+#define PD_ACTION_FAST(c, n_)                                                 \
     do {                                                                      \
-        (c)->where = (where_);                                                \
-        if (PD_UNLIKELY(--(c)->actions < 0))                                  \
+        if (PD_UNLIKELY((c)->actions < (n_))) {                               \
+            (c)->where = (c)->probe->where[(n_) - 1];                         \
             (c)->error = PD_ERROR_DEFERRED;                                   \
+        }                                                                     \
     } while (0)
 
 #endif

@@ -48,6 +48,9 @@
 /* The last word of a stub's slot: where a site shorter than a jmp rel32 (plan.island)
  * sends its jmp rel8 (pd_link_area writes it, pd_install_jump reads it). */
 #define PD_STUB_ENTRY (PD_STUB_SIZE - 8)
+/* A function exit's instructions before the exit (plan.pre code bytes, retplan.py) run
+ * from here before the stub's start: its site jumps here, they `jmp` to the start. */
+#define PD_STUB_PRE (PD_STUB_ENTRY - 24)
 
 static unsigned pd_stub_code_off; /* where the relocated code starts: the same in every stub */
 
@@ -118,6 +121,54 @@ static int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
     return 0;
 }
 
+/* Where byte `off` of a plan's relocated code is in its stub: before plan.pre at
+ * PD_STUB_PRE, the rest at pd_stub_code_off.  `pre_side`: of a fixup, the side of its
+ * field (its anchor may be plan.pre itself). */
+static uint8_t *pd_stub_at(uintptr_t stub, const struct pd_plan *p, unsigned off, int pre_side)
+{
+    return (uint8_t *)(pre_side ? stub + PD_STUB_PRE + off : stub + pd_stub_code_off + off - p->pre);
+}
+
+/* Where a branch to the instruction at code offset `off` goes: the exit itself (plan.pre)
+ * through the handler, at the stub's start. */
+static uintptr_t pd_stub_dest(uintptr_t stub, const struct pd_plan *p, unsigned off)
+{
+    if (p->pre && off == p->pre)
+        return stub;
+    return (uintptr_t)pd_stub_at(stub, p, off, off < p->pre);
+}
+
+/* Where the site's jump enters its stub. */
+static uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+{
+    return p->pre ? stub + PD_STUB_PRE : stub;
+}
+
+/* Writes relocated code offsets [from, to) of `plan` with their fixups into the stub at
+ * `stub` (pd_stub_code_off set); -1 if an operand does not reach. */
+static int pd_stub_code(uintptr_t stub, const struct pd_plan *plan, unsigned from, unsigned to,
+                        uintptr_t bias)
+{
+    const int pre_side = from < plan->pre;
+    memcpy(pd_stub_at(stub, plan, from, pre_side), plan->code + from, to - from);
+    for (unsigned i = 0; i < plan->nfixups; i++) {
+        const struct pd_fixup *f = &plan->fixups[i];
+        uint64_t t = (uint64_t)bias + f->target;
+        if (f->at < from || f->at >= to)
+            continue;
+        uint8_t *field = pd_stub_at(stub, plan, f->at, pre_side);
+        if (f->kind == PD_FIX_REL32) {
+            if (pd_put_rel32(field, (uintptr_t)pd_stub_at(stub, plan, f->anchor, pre_side),
+                             (uintptr_t)t) != 0)
+                return -1;
+        } else {
+            uint32_t v = f->kind == PD_FIX_ABS32HI ? (uint32_t)(t >> 32) : (uint32_t)t;
+            memcpy(field, &v, 4);
+        }
+    }
+    return 0;
+}
+
 /* PD_FAST_FN: the x86-64 stub saves no vector register (unless pd_xmm_always); a
  * probe that may use them runs through pd_xmm_call (pd_fire_probe). */
 static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site,
@@ -159,7 +210,7 @@ static int pd_stub_private_stack(void);
 #define PD_STUB_DWARF_CX 1
 #endif
 static unsigned pd_stub_store_off; /* offset of the stub's first store to the stack */
-static unsigned pd_stub_sp_delta;  /* the site's sp minus sp at that store */
+static unsigned pd_stub_sp_delta;  /* the site's sp minus sp at that store (no private stacks) */
 static struct sigaction pd_prev_sigsegv;
 
 static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
@@ -180,9 +231,13 @@ static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
         return;
     }
     greg_t *sp = &uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_DWARF_SP]];
-    *sp += (greg_t)pd_stub_sp_delta;
-    if (pd_stub_private_stack()) /* rcx holds 0 (TOP), the site's is in SAVE */
-        uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_STUB_DWARF_CX]] = (greg_t)pd_ps_save;
+    greg_t *cx = &uc->uc_mcontext.gregs[pd_gregs_by_dwarf[PD_STUB_DWARF_CX]];
+    if (pd_stub_private_stack()) { /* pd_switch_stack's own path: rcx holds the site's sp */
+        *sp = *cx;
+        *cx = (greg_t)pd_ps_save;  /* and SAVE the site's rcx */
+    } else {
+        *sp += (greg_t)pd_stub_sp_delta;
+    }
     struct pd_regs regs;
     pd_regs_from_ucontext(&regs, uc);
     regs.r[PD_DWARF_IP] = (pd_ureg)a->addr;
@@ -238,17 +293,20 @@ static void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_
  * less two words, [sp] = the site's sp, [sp + W] = what TOP gets back at the end (the
  * top; 0 on the own-stack path), with no flag and no register changed.  TOP == 0 (in
  * use: a nested hit; or none: a thread pd_altstack.c did not equip): the thread's own
- * stack below the red zone instead, whose first store is where pd_stub_fault catches a
- * garbage sp.  Signals between these instructions: pd_pstack.c's pd_sig_wrap. */
+ * stack below the red zone instead, rounded down to 256 bytes by `movb $0,%cl` (no
+ * flag changes, and the body needs no `and`: sp is 16-aligned on both paths).  Its
+ * first store is where pd_stub_fault catches a garbage sp, which is then in rcx.
+ * Signals between these instructions: pd_pstack.c's pd_sig_wrap. */
 static void pd_switch_stack(struct pd_emit *e, const uint8_t *at)
 {
     const int w = (int)sizeof(void *), rz = sizeof(void *) == 8 ? 128 : 0;
-    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x89, 1, pd_ps_save_off);  /* mov %rcx,SAVE */
-    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x8b, 1, pd_ps_top_off);   /* mov TOP,%rcx */
+    const uint8_t rex = w == 8 ? 0x48 : 0;
+    pd_e_tls(e, rex, 0x89, 1, pd_ps_save_off);                 /* mov %rcx,SAVE */
+    pd_e_tls(e, rex, 0x8b, 1, pd_ps_top_off);                  /* mov TOP,%rcx */
     pd_e8(e, 0xe3);                                            /* jrcxz own */
     uint8_t *own = e->p;
     pd_e8(e, 0);
-    pd_e_tls(e, w == 8 ? 0x48 : 0, 0xc7, 0, pd_ps_top_off);   /* movq $0,TOP: claimed */
+    pd_e_tls(e, rex, 0xc7, 0, pd_ps_top_off);                  /* movq $0,TOP: claimed */
     pd_e32(e, 0);
     if (w == 8)
         pd_e(e, "\x48\x89\x49\xf8\x48\x89\x61\xf0\x48\x8d\x61\xf0", 12);
@@ -258,20 +316,22 @@ static void pd_switch_stack(struct pd_emit *e, const uint8_t *at)
     uint8_t *body = e->p;
     pd_e8(e, 0);
     *own = (uint8_t)(e->p - own - 1);
-    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x8d, 4, -(rz + 2 * w));     /* lea -(rz+2W)(%rsp),%rsp */
+    pd_e_sp(e, rex, 0x8d, 1, -(rz + 2 * w));                   /* lea -(rz+2W)(%rsp),%rcx */
+    pd_e(e, "\xb1\x00", 2);                                    /* movb $0,%cl */
+    if (rex)
+        pd_e8(e, rex);
+    pd_e(e, "\x87\xcc", 2);                                    /* xchg %rcx,%rsp */
     pd_stub_store_off = (unsigned)(e->p - at);
-    pd_stub_sp_delta = (unsigned)(rz + 2 * w);
-    pd_e_sp(e, w == 8 ? 0x48 : 0, 0xc7, 0, w);                 /* movq $0,W(%rsp) */
+    pd_e_sp(e, rex, 0x89, 1, 0);                               /* mov %rcx,(%rsp) */
+    pd_e_sp(e, rex, 0xc7, 0, w);                               /* movq $0,W(%rsp) */
     pd_e32(e, 0);
-    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x8d, 1, rz + 2 * w);        /* lea rz+2W(%rsp),%rcx */
-    pd_e_sp(e, w == 8 ? 0x48 : 0, 0x89, 1, 0);                 /* mov %rcx,(%rsp) */
     *body = (uint8_t)(e->p - body - 1);
-    pd_e_tls(e, w == 8 ? 0x48 : 0, 0x8b, 1, pd_ps_save_off);  /* mov SAVE,%rcx */
+    pd_e_tls(e, rex, 0x8b, 1, pd_ps_save_off);                 /* mov SAVE,%rcx */
 }
 
 /* A FAST probe's site (issue 6): after pd_switch_stack, a body that saves only what C
- * may clobber (and the flags), calls pd_run_fast(probe, site, NULL, bias) -- a FAST
- * handler reads no register, so no pd_regs is built -- and jumps to the relocated
+ * may clobber (and the flags), calls pd_fast_mark(probe, &pd_fenv) -- a FAST handler
+ * reads no register, so no pd_regs is built -- and jumps to the relocated
  * code, which stays where the full body put it (pd_stub_code_off is the same in every
  * stub).  Written over the full body, between `at` and `code`. */
 static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe *p,
@@ -280,66 +340,72 @@ static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe 
     struct pd_emit em = {at, code}, *e = &em;
     /* a function entry's FAST probe (issue 7): pd_func_fire_sp, which also hooks the return */
     const int fn = site->nentry + site->nreturn != 0;
-    const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp : (uintptr_t)pd_run_fast;
+    const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp : (uintptr_t)pd_fast_mark;
+    /* the second argument: the site, or for pd_fast_mark(probe, env) the FAST env */
+    const uintptr_t arg2 = fn ? (uintptr_t)site : (uintptr_t)&pd_fenv;
 #if defined(__x86_64__)
-    /* rax rcx rdx rsi rdi r8-r11 rbx, flags at 80; the site's sp at 96, TOP's value at 104 */
-    static const int8_t save[10] = {0, 1, 2, 6, 7, 8, 9, 10, 11, 3};
-    pd_e(e, "\x48\x8d\x64\x24\xa0", 5);                       /* lea -96(%rsp),%rsp */
+    /* rax rcx rdx rsi rdi r8-r11, flags at 72; the site's sp at 80, TOP's value at 88.
+     * sp stays 16-aligned (pd_switch_stack), so no `and` and no register to undo it. */
+    static const int8_t save[9] = {0, 1, 2, 6, 7, 8, 9, 10, 11};
+    pd_e(e, "\x48\x8d\x64\x24\xb0", 5);                       /* lea -80(%rsp),%rsp */
     pd_e_sp(e, 0x48, 0x89, 0, 0);                              /* mov %rax,(%rsp) */
     pd_e(e, "\x9f\x0f\x90\xc0", 4);                            /* lahf; seto %al */
-    pd_e_sp(e, 0x48, 0x89, 0, 80);                             /* mov %rax,flagsword */
-    for (int i = 1; i < 10; i++)
+    pd_e_sp(e, 0x48, 0x89, 0, 72);                             /* mov %rax,flagsword */
+    for (int i = 1; i < 9; i++)
         pd_e_sp(e, (uint8_t)(0x48 | (save[i] >= 8 ? 4 : 0)), 0x89, save[i], 8 * i);
-    pd_e(e, "\x48\x89\xe3\x48\x83\xe4\xf0\xfc", 8);             /* mov %rsp,%rbx; and; cld */
+    pd_e8(e, 0xfc);                                            /* cld */
     pd_e(e, "\x48\xbf", 2);                                    /* movabs $probe,%rdi */
     pd_e64(e, (uint64_t)(uintptr_t)p);
-    pd_e(e, "\x48\xbe", 2);                                    /* movabs $site,%rsi */
-    pd_e64(e, (uint64_t)(uintptr_t)site);
-    if (fn) /* pd_func_fire_sp(p, site, the site's sp, bias) */
-        pd_e(e, "\x48\x8b\x53\x60\x48\xb9", 6);                /* mov 96(%rbx),%rdx; movabs */
-    else
-        pd_e(e, "\x31\xd2\x48\xb9", 4);                        /* xor %edx,%edx; movabs $bias,%rcx */
-    pd_e64(e, (uint64_t)bias);
+    pd_e(e, "\x48\xbe", 2);                                    /* movabs $arg2,%rsi */
+    pd_e64(e, (uint64_t)arg2);
+    if (fn) { /* pd_func_fire_sp(p, site, the site's sp, bias) */
+        pd_e(e, "\x48\x8b\x54\x24\x50\x48\xb9", 7);            /* mov 80(%rsp),%rdx; movabs */
+        pd_e64(e, (uint64_t)bias);
+    }
     pd_e(e, "\x48\xb8", 2);                                    /* movabs $target,%rax */
     pd_e64(e, (uint64_t)target);
-    pd_e(e, "\xff\xd0\x48\x89\xdc", 5);                         /* call *%rax; mov %rbx,%rsp */
-    pd_e_sp(e, 0x48, 0x8b, 0, 104);                            /* release the stack */
+    pd_e(e, "\xff\xd0", 2);                                    /* call *%rax */
+    pd_e_sp(e, 0x48, 0x8b, 0, 88);                             /* release the stack */
     pd_e_tls(e, 0x48, 0x89, 0, pd_ps_top_off);
-    pd_e_sp(e, 0x48, 0x8b, 0, 80);                             /* flags */
+    pd_e_sp(e, 0x48, 0x8b, 0, 72);                             /* flags */
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
-    for (int i = 0; i < 10; i++)
+    for (int i = 0; i < 9; i++)
         pd_e_sp(e, (uint8_t)(0x48 | (save[i] >= 8 ? 4 : 0)), 0x8b, save[i], 8 * i);
-    pd_e(e, "\x48\x8d\x64\x24\x60\x48\x8b\x24\x24", 9);         /* lea 96(%rsp),%rsp; mov (%rsp),%rsp */
+    pd_e(e, "\x48\x8d\x64\x24\x50\x48\x8b\x24\x24", 9);         /* lea 80(%rsp),%rsp; mov (%rsp),%rsp */
 #else
-    /* eax ecx edx ebx, flags at 16; the site's sp at 20, TOP's value at 24 */
-    pd_e(e, "\x8d\x64\x24\xec", 4);                            /* lea -20(%esp),%esp */
+    /* eax ecx edx, flags at 12; the site's sp at 16, TOP's value at 20 (sp 16-aligned) */
+    pd_e(e, "\x8d\x64\x24\xf0", 4);                            /* lea -16(%esp),%esp */
     pd_e(e, "\x89\x04\x24\x9f\x0f\x90\xc0", 7);                   /* mov %eax,(%esp); lahf; seto */
-    pd_e_sp(e, 0, 0x89, 0, 16);
-    for (int i = 1; i < 4; i++)
-        pd_e_sp(e, 0, 0x89, i, 4 * i);                         /* ecx edx ebx */
-    pd_e(e, "\x89\xe3\x83\xe4\xf0\xfc", 6);                      /* mov %esp,%ebx; and; cld */
-    pd_e8(e, 0x68);                                            /* push $bias */
-    pd_e32(e, (uint32_t)bias);
-    if (fn)
-        pd_e(e, "\xff\x73\x14\x68", 4);                        /* pushl 20(%ebx) (sp); push $site */
-    else
-        pd_e(e, "\x6a\x00\x68", 3);                            /* push $0 (regs); push $site */
-    pd_e32(e, (uint32_t)(uintptr_t)site);
-    pd_e8(e, 0x68);                                            /* push $probe */
+    pd_e_sp(e, 0, 0x89, 0, 12);
+    for (int i = 1; i < 3; i++)
+        pd_e_sp(e, 0, 0x89, i, 4 * i);                         /* ecx edx */
+    pd_e8(e, 0xfc);                                            /* cld */
+    if (fn) {
+        pd_e8(e, 0x68);                                        /* push $bias */
+        pd_e32(e, (uint32_t)bias);
+        pd_e(e, "\xff\x74\x24\x14\x68", 5);                    /* pushl 20(%esp) (sp); push $site */
+        pd_e32(e, (uint32_t)(uintptr_t)site);
+        pd_e8(e, 0x68);                                        /* push $probe */
+    } else {                                                   /* regparm(2): */
+        pd_e8(e, 0xba);                                        /* mov $env,%edx */
+        pd_e32(e, (uint32_t)arg2);
+        pd_e8(e, 0xb8);                                        /* mov $probe,%eax */
+    }
     pd_e32(e, (uint32_t)(uintptr_t)p);
     pd_e8(e, 0xe8);                                            /* call target */
     uint8_t *call_field = e->p;
     pd_e32(e, 0);
     if (e->p <= e->end)
         pd_put_rel32(call_field, (uintptr_t)e->p, target);
-    pd_e(e, "\x89\xdc", 2);                                    /* mov %ebx,%esp */
-    pd_e_sp(e, 0, 0x8b, 0, 24);                                /* release the stack */
+    if (fn)
+        pd_e(e, "\x8d\x64\x24\x10", 4);                        /* lea 16(%esp),%esp */
+    pd_e_sp(e, 0, 0x8b, 0, 20);                                /* release the stack */
     pd_e_tls(e, 0, 0x89, 0, pd_ps_top_off);
-    pd_e_sp(e, 0, 0x8b, 0, 16);                                /* flags */
+    pd_e_sp(e, 0, 0x8b, 0, 12);                                /* flags */
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         pd_e_sp(e, 0, 0x8b, i, 4 * i);
-    pd_e(e, "\x8d\x64\x24\x14\x8b\x24\x24", 7);                   /* lea 20(%esp),%esp; mov (%esp),%esp */
+    pd_e(e, "\x8d\x64\x24\x10\x8b\x24\x24", 7);                   /* lea 16(%esp),%esp; mov (%esp),%esp */
 #endif
     pd_e8(e, 0xe9);                                            /* jmp code */
     pd_e32(e, 0);
@@ -352,7 +418,7 @@ static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe 
  * if a jump or relocated operand does not reach from there. */
 static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
 {
-    struct pd_emit em = {at, at + PD_STUB_ENTRY}, *e = &em;
+    struct pd_emit em = {at, at + PD_STUB_PRE}, *e = &em;
     const struct pd_plan *plan = &site->plan;
     const int ps = pd_stub_private_stack();
     uint8_t *body;
@@ -482,22 +548,20 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
     if (ps)
         pd_e(e, "\x8b\x24\x24", 3);                             /* mov (%esp),%esp */
 #endif
-    /* the displaced instructions, relocated */
+    /* the displaced instructions, relocated (a function exit's: those from the exit on) */
     uint8_t *code = e->p;
     pd_stub_code_off = (unsigned)(code - at);
-    pd_e(e, (const char *)plan->code, plan->code_len);
-    if (e->p > e->end)
+    e->p += plan->code_len - plan->pre;
+    if (e->p > e->end || pd_stub_code((uintptr_t)at, plan, plan->pre, plan->code_len, bias) != 0)
         return -1;
-    for (unsigned i = 0; i < plan->nfixups; i++) {
-        const struct pd_fixup *f = &plan->fixups[i];
-        uint64_t t = (uint64_t)bias + f->target;
-        if (f->kind == PD_FIX_REL32) {
-            if (pd_put_rel32(code + f->at, (uintptr_t)(code + f->anchor), (uintptr_t)t) != 0)
-                return -1;
-        } else {
-            uint32_t v = f->kind == PD_FIX_ABS32HI ? (uint32_t)(t >> 32) : (uint32_t)t;
-            memcpy(code + f->at, &v, 4);
-        }
+    if (plan->pre) { /* the exit's instructions before it, then the stub's start */
+        uint8_t *jmp = at + PD_STUB_PRE + plan->pre;
+        if (plan->pre + 5 > PD_STUB_ENTRY - PD_STUB_PRE ||
+            pd_stub_code((uintptr_t)at, plan, 0, plan->pre, bias) != 0)
+            return -1;
+        *jmp = 0xe9;
+        if (pd_put_rel32(jmp + 1, (uintptr_t)(jmp + 5), (uintptr_t)at) != 0)
+            return -1;
     }
     pd_e8(e, 0xe9);                                            /* jmp resume */
     uint8_t *field = e->p;
@@ -514,6 +578,13 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
 }
 
 #endif /* x86 stubs */
+#if defined(__aarch64__) /* no exit sites there (retplan.py): the stub's start */
+static uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+{
+    (void)p;
+    return stub;
+}
+#endif
 
 /* ---- trampoline memory ---------------------------------------------------- */
 
@@ -646,7 +717,7 @@ static long pd_window_of(uintptr_t bias, uint32_t o, const uintptr_t *stubs, uin
         *to = 0;
         for (unsigned k = 0; k < p->nbounds; k++)
             if (lo + p->bounds[2 * k] == t)
-                *to = stubs[s] + pd_stub_code_off + p->bounds[2 * k + 1];
+                *to = pd_stub_dest(stubs[s], p, p->bounds[2 * k + 1]);
         return (long)s;
     }
     return -1;
@@ -662,13 +733,15 @@ static void pd_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs)
         const struct pd_plan *p = &pd_sites[s].plan;
         if (!stubs[s] || pd_sites[s].object != o)
             continue;
-        uint8_t *code = (uint8_t *)stubs[s] + pd_stub_code_off;
         for (unsigned i = 0; i < p->nfixups; i++) {
             const struct pd_fixup *f = &p->fixups[i];
             uintptr_t to;
+            const int pre_side = f->at < p->pre;
             long w = f->kind == PD_FIX_REL32
                          ? pd_window_of(bias, o, stubs, s, bias + (uintptr_t)f->target, &to) : -1;
-            if (w >= 0 && (!to || pd_put_rel32(code + f->at, (uintptr_t)(code + f->anchor), to)))
+            if (w >= 0 && (!to || pd_put_rel32(pd_stub_at(stubs[s], p, f->at, pre_side),
+                                               (uintptr_t)pd_stub_at(stubs[s], p, f->anchor,
+                                                                     pre_side), to)))
                 stubs[w] = 0;
         }
         if (p->island) {
@@ -727,10 +800,10 @@ static void pd_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t 
         const struct pd_plan *p = &pd_sites[s].plan;
         if (!stubs[s] || pd_sites[s].object != o)
             continue;
-        uintptr_t code = stubs[s] + pd_stub_code_off;
         int ok = 1;
         if (p->island) {
-            ok = pd_write_branch(info, bias + p->island, 0xe9, 5, bias + p->island + 5, stubs[s]) == 0;
+            ok = pd_write_branch(info, bias + p->island, 0xe9, 5, bias + p->island + 5,
+                                 pd_stub_start(stubs[s], p)) == 0;
             if (ok && p->hop)
                 ok = pd_write_branch(info, bias + p->hop, 0xeb, 2, bias + p->hop + 2,
                                      bias + p->island) == 0;
@@ -745,7 +818,7 @@ static void pd_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t 
                 ok = 0;
                 break;
             }
-            uintptr_t dest = code + r->code_off;
+            uintptr_t dest = pd_stub_dest(stubs[s], p, r->code_off);
             if (r->size == 1) {
                 uintptr_t isl = bias + (uintptr_t)r->island;
                 ok = pd_write_branch(info, isl, 0xe9, 5, isl + 5, dest) == 0;
@@ -839,6 +912,7 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
         stubs[s] = (uintptr_t)at;
         at += PD_STUB_SIZE;
     }
+    pd_ret_choose(o, stubs, pd_site_off); /* exits or the hijack: before any linking */
     pd_link_area((uintptr_t)info->dlpi_addr, o, stubs);
     pd_install_stub_fault_handler();
     if (mprotect(area, size, PROT_READ | PROT_EXEC) != 0) {

@@ -5,7 +5,8 @@
  * as pd_unwind_tables[], emitted only when a script uses these functions), so
  * nothing here parses ELF.  The walk starts from the probe's register context:
  * per frame, CFA = sp or fp + offset, the return address is the word below the
- * CFA, a saved frame pointer is read back; every read goes through pd_read_self
+ * CFA (aarch64: where the row says x30 went, else x30 itself in the first frame;
+ * its PAC signature stripped), a saved frame pointer is read back; every read goes through pd_read_self
  * (a bad stack is the end of the backtrace, never a fault).  A return address
  * that is pd_ret_tramp (a hooked frame above) is replaced by the real one from
  * the shadow stack.  The walk stops at a pc outside every probed object (that
@@ -27,7 +28,32 @@ extern const uint32_t pd_unwind_ntables __attribute__((weak));
 
 #if defined(__x86_64__) || defined(__i386__)
 #define PD_DWARF_FP (sizeof(void *) == 8 ? 6 : 5) /* rbp / ebp */
+#define PD_LEAF_CFA 0 /* a call pushed the return address: the CFA is above sp */
+#elif defined(__aarch64__)
+#include "arch/aarch64/frames.h"
+#define PD_DWARF_FP 29
+#define PD_LEAF_CFA 1 /* at a function's entry the CFA is sp, x30 the return address */
 #endif
+
+/* The return address of the frame `n` (1: the probe's) whose CFA is `cfa`, by row r. */
+static int pd_walk_ra(const struct pd_regs *regs, const struct pd_cfarow *r, uintptr_t cfa,
+                      unsigned n, uintptr_t *ra)
+{
+#if defined(__aarch64__)
+    if (!r->ra_off) {
+        *ra = (uintptr_t)regs->r[30];
+        return n == 1; /* an outer frame has saved x30 before its call */
+    }
+    const void *slot = (const void *)(cfa + (intptr_t)r->ra_off);
+    if (pd_read_self(ra, slot, sizeof *ra) != (ssize_t)sizeof *ra)
+        return 0;
+    *ra = pd_a64_strip(*ra);
+    return 1;
+#else
+    (void)regs, (void)r, (void)n;
+    return pd_read_self(ra, (const void *)(cfa - sizeof *ra), sizeof *ra) == (ssize_t)sizeof *ra;
+#endif
+}
 
 /* The object (pd_objects index) whose code contains addr, and its load bias. */
 static const struct pd_unwind *pd_unwind_for(uintptr_t addr, uintptr_t *bias)
@@ -138,7 +164,7 @@ char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr)
 static unsigned pd_walk(const struct pd_regs *regs, uintptr_t *pcs, unsigned max)
 {
     unsigned n = 0;
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(PD_DWARF_FP)
     uintptr_t pc = (uintptr_t)regs->r[PD_DWARF_IP], sp = (uintptr_t)regs->r[PD_DWARF_SP];
     uintptr_t fp = (uintptr_t)regs->r[PD_DWARF_FP];
     while (n < max) {
@@ -151,14 +177,14 @@ static unsigned pd_walk(const struct pd_regs *regs, uintptr_t *pcs, unsigned max
             break;
         uintptr_t cfa = (r->kind == 0 ? sp : fp) + (uintptr_t)(intptr_t)r->cfa_off;
         uintptr_t ra = 0, saved_fp = fp;
-        if (pd_read_self(&ra, (const void *)(cfa - sizeof ra), sizeof ra) != (ssize_t)sizeof ra)
+        if (!pd_walk_ra(regs, r, cfa, n, &ra))
             break;
         if (r->fp_off && pd_read_self(&saved_fp, (const void *)(cfa + (intptr_t)r->fp_off),
                                       sizeof saved_fp) != (ssize_t)sizeof saved_fp)
             break;
         if (ra == pd_ret_tramp_addr())
             ra = pd_shadow_ret(cfa - sizeof ra);
-        if (!ra || cfa <= sp)
+        if (!ra || cfa < sp || (cfa == sp && !(PD_LEAF_CFA && n == 1)))
             break;
         pc = ra;
         sp = cfa;

@@ -38,9 +38,11 @@ from .layout import (
     PD_SESSION_STARTING,
     PD_SESSION_STOPPED,
     PD_SESSION_STOPPING,
+    PD_TSLOTS,
     PROC,
     REC,
     STRUCTS,
+    TSLOT,
     TYPES,
     Const,
     ConstGroup,
@@ -69,7 +71,7 @@ from .view import (
 )
 
 __all__ = [
-    "CONST_GROUPS", "CONSTANTS", "HEADER", "PROC", "REC", "STRUCTS", "TYPES",
+    "CONST_GROUPS", "CONSTANTS", "HEADER", "PROC", "REC", "STRUCTS", "TSLOT", "TYPES",
     "Const", "ConstGroup", "Field", "Member", "Struct",
     "PD_ABI_AARCH64", "PD_ABI_I386", "PD_ABI_X86_64", "PD_FLAG_DRAIN_WAITS", "PD_FLAG_MERGE_TEXT",
     "PD_CHECKSUM_LEN", "PD_LAYOUT_VERSION",
@@ -79,6 +81,7 @@ __all__ = [
     "PD_REC_ERROR", "PD_REC_EXIT", "PD_REC_PAD", "PD_REC_PRINTF", "PD_REC_PROC", "PD_REC_TEXT",
     "PD_REC_WARNING",
     "PD_SESSION_RUNNING", "PD_SESSION_STARTING", "PD_SESSION_STOPPED", "PD_SESSION_STOPPING",
+    "PD_TSLOTS",
     "REC_HEADER_SIZE", "RecordHeader", "decode_args", "encode_args", "pack_record",
     "string_arg_size", "unpack_header",
     "RING_MAX_SIZE", "RING_MIN_SIZE", "LayoutError", "SegmentPlan", "SegmentView", "StructView",

@@ -220,7 +220,7 @@ class ConstGroup(NamedTuple):
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 2
+PD_LAYOUT_VERSION: Final = 3
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -249,6 +249,8 @@ PD_REC_TEXT: Final = 6
 
 PD_FLAG_DRAIN_WAITS: Final = 1
 PD_FLAG_MERGE_TEXT: Final = 2
+
+PD_TSLOTS: Final = 65
 
 PD_LOCK_WAITERS: Final = 0x80000000
 PD_LOCK_TID_MASK: Final = 0x3FFFFFFF
@@ -291,6 +293,10 @@ CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_FLAG_DRAIN_WAITS", PD_FLAG_DRAIN_WAITS, "the consumer sleeps: wake it on commit"),
         Const("PD_FLAG_MERGE_TEXT", PD_FLAG_MERGE_TEXT,
               "the drain may join consecutive TEXT records of one pid (not --json)"),
+    )),
+    ConstGroup("tslot", "in-handler words (runtime/pd_quiesce.c)", (
+        Const("PD_TSLOTS", PD_TSLOTS,
+              "pd_tslot entries: statistic slot indices 0..64 (PD_PSTAT_SLOTS + 1)"),
     )),
     ConstGroup("lock", "futex lock words (runtime/pd_lock.h)", (
         Const("PD_LOCK_WAITERS", PD_LOCK_WAITERS, "set while someone sleeps on the word"),
@@ -341,6 +347,11 @@ HEADER: Final = Struct("pd_header", (
     Field("stat_slots", "u64", doc="bitmap of claimed per-thread statistic slots"),
     Field("stat_slots_hw", "u32", doc="slots ever claimed, highest index + 1 (merges read these)"),
     Field("stat_slot_fallbacks", "u32", doc="threads that found no free slot (use slot 0)"),
+    # Handlers in flight at the session stop (runtime/pd_quiesce.c): a thread with a
+    # statistic slot k sets the busy word of pd_tslot k while it runs one; the others
+    # count themselves here, atomically.
+    Field("tslots_off", "u64", doc="offset of the pd_tslot array (1 + 64 entries)"),
+    Field("inflight_unslotted", "u32", doc="handlers running in threads without a slot"),
 ), size=512, doc="segment header, at offset 0")
 
 PROC: Final = Struct("pd_proc", (
@@ -377,4 +388,12 @@ KSLOT: Final = Struct("pd_kslot", (
     Field("lock", "futex", doc="the slot's writers and the readers merging it"),
 ), size=64, doc="one per-thread table of a keyed statistic (a cache line of its own)")
 
-STRUCTS: Final[tuple[Struct, ...]] = (HEADER, PROC, REC, KSTAT, KSLOT)
+# One per statistic slot index (entry 0 unused), each a cache line of its own: the
+# owner writes `busy` twice a probe hit and no other thread may share the line.
+TSLOT: Final = Struct("pd_tslot", (
+    Field("busy", "u32", doc="0 idle; 1 a FAST handler; 2 + probe index: another handler"),
+    Field("tid", "i32", doc="owner thread, written when it takes the slot"),
+    Field("pid", "i32", doc="owner process (a dead owner's busy word is ignored)"),
+), size=64, doc="a thread's in-handler word, polled by the launcher at the stop")
+
+STRUCTS: Final[tuple[Struct, ...]] = (HEADER, PROC, REC, KSTAT, KSLOT, TSLOT)

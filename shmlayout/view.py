@@ -19,7 +19,9 @@ from .layout import (
     PD_MAGIC,
     PD_PROC_FREE,
     PD_SESSION_STARTING,
+    PD_TSLOTS,
     PROC,
+    TSLOT,
     Struct,
     align_up,
 )
@@ -142,10 +144,12 @@ class SegmentPlan(NamedTuple):
     globals_off: int
     ring_off: int
     segment_size: int
+    tslots_off: int = 0
 
 
 def plan_segment(proctab_count: int, globals_size: int, ring_size: int) -> SegmentPlan:
-    """Place the areas: proctab and globals 64-aligned, the ring page-aligned.
+    """Place the areas: in-handler words, proctab and globals 64-aligned, the ring
+    page-aligned.
 
     The segment size is a whole number of pages, as ftruncate/mmap want.
     """
@@ -157,11 +161,12 @@ def plan_segment(proctab_count: int, globals_size: int, ring_size: int) -> Segme
         raise LayoutError(
             f"ring_size {ring_size} must be a power of two in [{RING_MIN_SIZE}, {RING_MAX_SIZE}]"
         )
-    proctab_off = align_up(HEADER.sizeof, AREA_ALIGN)
+    tslots_off = align_up(HEADER.sizeof, AREA_ALIGN)
+    proctab_off = align_up(tslots_off + PD_TSLOTS * TSLOT.sizeof, AREA_ALIGN)
     globals_off = align_up(proctab_off + proctab_count * PROC.sizeof, AREA_ALIGN)
     ring_off = align_up(globals_off + globals_size, RING_ALIGN)
     segment_size = align_up(ring_off + ring_size, PAGE_SIZE)
-    return SegmentPlan(proctab_off, globals_off, ring_off, segment_size)
+    return SegmentPlan(proctab_off, globals_off, ring_off, segment_size, tslots_off)
 
 
 class SegmentView:
@@ -210,7 +215,8 @@ class SegmentView:
         if h.segment_size > len(self._buf):
             raise LayoutError(f"segment_size {h.segment_size} > mapped {len(self._buf)} bytes")
         plan = plan_segment(h.proctab_count, h.globals_size, h.ring_size)
-        got = SegmentPlan(h.proctab_off, h.globals_off, h.ring_off, h.segment_size)
+        got = SegmentPlan(h.proctab_off, h.globals_off, h.ring_off, h.segment_size,
+                          h.tslots_off)
         if got != plan:
             raise LayoutError(f"segment areas {got} differ from the plan {plan}")
 
@@ -250,6 +256,7 @@ def init_header(
     h.header_size = HEADER.sizeof
     h.checksum = checksum
     h.segment_size = plan.segment_size
+    h.tslots_off = plan.tslots_off
     h.proctab_off = plan.proctab_off
     h.proctab_count = proctab_count
     h.proc_entry_size = PROC.sizeof

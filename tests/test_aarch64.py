@@ -102,14 +102,30 @@ def a64dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def build_a64(a64dir: Path, srcs: Sequence[Path], out: str, opt: str = "-O2",
-              extra: Sequence[str] = ()) -> Path:
+              extra: Sequence[str] = (), cc: str = A64_CC) -> Path:
     target = a64dir / out
-    cmd = [A64_CC, opt, "-g0", "-Wall", "-Werror", "-idirafter", str(a64dir / "inc"),
+    cmd = [cc, opt, "-g0", "-Wall", "-Werror", "-idirafter", str(a64dir / "inc"),
            *map(str, srcs), *extra, "-o", str(target)]
     res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         pytest.fail(f"cross compile failed: {' '.join(cmd)}\n{res.stderr}", pytrace=False)
     return target
+
+
+A64_CXX = os.environ.get("PYDYN_CXX_AARCH64", "aarch64-linux-gnu-g++")
+
+
+def have_cxx_a64() -> bool:
+    """Whether an aarch64 C++ compiler is installed (g++-aarch64-linux-gnu)."""
+    return shutil.which(A64_CXX) is not None
+
+
+def build_a64_cxx(a64dir: Path, src: Path, out: str, opt: str = "-O2",
+                  extra: Sequence[str] = ()) -> Path:
+    """build_a64 for C++ with A64_CXX; skips the test when it is not installed."""
+    if not have_cxx_a64():
+        pytest.skip(f"{A64_CXX} not installed (g++-aarch64-linux-gnu)")
+    return build_a64(a64dir, [src], out, opt=opt, extra=extra, cc=A64_CXX)
 
 
 @pytest.fixture(scope="module")

@@ -34,9 +34,12 @@ probe process("{b}").function("vec_fn").return {{ printf("%s\\n", "r") }}
 FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_run_probe", "pd_run_fast", "pd_fire_probe", "pd_session_running",
             "pd_count_skipped", "pd_func_run", "pd_guard_init", "pd_ret_fast",
-            "pd_func_fire_sp", "pd_counter_slow"}
-# m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) does `n++`, and
-# PIC code calls the get_pc_thunks; both are checked like FAST_FNS.
+            "pd_func_fire_sp", "pd_counter_slow", "pd_counter_wide", "pd_fast_mark",
+            "pd_fast_error", "pd_fast_tls_dynamic", "pd_quiesce_enter_slow",
+            "pd_quiesce_leave_slow"}
+# m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) is the add of a
+# thread without a counter slot, and PIC code calls the get_pc_thunks; both are checked
+# like FAST_FNS.
 M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_thunk.bx",
                "__x86.get_pc_thunk.cx", "__x86.get_pc_thunk.dx", "__x86.get_pc_thunk.si",
                "__x86.get_pc_thunk.di", "__x86.get_pc_thunk.bp"}
@@ -108,8 +111,8 @@ def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path, m32: boo
     for name in checked:
         body = fns.get(name)
         if body is None:
-            # pd_ret_fast: x86-64 only
-            assert name in ("pd_fire_probe",) or (m32 and name == "pd_ret_fast"), \
+            # pd_ret_fast: x86-64 only; pd_run_fast: pd_fast_mark's wrapper
+            assert name in ("pd_fire_probe", "pd_run_fast") or (m32 and name == "pd_ret_fast"), \
                 f"{name} missing from {mod}"
             continue        # inlined into its callers, which are checked
         for ins in body:
@@ -129,9 +132,11 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
     r = pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
-    assert m and m.group(1) == "2", r.stderr
+    # the mark, the function's entry and its one exit (its `.return`: retplan.py)
+    assert m and m.group(1) == "3", r.stderr
+    assert re.search(r"returns of vec_fn@0x[0-9a-f]+: exits patched \(1:", r.stderr), r.stderr
     if not m32:
-        assert m.group(2) == "0", r.stderr          # both sites are trampolines
+        assert m.group(2) == "0", r.stderr          # every site is a trampoline
     assert f"bad 0\ndone {n}\n" in r.stdout, r.stdout
     text = out.read_text()
     if kind == "fast":

@@ -151,7 +151,9 @@ probe process("{exe}").function("dive").return {{ dr++ }}
 probe process("{exe}").function("after").return {{ ar++; as += $return }}
 probe end {{ printf("de=%d dr=%d ar=%d as=%d\\n", de, dr, ar, as) }}
 """
-    res = pydyn(cache, "-e", script, "-c", f"sh -c '{exe}; echo status=$?'")
+    # the return-address hijack (patched exits: test_func_exits.py, no skipped probes)
+    res = pydyn(cache, "-D", "PD_RETURN_HIJACK=1", "-e", script,
+                "-c", f"sh -c '{exe}; echo status=$?'")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[:2] == ["s=6", "status=4"]

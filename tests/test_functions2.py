@@ -216,7 +216,9 @@ def test_cxx_exception_through_return_probed_frames(tmp_path: Path, cache: Path,
         EXC_PROBES.format(exe=exe, k=k) for k, exe in enumerate(exes))
     script += EXC_END.format(count=len(exes))
     cmd = "; ".join(f"{exe} {n}" for exe in exes)
-    res = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"sh -c '{cmd}'")
+    # the return-address hijack (test_func_exits.py has the patched exits)
+    res = pydyn(cache, f"--probe-mode={mode}", "-D", "PD_RETURN_HIJACK=1", "-e", script,
+                "-c", f"sh -c '{cmd}'")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[:3] == [want] * 3, out
@@ -256,6 +258,11 @@ def test_ubacktrace_through_hooked_frames(tmp_path: Path, cache: Path, m32: bool
                   extra=("-rdynamic", "-lstdc++", "-ldl"))
     res = pydyn(cache, f"--probe-mode={mode}", "-e", BT_SCRIPT.format(exe=exe),
                 "-c", f"{exe} 3")
+    check_bt_session(res, exe)
+
+
+def check_bt_session(res: subprocess.CompletedProcess[str], exe: Path) -> list[str]:
+    """What BT_SCRIPT must print for func_exc.cc run with 3; returns the frame lines."""
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert "total=5 cleanups=3 rethrows=1 bt=7" in out   # the program's own backtrace()
@@ -273,6 +280,7 @@ def test_ubacktrace_through_hooked_frames(tmp_path: Path, cache: Path, m32: bool
     # past main is libc, which has no tables: its address alone, then the walk ends
     assert all(re.fullmatch(r" 0x[0-9a-f]+", ln) for ln in frames[len(want):]), frames
     assert len(frames) <= len(want) + 1
+    return frames
 
 
 @pytest.mark.parametrize("m32", ABIS, ids=ABI_IDS)

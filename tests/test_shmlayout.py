@@ -18,9 +18,11 @@ from pydyn.shmlayout import (
     CONST_GROUPS,
     CONSTANTS,
     HEADER,
+    PD_TSLOTS,
     PROC,
     REC,
     STRUCTS,
+    TSLOT,
     Field,
     LayoutError,
     SegmentView,
@@ -253,7 +255,9 @@ def test_plan_segment_aligns_areas() -> None:
         for globals_size in (0, 1, 63, 64, 4097, 1 << 20):
             for ring in (4096, 1 << 16, 1 << 22):
                 p = plan_segment(count, globals_size, ring)
-                assert p.proctab_off % 64 == 0 and p.proctab_off >= HEADER.sizeof
+                assert p.tslots_off % 64 == 0 and p.tslots_off >= HEADER.sizeof
+                assert p.proctab_off % 64 == 0
+                assert p.proctab_off >= p.tslots_off + PD_TSLOTS * TSLOT.sizeof
                 assert p.globals_off % 64 == 0
                 assert p.globals_off >= p.proctab_off + count * PROC.sizeof
                 assert p.ring_off % 4096 == 0 and p.ring_off >= p.globals_off + globals_size
@@ -293,6 +297,7 @@ def test_init_header(segment: SegmentView) -> None:
     assert h.session_state == shmlayout.PD_SESSION_STARTING
     assert (h.ring_head, h.ring_tail, h.ring_lock, h.lock_recoveries) == (0, 0, 0, 0)
     assert (h.stat_slots, h.stat_slots_hw, h.stat_slot_fallbacks) == (0, 0, 0)
+    assert (h.tslots_off, h.inflight_unslotted) == (plan.tslots_off, 0)
     buf = segment.buffer
     reserved = HEADER.offset("_reserved")
     assert buf[reserved:plan.ring_off] == bytes(plan.ring_off - reserved)

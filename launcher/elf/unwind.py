@@ -3,13 +3,14 @@
 a compact table of `.eh_frame` CFA rules and, for `usymdata` only, its data
 symbols (sized STT_OBJECT) and the extent of its PT_LOAD segments.
 
-A row is `(pc, kind, cfa_off, fp_off)`: from `pc` on, the frame's CFA is the
-stack pointer (kind 0) or the frame pointer (kind 1) plus `cfa_off`; the
-return address is at CFA - word size; the caller's frame pointer was saved at
-CFA + `fp_off` (0: not saved, it is still in the register).  Kind 2 means "no
+A row is `(pc, kind, cfa_off, fp_off, ra_off)`: from `pc` on, the frame's CFA
+is the stack pointer (kind 0) or the frame pointer (kind 1) plus `cfa_off`; the
+caller's frame pointer was saved at CFA + `fp_off` (0: not saved, it is still in
+the register); the return address is at CFA - word size on x86, and on aarch64
+at CFA + `ra_off` (0: still in x30, as at a function's entry).  Kind 2 means "no
 rule the walker can follow" (a DWARF expression, an undefined return address
 as in `_start`, the end of an FDE): the walk stops there.  These are the rules
-gcc emits for ordinary x86-64 and i386 code; signal frames and hand-written
+gcc emits for ordinary x86-64, i386 and aarch64 code; signal frames and hand-written
 CFI with expressions end the backtrace rather than guess.
 """
 
@@ -25,14 +26,15 @@ from .functions import get_functions
 from .reader import get_elf_info, open_elf
 from .symbols import Symbol, get_symbol_table
 
-SP_FP_RA = {"x86_64": (7, 6, 16), "i386": (4, 5, 8)}   # DWARF register numbers
+SP_FP_RA = {"x86_64": (7, 6, 16), "i386": (4, 5, 8), "aarch64": (31, 29, 30)}  # DWARF numbers
 KIND_SP, KIND_FP, KIND_STOP = 0, 1, 2
+Row = tuple[int, int, int, int, int]            # (pc, kind, cfa_off, fp_off, ra_off)
 
 
 @dataclass(frozen=True)
 class UnwindTable:
     symbols: list[tuple[int, int, str]]         # (addr, size, name), by addr
-    rows: list[tuple[int, int, int, int]]       # (pc, kind, cfa_off, fp_off), by pc
+    rows: list[Row]                             # by pc
     lo: int                                     # link-time extent of the code described
     hi: int
 
@@ -49,9 +51,9 @@ def unwind_table(path: str) -> UnwindTable:
     for f in funcs.functions:   # the preferred name of each address comes first
         first.setdefault(f.addr, (f.addr, f.size, f.name))
     symbols = sorted(first.values())
-    # no walker for other arches (aarch64): names only, a backtrace is its first pc
+    # other arches have no walker: names only, a backtrace is its first pc
     sp, fp, ra = SP_FP_RA.get(funcs.machine, (-1, -1, -1))
-    rows: list[tuple[int, int, int, int]] = []
+    rows: list[Row] = []
     try:
         with open_elf(path) as h:
             dwarf = (h.elffile.get_dwarf_info()
@@ -70,7 +72,7 @@ def unwind_table(path: str) -> UnwindTable:
                     decoded = [{"pc": start, "cfa": None}]
                 for row in decoded:
                     rows.append((row["pc"], *_rule(row, sp, fp, ra)))
-                rows.append((end, KIND_STOP, 0, 0))
+                rows.append((end, KIND_STOP, 0, 0, 0))
     except (ELFError, ValueError, KeyError, IndexError) as exc:
         raise TargetError(path, f"cannot read its .eh_frame: {exc}") from exc
     rows = _compact(sorted(rows))
@@ -81,24 +83,30 @@ def unwind_table(path: str) -> UnwindTable:
     return table
 
 
-def _rule(row: dict, sp: int, fp: int, ra: int) -> tuple[int, int, int]:
+OFF_LIMIT = 1 << 15     # fp_off and ra_off are int16_t in struct pd_cfarow
+
+
+def _rule(row: dict, sp: int, fp: int, ra: int) -> tuple[int, int, int, int]:
     cfa = row["cfa"]
     rar = row.get(ra)
     if cfa is None or cfa.expr is not None or cfa.reg not in (sp, fp) or (
             rar is not None and rar.type != "OFFSET"):
-        return KIND_STOP, 0, 0
+        return KIND_STOP, 0, 0, 0
     fpr = row.get(fp)
     fp_off = fpr.arg if fpr is not None and fpr.type == "OFFSET" else 0
-    return (KIND_SP if cfa.reg == sp else KIND_FP), cfa.offset, fp_off
+    ra_off = rar.arg if rar is not None else 0
+    if max(abs(fp_off), abs(ra_off)) >= OFF_LIMIT:
+        return KIND_STOP, 0, 0, 0
+    return (KIND_SP if cfa.reg == sp else KIND_FP), cfa.offset, fp_off, ra_off
 
 
-def _compact(rows: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+def _compact(rows: list[Row]) -> list[Row]:
     """One row per pc (a later FDE starting where one ends wins), repeats dropped."""
-    by_pc: dict[int, tuple[int, int, int, int]] = {}
+    by_pc: dict[int, Row] = {}
     for r in rows:
         if r[0] not in by_pc or by_pc[r[0]][1] == KIND_STOP:
             by_pc[r[0]] = r
-    out: list[tuple[int, int, int, int]] = []
+    out: list[Row] = []
     for pc in sorted(by_pc):
         r = by_pc[pc]
         if out and out[-1][1:] == r[1:]:
@@ -149,7 +157,8 @@ def unwind_c(objects: dict[str, int], c_string: object, data: bool = False) -> l
     for path, oi in sorted(objects.items(), key=lambda kv: kv[1]):
         t = unwind_table(path)
         usyms(f"pd_usyms_{oi}", t.symbols)
-        cfa = ", ".join(f"{{{pc:#x}, {off}, {k}, {fpo}}}" for pc, k, off, fpo in t.rows)
+        cfa = ", ".join(f"{{{pc:#x}, {off}, {k}, {fpo}, {rao}}}"
+                        for pc, k, off, fpo, rao in t.rows)
         out.append(f"static const struct pd_cfarow pd_cfa_{oi}[] = {{{cfa or '{0}'}}};")
         extra = ""
         if data:

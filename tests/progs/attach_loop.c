@@ -32,7 +32,8 @@ __extension__ unsigned short pydyn_test_tick_semaphore
 static volatile sig_atomic_t stop, spawn;
 static char *self_path;
 static volatile int started;
-static long last[16], sums[16], guarded[16];
+static long last[16], guarded[16];
+static long long sums[16]; /* 64-bit on i386 too: a slow run passes 65,535 ticks */
 
 static void on_usr1(int sig) { (void)sig; stop = 1; }
 static void on_usr2(int sig) { (void)sig; spawn = 1; }
@@ -81,7 +82,8 @@ static void spawn_children(void)
 
 static void *loop(void *arg)
 {
-    long t = (long)arg, sum = 0, i = 0;
+    long t = (long)arg, i = 0;
+    long long sum = 0;
     __atomic_add_fetch(&started, 1, __ATOMIC_SEQ_CST);
     while (!stop) {
         if (t == 0 && spawn) {
@@ -133,8 +135,8 @@ int main(int argc, char **argv)
     if (lock)
         pthread_join(locker, NULL);
     for (long t = 0; t < n; t++)
-        printf("thread %ld last %ld sum %ld %s\n", t, last[t], sums[t],
-               sums[t] == last[t] * (last[t] + 1) / 2 ? "ok" : "BAD");
+        printf("thread %ld last %ld sum %lld %s\n", t, last[t], sums[t],
+               sums[t] == (long long)last[t] * (last[t] + 1) / 2 ? "ok" : "BAD");
     printf("semaphores %u %u\n", (unsigned)pydyn_test_tick_semaphore,
            (unsigned)pydyn_test_guarded_semaphore);
     return 0;

@@ -10,8 +10,9 @@
  * workers and PER more hits on the main thread at the same time: a child that kept its
  * parent's slot would lose adds.  exec PATH: a child runs `PATH NTHREADS PER` (the
  * other ABI) while the parent runs its workers; then PATH: `PATH NTHREADS PER read`
- * after them, so its last peek sees every add of both processes.  waves: the workers
- * three times over, each wave's threads taking the slots the last one gave back.
+ * after them, so its last peek sees every add of both processes.  mixread PATH: as
+ * exec, with a reader in both processes while both add.  waves: the workers three
+ * times over, each wave's threads taking the slots the last one gave back.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -100,11 +101,11 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "fork")) {
         run(); /* the main thread claims a slot before the fork */
         child = fork();
-    } else if (!strcmp(mode, "exec") && argc > 4) {
-        child = spawn(argv[4], argv[1], argv[2], "par");
+    } else if ((!strcmp(mode, "exec") || !strcmp(mode, "mixread")) && argc > 4) {
+        child = spawn(argv[4], argv[1], argv[2], strcmp(mode, "exec") ? "read" : "par");
     }
     for (int wave = 0; wave < (strcmp(mode, "waves") ? 1 : 3); wave++)
-        workers(n, !strcmp(mode, "read"), !strcmp(mode, "fork"));
+        workers(n, !strcmp(mode, "read") || !strcmp(mode, "mixread"), !strcmp(mode, "fork"));
     if (!strcmp(mode, "then") && argc > 4)
         child = spawn(argv[4], argv[1], argv[2], "read");
     if (child == 0)

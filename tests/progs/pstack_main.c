@@ -5,6 +5,8 @@
  *   garbage T N   T threads (0: the main thread) each make N garbage-sp hits
  *   fork N        N garbage-sp hits in a forked child, then N in the parent
  *   deep N        N hits on a 64 KiB thread stack with less than 1 KiB left
+ *   deepret N     the same place calls shallow() N times (test_func_exits.py probes
+ *                 its return)
  *   nested N      N hits of "tick" while SIGALRM fires every 20 us; its handler hits
  *                 "sig" (often while a "tick" handler runs: nested, on the private stack)
  *   timer N       N hits from SIGEV_THREAD timer callbacks (glibc's own threads, which
@@ -40,14 +42,23 @@ static void *garbage(void *base)
 }
 
 static uintptr_t stack_lo;
+static int deep_ret;
+static long deep_total;
+
+__attribute__((noipa)) long shallow(long i) { return 3 * i + 1; }
+__attribute__((noipa)) long shallow_next(long i) { return i; } /* padding after shallow */
 
 __attribute__((noinline)) static long descend(long d)
 {
     volatile char pad[256];
     pad[0] = (char)d;
     if ((uintptr_t)pad - stack_lo < 1024) {
-        for (long i = 0; i < n; i++)
-            STAP_PROBE2(pydyn_ps, deep, d, i);
+        for (long i = 0; i < n; i++) {
+            if (deep_ret)
+                deep_total += shallow(i);
+            else
+                STAP_PROBE2(pydyn_ps, deep, d, i);
+        }
         return pad[0];
     }
     return descend(d + 1) + pad[0];
@@ -149,7 +160,7 @@ int main(int argc, char **argv)
         int st;
         waitpid(c, &st, 0);
         printf("parent %ld child status %d\n", s, st);
-    } else if (strcmp(mode, "deep") == 0) {
+    } else if (strcmp(mode, "deep") == 0 || (deep_ret = strcmp(mode, "deepret") == 0)) {
         pthread_attr_t a;
         pthread_attr_init(&a);
         pthread_attr_setstacksize(&a, 64 * 1024);
@@ -157,6 +168,8 @@ int main(int argc, char **argv)
         pthread_create(&t, &a, deep, NULL);
         pthread_join(t, NULL);
         printf("deep done\n");
+        if (deep_ret)
+            printf("deepret %ld %ld\n", n, deep_total + shallow_next(0));
     } else if (strcmp(mode, "nested") == 0) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);

@@ -31,6 +31,12 @@ __attribute__((visibility("hidden"), used)) const uintptr_t pd_a64_ret_lits[5] =
 
 __asm__(".text\n"
         ".balign 4\n"
+        /* the unwinder looks a return address up at the address - 1: pd_ret_tramp's FDE
+         * (pd_unwind.c registers it) starts at this nop, which no other FDE covers */
+        ".globl pd_ret_tramp_lo\n"
+        ".hidden pd_ret_tramp_lo\n"
+        "pd_ret_tramp_lo:\n"
+        "  nop\n"
         ".globl pd_ret_tramp\n"
         ".hidden pd_ret_tramp\n"
         ".type pd_ret_tramp,%function\n"
@@ -46,6 +52,9 @@ __asm__(".text\n"
         "  ldr x30, [sp, #16]\n"  /* the original return address */
         "  add sp, sp, #32\n"
         "  ret\n"
+        ".globl pd_ret_tramp_end\n"
+        ".hidden pd_ret_tramp_end\n"
+        "pd_ret_tramp_end:\n"
         ".size pd_ret_tramp, .-pd_ret_tramp\n");
 
 #endif
