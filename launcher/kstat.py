@@ -4,7 +4,9 @@
 slot (the index pd_pstat.c claims, shared with scalar statistics), under that slot's
 lock word only; the globals lock is taken by readers (`@count(s[k])`, `k in s`,
 `foreach`, the exit report), which merge the slots, and by `delete`, which clears
-them -- stap's pmaps, with threads for CPUs.
+them -- stap's pmaps, with threads for CPUs.  Keyed counters (translate.py's
+_find_kcount_globals: arrays whose every write is `c[k] += v`) use the same tables
+with an int64 sum for a value.
 
 The area of such a statistic in the globals: the merged map first (the layout of any
 array, so foreach and the exit report iterate it unchanged), then a pd_kstat, then
@@ -21,6 +23,9 @@ from dataclasses import dataclass
 from pydyn.shmlayout.layout import KSLOT, KSTAT
 
 KSTAT_BUDGET = 64 << 20   # bytes of per-thread tables one keyed statistic may take
+# and one keyed counter: `c[execname()]++` is common, and each array's tables are
+# mapped into every 32-bit process of the session too
+KCOUNT_BUDGET = 32 << 20
 STAT_HEAD = 8 * 7         # struct pd_stat without its buckets
 MAP_HEAD = ENTRY_HEAD = 16  # pd_map.c: struct pd_map_hdr, and each entry's {state, hash, seq}
 MAX_BUCKETS = 128
@@ -53,10 +58,11 @@ def hist_buckets(hist_log: bool, hist_linear: tuple[int, int, int] | None) -> in
 
 
 def layout(capacity: int, key_size: int, merged_entry_size: int, nbuckets: int,
-           max_slots: int) -> KstatLayout:
-    value = STAT_HEAD + 8 * nbuckets
+           max_slots: int, counter: bool = False) -> KstatLayout:
+    """`counter`: a keyed counter's tables, whose values are one int64 sum."""
+    value = 8 if counter else STAT_HEAD + 8 * nbuckets
     stride = _align64(KSLOT.sizeof + MAP_HEAD + capacity * (ENTRY_HEAD + key_size + value))
-    nslots = max(1, min(max_slots, KSTAT_BUDGET // stride - 1))
+    nslots = max(1, min(max_slots, (KCOUNT_BUDGET if counter else KSTAT_BUDGET) // stride - 1))
     kstat_off = _align64(MAP_HEAD + capacity * merged_entry_size)
     return KstatLayout(nslots, nbuckets, kstat_off, stride, value,
                        kstat_off + KSTAT.sizeof + (1 + nslots) * stride)

@@ -265,6 +265,7 @@ class Translator:
         self.counter_stride = 0
         self.pstat_globals: set[str] = set()   # scalar statistics with per-thread slots
         self.kstat_globals: set[str] = set()   # keyed ones with per-thread tables (kstat.py)
+        self.kcount_globals: set[str] = set()  # the kstat_globals that are keyed counters
         self.kstat_layouts: dict[str, kstat.KstatLayout] = {}
         self.variance_stats: set[str] = set()  # statistics whose @variance is read
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
@@ -810,7 +811,7 @@ class Translator:
             if var.name in self.kstat_globals:
                 lay = kstat.layout(_capacity(var), self._key_size(var), self._entry_size(var),
                                    kstat.hist_buckets(var.hist_log, var.hist_linear),
-                                   PSTAT_SLOTS)
+                                   PSTAT_SLOTS, var.name in self.kcount_globals)
                 self.kstat_layouts[var.name] = lay
                 var.size = lay.size
             elif var.array is not None:
@@ -1373,16 +1374,21 @@ class Emitter:
             return
         self.line(f"PD_ACTION(c, {_where(s.expr if isinstance(s, ast.ExprStatement) else s)});")
         target = _counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
+        kcount = _kcount_update(s.expr) if isinstance(s, ast.ExprStatement) else None
         if isinstance(s, ast.ExprStatement) and target is not None and \
                 self.is_global(target.name) and target.name in self.tr.atomic_globals:
             var = self.tr.globals[target.name]
-            e = s.expr
-            value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
-            op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
-            sign = "" if op[0] == "+" else "-"
             self.line(f"pd_counter_add(c, {var.offset}, {counter_at(var.counter)}, "
                       f"{self.tr.counter_area}, {self.tr.counter_stride}, "
-                      f"{sign}(int64_t)({value}));")
+                      f"{self.update_delta(s.expr)});")
+            self.check()
+        elif isinstance(s, ast.ExprStatement) and kcount is not None and \
+                isinstance(kcount.base, ast.Symbol) and kcount.base.name in self.tr.kcount_globals:
+            # the thread's own table, under its slot lock only (pd_kstat.c)
+            var = self.tr.globals[kcount.base.name]
+            self.line(f"c->where = {_where(kcount)}; pd_kstat_add(c, c->globals + {var.offset}, "
+                      f"&kd_{var.name}, {self.key_blob(var, kcount.indexes)}, "
+                      f"{self.update_delta(s.expr)});")
             self.check()
         elif isinstance(s, ast.ExprStatement):
             self.line(f"(void)({self.expr(s.expr)});")
@@ -1462,6 +1468,12 @@ class Emitter:
             self.check()
         else:
             raise _err(f"{type(s).__name__} is not supported", s)
+
+    def update_delta(self, e: ast.Expr) -> str:
+        """What the counter update `e` (`x++`, `x -= v`, ...) adds, as C."""
+        value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
+        op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
+        return f"{'' if op[0] == '+' else '-'}(int64_t)({value})"
 
     def block(self, s: ast.Stmt) -> None:
         self.indent += 1
@@ -1615,7 +1627,8 @@ def translate(script: ast.Script, resolution: Resolution, *,
     tr.infer()
     tr.atomic_globals = _find_atomic_globals(script, tr)
     tr.pstat_globals = _find_pstat_globals(script, tr)
-    tr.kstat_globals = _find_kstat_globals(script, tr)
+    tr.kcount_globals = _find_kcount_globals(script, tr)
+    tr.kstat_globals = _find_kstat_globals(script, tr) | tr.kcount_globals
     tr.variance_stats = {_stat_name(n.operand)
                          for n in _iter_nodes((script.probes, script.functions))
                          if isinstance(n, ast.StatOp) and n.op == "variance"}
@@ -1888,13 +1901,25 @@ def counter_at(index: int) -> int:
     return 8 + 8 * index
 
 
-def _counter_update(e: object) -> ast.Symbol | None:
-    """The global target of `x++`, `x--`, `x += v`, `x -= v`, else None."""
-    if isinstance(e, ast.IncDec) and isinstance(e.operand, ast.Symbol):
+def _update_target(e: object) -> ast.Expr | None:
+    """The lvalue of `x++`, `x--`, `x += v`, `x -= v` (prefix or not), else None."""
+    if isinstance(e, ast.IncDec):
         return e.operand
-    if isinstance(e, ast.Assign) and e.op in ("+=", "-=") and isinstance(e.target, ast.Symbol):
+    if isinstance(e, ast.Assign) and e.op in ("+=", "-="):
         return e.target
     return None
+
+
+def _counter_update(e: object) -> ast.Symbol | None:
+    """The global target of `x++`, `x--`, `x += v`, `x -= v`, else None."""
+    t = _update_target(e)
+    return t if isinstance(t, ast.Symbol) else None
+
+
+def _kcount_update(e: object) -> ast.Index | None:
+    """The array element of `c[k]++`, `c[k] -= v`, ..., else None."""
+    t = _update_target(e)
+    return t if isinstance(t, ast.Index) and isinstance(t.base, ast.Symbol) else None
 
 
 def _find_atomic_globals(script: ast.Script, tr: Translator) -> set[str]:
@@ -1943,6 +1968,41 @@ def _find_kstat_globals(script: ast.Script, tr: Translator) -> set[str]:
     `global s%` (dropping the oldest entry needs one table) and names a local shadows."""
     found = {n for n, v in tr.globals.items() if v.array is not None and v.array.value == STAT
              and not (v.decl is not None and v.decl.wrap)}
+    for scope in tr.scopes.values():
+        found -= set(scope.locals)
+    return found
+
+
+def _find_kcount_globals(script: ast.Script, tr: Translator) -> set[str]:
+    """Long arrays used only as keyed counters: their adds go to per-thread tables.
+
+    Conservative: every write is a statement-level `c[K]++`/`--`/`+= E`/`-= E` or a
+    `delete`, every other mention is `c[K]`, `[K] in c` or `foreach (... in c)`.  An
+    assignment, an update used as a value (`x = c[k]++` needs the old value, which
+    per-thread sums cannot give), any other use of the name, `global c%` or a local of
+    the same name keep the locked map."""
+    found = {n for n, v in tr.globals.items() if v.array is not None
+             and (v.array.value or LONG) == LONG and not (v.decl is not None and v.decl.wrap)}
+    nodes = list(_iter_nodes((script.probes, script.functions)))
+    updates = {id(node.expr) for node in nodes if isinstance(node, ast.ExprStatement)
+               and _kcount_update(node.expr) is not None}
+    allowed: set[int] = set()   # the Symbol nodes that name an array where that is fine
+    for node in nodes:
+        if isinstance(node, ast.Assign | ast.IncDec):
+            target = node.target if isinstance(node, ast.Assign) else node.operand
+            base = target.base if isinstance(target, ast.Index) else target
+            if id(node) not in updates and isinstance(base, ast.Symbol):
+                found.discard(base.name)
+        if isinstance(node, ast.Index):   # (an update's target is one too)
+            allowed.add(id(node.base))
+        elif isinstance(node, ast.ArrayIn | ast.Foreach):
+            allowed.add(id(node.array))
+        elif isinstance(node, ast.Delete):
+            allowed.add(id(node.target.base if isinstance(node.target, ast.Index)
+                           else node.target))
+    for node in nodes:
+        if isinstance(node, ast.Symbol) and id(node) not in allowed:
+            found.discard(node.name)
     for scope in tr.scopes.values():
         found -= set(scope.locals)
     return found

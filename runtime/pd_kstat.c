@@ -15,6 +15,9 @@
  * take each slot's lock in turn; writers hold only their slot's.  New keys take
  * their insertion number from one counter shared by all the tables, so the merged
  * map keeps the session's first-insertion order for an unsorted foreach.
+ *
+ * Keyed counters (`c[k]++`, `c[k] += v` on an array nothing else writes) use the same
+ * tables with one int64 sum a key: stap's locked map becomes a pmap of sums.
  */
 #include "pd_runtime.h"
 #include "pd_lock.h"
@@ -46,6 +49,13 @@ static uint32_t pd_kstat_used(const struct pd_kstatdesc *kd)
     return n > kd->nslots + 1 ? kd->nslots + 1 : n;
 }
 
+/* A keyed counter (an array whose every write is `c[k] += v`, translate.py's
+ * _find_kcount_globals) keeps one int64 sum a key in each table, not a pd_stat. */
+static inline int pd_kstat_is_count(const struct pd_kstatdesc *kd)
+{
+    return kd->slot->value_type == PD_T_LONG;
+}
+
 void pd_kstat_add(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd,
                   const uint8_t *key, int64_t v)
 {
@@ -54,10 +64,12 @@ void pd_kstat_add(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd
     /* pd_lock's inline fast path first: this runs on every hit */
     if (PD_UNLIKELY(pd_trylock(&ks->lock) != PD_LOCK_OK) && pd_slot_lock(c, &ks->lock) < 0)
         return;
-    struct pd_stat *s = pd_map_get_seq(c, pd_kslot_map(ks), kd->slot, key, 1,
-                                       &pd_kstat_hdr(area, kd)->next_seq);
-    if (s) /* NULL: the table is full, an error is set */
-        pd_stat_add(s, v, kd->slot->stat);
+    void *val = pd_map_get_seq(c, pd_kslot_map(ks), kd->slot, key, 1,
+                               &pd_kstat_hdr(area, kd)->next_seq);
+    if (val && pd_kstat_is_count(kd)) /* NULL: the table is full, an error is set */
+        *(int64_t *)val = (int64_t)((uint64_t)*(int64_t *)val + (uint64_t)v);
+    else if (val)
+        pd_stat_add(val, v, kd->slot->stat);
     pd_unlock(&ks->lock);
 }
 
@@ -86,8 +98,18 @@ static void pd_kacc_end(struct pd_stat *acc)
     acc->variance_s = acc->count > 1 ? (int64_t)(s1 + s2) / (acc->count - 1) : 0;
 }
 
-/* The key's statistic over every slot, valid until this thread's next call (the
- * generated code uses it at once); NULL when no slot has the key. */
+/* One slot's value of a key into the merged one: a counter's sum, or a statistic. */
+static void pd_kval_add(const struct pd_kstatdesc *kd, void *acc, const void *one)
+{
+    if (pd_kstat_is_count(kd))
+        *(int64_t *)acc = (int64_t)((uint64_t)*(int64_t *)acc + (uint64_t)*(const int64_t *)one);
+    else
+        pd_kacc_add(acc, one, kd->nbuckets);
+}
+
+/* The key's statistic (a counter's: its sum, the first int64) over every slot, valid
+ * until this thread's next call (the generated code uses it at once); NULL when no
+ * slot has the key. */
 const struct pd_stat *pd_kstat_get(struct pd_ctx *c, uint8_t *area,
                                    const struct pd_kstatdesc *kd, const uint8_t *key)
 {
@@ -100,14 +122,15 @@ const struct pd_stat *pd_kstat_get(struct pd_ctx *c, uint8_t *area,
             return NULL;
         const struct pd_stat *one = pd_map_get(c, pd_kslot_map(ks), kd->slot, key, 0);
         if (one) {
-            pd_kacc_add(&acc, one, kd->nbuckets);
+            pd_kval_add(kd, &acc, one);
             found = 1;
         }
         pd_unlock(&ks->lock);
     }
     if (!found)
         return NULL;
-    pd_kacc_end(&acc);
+    if (!pd_kstat_is_count(kd))
+        pd_kacc_end(&acc);
     return &acc;
 }
 
@@ -141,15 +164,14 @@ void pd_kstat_merge(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *
             } else if (*PD_MAP_KEY_SEQ(key) < *PD_MAP_KEY_SEQ(val - ad->key_size)) {
                 *PD_MAP_KEY_SEQ(val - ad->key_size) = *PD_MAP_KEY_SEQ(key);
             }
-            pd_kacc_add((struct pd_stat *)val, (const struct pd_stat *)(key + sd->key_size),
-                        kd->nbuckets);
+            pd_kval_add(kd, val, key + sd->key_size);
         }
         pd_unlock(&ks->lock);
         if (full)
             break;
     }
     uint32_t i = 0;
-    for (uint8_t *key; (key = pd_map_next(area, ad, &i)) != NULL;)
+    for (uint8_t *key; !pd_kstat_is_count(kd) && (key = pd_map_next(area, ad, &i)) != NULL;)
         pd_kacc_end((struct pd_stat *)(key + ad->key_size));
 }
 

@@ -427,7 +427,8 @@ def test_mixed_session_shares_one_array(a64dir: Path, run_pydyn: Run) -> None:
     n = 4000
     script = a64dir / "mixed.stp"
     script.write_text(MIXED_SCRIPT.format(w64=w64, wa64=wa64))
-    # Both run at once: their handlers contend for the same futex lock across ISAs.
+    # Both run at once: by_arch is a keyed counter (per-thread tables in the segment,
+    # tests/test_kcount.py) that both ISAs add to and the end probe merges.
     res = run_pydyn("-v", str(script), "-c", f"{w64} {n} & {qemu_cmd(wa64, str(n))}; wait")
     assert res.returncode == 0, res
     s = n * (n - 1) // 2

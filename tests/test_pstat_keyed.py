@@ -193,13 +193,16 @@ def test_delete_between_rounds_clears_every_slot(progs: dict[str, Path], cache: 
     assert got[2:] == lines
 
 
-def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path) -> None:
+# (`++`: a keyed counter, tests/test_kcount.py, whose tables are the same)
+@pytest.mark.parametrize("update", ["<<< $arg3", "++"])
+def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path,
+                                        update: str) -> None:
     binary = prog(progs, "kstat64")
     per = 100
     # 20 keys a thread into tables of 16: keys 16..19 fail on every hit, in each slot;
     # 8 x 16 keys do not fit the merged map of 16 either (stap: aggregation overflow)
     stp = (f'global s[16]\nprobe process("{binary}").mark("hit") '
-           '{ s[$arg1, $arg2 % 20] <<< $arg3 }\n'
+           f'{{ s[$arg1, $arg2 % 20] {update} }}\n'
            'probe end { n = 0; foreach ([t, k] in s) n++; printf("merged %d\\n", n) }\n')
     r = pydyn(cache, "-D", "MAXERRORS=100000", "-e", stp, "-c", f"{binary} 8 {per}", rc=1)
     fails = 8 * 2 * per * 4 // 20
@@ -210,14 +213,16 @@ def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path) -> 
 
 
 @pytest.mark.parametrize("abi", ["m64", "m32"])
+@pytest.mark.parametrize("update,count", [("<<< $arg2", "@count(s[{}])"),
+                                          ("++", "s[{}]")])   # a keyed counter
 def test_keyed_stats_handler_takes_no_globals_lock(progs: dict[str, Path], cache: Path,
-                                                   abi: str) -> None:
+                                                   abi: str, update: str, count: str) -> None:
     binary = prog(progs, f"pstat{abi[1:]}")
     offs = f'{HEADER.offset("globals_lock")} {HEADER.offset("stat_slot_fallbacks")}'
     nthreads = PSTAT_SLOTS + 2
     stp = (f'global s, hits\nprobe process("{binary}").mark("hit") '
-           '{ s[$arg1 % 3, "x"] <<< $arg2; hits++ }\n'
-           'probe end { foreach ([k+, x] in s) printf("%d %d\\n", k, @count(s[k, x])); '
+           f'{{ s[$arg1 % 3, "x"] {update}; hits++ }}\n'
+           f'probe end {{ foreach ([k+, x] in s) printf("%d %d\\n", k, {count.format("k, x")}); '
            'printf("hits=%d\\n", hits) }\n')
     r = pydyn(cache, "-e", stp, "-c", f"{binary} {nthreads} 2000 par {offs}")
     # every worker finished while the main thread held the globals lock; 2 of them
@@ -229,8 +234,8 @@ def test_keyed_stats_handler_takes_no_globals_lock(progs: dict[str, Path], cache
         [f"{k} {n}" for k, n in enumerate(counts)]
     assert f"hits={nthreads * 2000}" in r.stdout
     # the control: reading a keyed statistic in the handler takes the lock, so it waits
-    locked = stp.replace("hits++ }", "hits++; if (@count(s[$arg1 % 3, \"x\"]) < 0) hits++ }",
-                         1)
+    key = '$arg1 % 3, "x"'
+    locked = stp.replace("hits++ }", f"hits++; if ({count.format(key)} < 0) hits++ }}", 1)
     r = pydyn(cache, "-e", locked, "-c", f"{binary} 4 20 par {offs} 1")
     assert "finished under the globals lock: 0 of 4" in r.stdout
     assert "hits=80" in r.stdout
