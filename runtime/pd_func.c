@@ -726,6 +726,50 @@ __asm__(".text\n"
         ".size pd_ret_tramp,.-pd_ret_tramp\n");
 _Static_assert(sizeof(struct pd_regs) == 144, "pd_ret_tramp's frame");
 #elif defined(__i386__)
+#ifndef PD_PRIVATE_STACK
+#define PD_PRIVATE_STACK 1
+#endif
+/* As on x86-64: the C runs on the private stack, the registers stay saved on the
+ * target's.  PIC: ecx gets the GOT from pd_ret_pc_cx (a call matched by its ret, which
+ * keeps the return stack buffer in step); eax/ecx/edx are saved already and flags are
+ * dead at a return.  Leaves TOP's value at 8(%esp) (0: no private stack, aligned in
+ * place) and its offset at 4(%esp), 16-aligned. */
+#if PD_PRIVATE_STACK
+#define PD_I386_TO_PSTACK \
+    "  call pd_ret_pc_cx\n" \
+    "  addl $_GLOBAL_OFFSET_TABLE_, %ecx\n" \
+    "  cmpl $0,pd_ps_enabled@GOTOFF(%ecx)\n" \
+    "  je 7f\n" \
+    "  mov pd_ps_top_off@GOTOFF(%ecx),%eax\n" \
+    "  mov %gs:(%eax),%ecx\n" \
+    "  jecxz 7f\n" \
+    "  movl $0,%gs:(%eax)\n" \
+    "  lea -16(%ecx),%esp\n" \
+    "  mov %ecx,8(%esp)\n" \
+    "  mov %eax,4(%esp)\n" \
+    "  jmp 8f\n" \
+    "7:\n" \
+    "  and $-16,%esp\n" \
+    "  sub $16,%esp\n" \
+    "  movl $0,8(%esp)\n" \
+    "8:\n"
+#else
+#define PD_I386_TO_PSTACK "  and $-16,%esp\n  sub $16,%esp\n  movl $0,8(%esp)\n"
+#endif
+/* ... and gives it back (esp at that record; eax, the return address, is kept). */
+#define PD_I386_FROM_PSTACK \
+    "  mov 8(%esp),%ecx\n" \
+    "  jecxz 9f\n" \
+    "  mov 4(%esp),%edx\n" \
+    "  mov %ecx,%gs:(%edx)\n" \
+    "9:\n"
+__asm__(".text\n"
+        ".hidden pd_ret_pc_cx\n"
+        ".type pd_ret_pc_cx,@function\n"
+        "pd_ret_pc_cx:\n"
+        "  mov (%esp),%ecx\n"
+        "  ret\n"
+        ".size pd_ret_pc_cx,.-pd_ret_pc_cx\n");
 __asm__(".text\n"
         ".globl pd_ret_tramp\n"
         ".hidden pd_ret_tramp\n"
@@ -738,7 +782,7 @@ __asm__(".text\n"
         "  pushl $0\n"               /* esp */
         "  push %ebx\n  push %edx\n  push %ecx\n  push %eax\n"
         "  mov %esp,%ebx\n"
-        "  and $-16,%esp\n"
+        PD_I386_TO_PSTACK
         "  sub $240,%esp\n"          /* 128 for xmm0-7, 112 for the x87 state */
         /* st0 (st1) hold a float return value, if any: else the x87 stack is empty (the
          * ABI) and the slow fnsave/frstor pair is skipped; the flag lives at 108, after
@@ -761,6 +805,8 @@ __asm__(".text\n"
         "  frstor (%esp)\n"
         "2:\n"
         "  mov %eax,40(%ebx)\n"      /* 10 words above: the slot */
+        "  add $240,%esp\n"
+        PD_I386_FROM_PSTACK
         "  mov %ebx,%esp\n"
         "  pop %eax\n  pop %ecx\n  pop %edx\n  pop %ebx\n"
         "  add $4,%esp\n"

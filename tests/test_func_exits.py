@@ -222,12 +222,13 @@ probe end {{ printf("hits=%d\\n", h) }}
 """
 
 
-@pytest.mark.parametrize("abi, how", [("m64", "exits"), ("m64", "hijack"), ("m32", "exits")])
+@pytest.mark.parametrize("abi, how", [("m64", "exits"), ("m64", "hijack"), ("m32", "exits"),
+                                      ("m32", "hijack")])
 def test_return_handler_with_target_stack_nearly_exhausted(tmp_path: Path, cache: Path,
                                                            abi: str, how: str) -> None:
     """Less than 1 KiB left above the thread's guard page; the handler's context alone
-    is ~9 KiB: it runs on the private stack, from an exit's stub or (x86-64) from
-    pd_ret_tramp (the i386 one still runs it on the target's stack).  Without the
+    is ~9 KiB: it runs on the private stack, from an exit's stub or from
+    pd_ret_tramp.  Without the
     switch (-D PD_PRIVATE_STACK=0) the target dies."""
     if not have_sdt_h():
         pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")
