@@ -184,6 +184,7 @@ pd_func_fast(struct pd_thread *t, const struct pd_probe *p, uint8_t *globals,
         return;
     }
     struct pd_ctx *c = (struct pd_ctx *)t->fctx;
+    pd_slots_current((struct pd_fast_tls *)(void *)guard); /* busy is first */
     pd_fast_ctx(c, globals, bias, guard);
     c->probe = p; /* for pd_fast_failed: fewer values live across the call */
     c->site = site;

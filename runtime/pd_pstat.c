@@ -43,12 +43,22 @@ static void pd_pslot_release(void *v)
 {
     struct pd_header *h = pd_segment_header();
     int k = (int)(intptr_t)v;
+    /* not this session's claim (pd_slots_rejoin forgot it): not this thread's bit now */
+    int mine = pd_pslot_mine == k;
     /* a probe later in this thread's exit must not write the slot a new thread may own */
     pd_pslot_mine = -1;
     pd_in_handler.cslot = (int64_t *)1;
     pd_in_handler.inflight = (uint32_t *)1; /* pd_quiesce.c: the header's count */
-    if (h && k > 0)
+    if (h && k > 0 && mine)
         __atomic_fetch_and(&h->stat_slots, ~((uint64_t)1 << (k - 1)), __ATOMIC_RELEASE);
+}
+
+PD_FAST_FN void pd_slots_rejoin(struct pd_fast_tls *t, uint32_t epoch)
+{
+    pd_pslot_mine = 0;
+    t->cslot = NULL;
+    t->inflight = NULL;
+    t->slots_epoch = epoch;
 }
 
 /* fork(): the child's thread must not write into its parent thread's slot, nor

@@ -481,6 +481,7 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
     /* in flight until its records are in the ring (pd_quiesce.h); the launcher's own
      * begin/end/error probes: nobody waits for them */
     struct pd_fast_tls *tls = (struct pd_fast_tls *)(void *)guard; /* busy is first */
+    pd_slots_current(tls);
     int inside = !(launcher_probe && pd_is_launcher);
     if (inside && !pd_quiesce_enter(tls, PD_BUSY_PROBE + (uint32_t)(p - pd_probes))) {
         *guard = 0;
@@ -589,6 +590,7 @@ pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
         c->globals = env->globals;
         c->actions = env->maxaction;
         t->epoch = epoch;
+        pd_slots_current(t);
     }
     if (!pd_quiesce_enter_on(t, PD_BUSY_FAST, env->state)) { /* STOPPING came in between */
         t->busy = 0;

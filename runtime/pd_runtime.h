@@ -281,6 +281,7 @@ struct pd_fast_tls {
     };
     uint32_t *inflight; /* pd_quiesce.h: the thread's busy word in the segment (NULL, 1: none) */
     uint32_t epoch;     /* pd_fenv.epoch when ctx's globals and actions were set */
+    uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
@@ -333,6 +334,18 @@ static inline PD_FAST_FN struct pd_fast_tls *pd_fast_tls_of(const struct pd_fast
     return pd_fast_tls_dynamic();
 }
 static inline PD_FAST_FN struct pd_fast_tls *pd_fast_tls(void) { return pd_fast_tls_of(&pd_fenv); }
+/* A thread's statistic slot index, counter block and busy word were claimed in the
+ * segment of the session the process was in then: after it joins another (-x again,
+ * the module still loaded) they are forgotten and claimed anew (pd_pstat.c).  Called
+ * with the guard taken, before any of them is used. */
+__attribute__((visibility("hidden"), cold)) PD_FAST_FN void
+pd_slots_rejoin(struct pd_fast_tls *t, uint32_t epoch);
+static inline PD_FAST_FN void pd_slots_current(struct pd_fast_tls *t)
+{
+    uint32_t epoch = __atomic_load_n(&pd_fenv.epoch, __ATOMIC_ACQUIRE);
+    if (PD_UNLIKELY(t->slots_epoch != epoch))
+        pd_slots_rejoin(t, epoch);
+}
 /* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist), for a
  * context outside pd_in_handler (pd_func.c's). */
 static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,

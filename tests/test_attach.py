@@ -178,6 +178,9 @@ def attach_one_thread(cache: Path, target: Target, seconds: str, min_hits: int) 
     assert res.rc == 0, res.err
     lo, hi, n = hit_ranges(res.out)[0]
     assert n == hi - lo + 1 > min_hits, res.out
+    # the exit report's scalar counter: this session's adds (a thread's counter block
+    # from an earlier session in the same process is not this segment's)
+    assert f"\ntotal={n:#x}\n" in res.out, res.out
     assert_text_as_in_file(target.pid, target.binary)
     return res
 
