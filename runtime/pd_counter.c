@@ -21,7 +21,7 @@
  */
 #include "pd_runtime.h"
 
-#include <sched.h>
+#include "pd_seq.h"
 
 /* The block pointer of this thread, or 1 without a slot: claims one (libc, TLS). */
 static uintptr_t pd_counter_claim(uintptr_t globals, uintptr_t area, uintptr_t stride,
@@ -58,32 +58,21 @@ PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, ui
 PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v)
 {
     uint32_t *seq = (uint32_t *)blk, *w = (uint32_t *)((uint8_t *)blk + at);
-    uint32_t q = *seq;
     uint64_t n = ((uint64_t)w[1] << 32 | w[0]) + (uint64_t)v;
-    __atomic_store_n(seq, q + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint32_t q = pd_seq_write_begin(seq);
     __atomic_store_n(&w[0], (uint32_t)n, __ATOMIC_RELAXED);
     __atomic_store_n(&w[1], (uint32_t)(n >> 32), __ATOMIC_RELAXED);
-    __atomic_store_n(seq, q + 2, __ATOMIC_RELEASE);
+    pd_seq_write_end(seq, q);
 }
 
-/* A writer killed inside pd_counter_wide leaves its word odd: after this many tries the
- * value is taken as it is (pd_pstat.c's snapshot does the same). */
-#define PD_COUNTER_READ_TRIES 10000
-
+/* One block's counter (pd_seq.h): a 64-bit atomic load, as x86-64 owners store whole. */
 static int64_t pd_counter_slot(const uint8_t *blk, uint32_t at)
 {
     const uint32_t *seq = (const uint32_t *)blk;
     for (int tries = 0;; tries++) {
-        uint32_t q = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
-        if ((q & 1) && tries < PD_COUNTER_READ_TRIES) {
-            if (tries > 100)
-                sched_yield();
-            continue;
-        }
+        uint32_t q = pd_seq_read_begin(seq, &tries);
         int64_t v = __atomic_load_n((const int64_t *)(blk + at), __ATOMIC_RELAXED);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(seq, __ATOMIC_RELAXED) == q || tries >= PD_COUNTER_READ_TRIES)
+        if (!pd_seq_read_retry(seq, q, tries))
             return v;
     }
 }

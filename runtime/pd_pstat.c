@@ -17,9 +17,9 @@
  */
 #include "pd_runtime.h"
 #include "pd_lock.h"
+#include "pd_seq.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 
 struct pd_pslot {
@@ -139,31 +139,20 @@ void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_st
     struct pd_pslot *ps = pd_pslot_at(area, k);
     if (k == 0 && pd_slot_lock(c, &ps->lock) < 0)
         return;
-    /* seqlock write: odd, data, even; readers retry across it */
-    uint32_t q = ps->seq;
-    __atomic_store_n(&ps->seq, q + 1, __ATOMIC_RELAXED);
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint32_t q = pd_seq_write_begin(&ps->seq); /* readers retry across it */
     pd_stat_add(&ps->s, v, d);
-    __atomic_store_n(&ps->seq, q + 2, __ATOMIC_RELEASE);
+    pd_seq_write_end(&ps->seq, q);
     if (k == 0)
         pd_unlock(&ps->lock);
 }
 
-/* A consistent copy of one slot.  A writer killed mid-update leaves its seq odd
- * forever: after PD_PSTAT_READ_TRIES the copy is taken as it is. */
-#define PD_PSTAT_READ_TRIES 10000
+/* A consistent copy of one slot (pd_seq.h). */
 static void pd_pslot_snapshot(const struct pd_pslot *ps, struct pd_stat *out)
 {
     for (int tries = 0;; tries++) {
-        uint32_t q = __atomic_load_n(&ps->seq, __ATOMIC_ACQUIRE);
-        if ((q & 1) && tries < PD_PSTAT_READ_TRIES) {
-            if (tries > 100)
-                sched_yield();
-            continue;
-        }
+        uint32_t q = pd_seq_read_begin(&ps->seq, &tries);
         memcpy(out, &ps->s, sizeof *out);
-        __atomic_thread_fence(__ATOMIC_ACQUIRE);
-        if (__atomic_load_n(&ps->seq, __ATOMIC_RELAXED) == q || tries >= PD_PSTAT_READ_TRIES)
+        if (!pd_seq_read_retry(&ps->seq, q, tries))
             return;
     }
 }
