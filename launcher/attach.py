@@ -33,10 +33,10 @@ from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, TypeVar
 
-from pydyn.launcher.errors import SessionError, TargetError
+from .errors import SessionError, TargetError
 
 if TYPE_CHECKING:
-    from pydyn.launcher.build import ModuleSet
+    from .build import ModuleSet
 
 PTRACE_CONT = 7
 PTRACE_DETACH = 17
@@ -328,7 +328,7 @@ def _yama_scope() -> int | None:
 
 def inspect(pid: int) -> Target:
     """The process PID as pydyn -x needs it, or a TargetError naming what is wrong."""
-    from pydyn.launcher.elf.reader import get_elf_info
+    from .elf.reader import get_elf_info
 
     name = f"pid {pid}"
     if pid <= 0:
@@ -383,7 +383,7 @@ def inspect(pid: int) -> Target:
 
 def _load_bias(pid: int, maps: Sequence[Mapping], path: str) -> int:
     """Where the object mapped from `path` was loaded (bias of its link-time addresses)."""
-    from pydyn.launcher.elf.reader import get_elf_info
+    from .elf.reader import get_elf_info
 
     starts = [m.start for m in maps if m.path == path and m.offset == 0]
     if not starts:
@@ -395,7 +395,7 @@ def _load_bias(pid: int, maps: Sequence[Mapping], path: str) -> int:
 def default_symbols(path: str, names: set[str]) -> dict[str, int]:
     """Values of the default-version (`name@@VER`, or unversioned) definitions of `names`
     in .dynsym: i386 glibc also defines an older, different dlopen@GLIBC_2.0."""
-    from pydyn.launcher.elf.reader import open_elf
+    from .elf.reader import open_elf
 
     out: dict[str, int] = {}
     with open_elf(path) as h:
@@ -692,7 +692,7 @@ def share_with(target: Target, modules: ModuleSet, shm_name: str) -> ModuleSet:
     import shutil
     import tempfile
 
-    from pydyn.launcher.build import ModuleSet, link_lib_dirs
+    from .build import ModuleSet, link_lib_dirs
 
     os.chown(f"/dev/shm{shm_name}", target.uid, target.gid)
     stage = Path(tempfile.mkdtemp(prefix="pydyn-attach-"))
@@ -732,7 +732,7 @@ class AttachedProcess:
     def attach(self, shm_name: str, preload_entry: str, probe_mode: str) -> None:
         pid = self.target.pid
         dlopen, dlerror = find_dlopen(pid, self.target.libc)
-        from pydyn.launcher.elf.symbols import get_symbol_table
+        from .elf.symbols import get_symbol_table
 
         table = get_symbol_table(str(self.module))
         entries = {}

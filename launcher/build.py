@@ -17,9 +17,9 @@ from functools import cache
 from pathlib import Path
 from typing import NamedTuple
 
-from pydyn import shmlayout as shmlayout_package
-from pydyn.launcher.errors import BuildError
-from pydyn.shmlayout import render_c_header
+from .. import shmlayout as shmlayout_package
+from ..shmlayout import render_c_header
+from .errors import BuildError
 
 # A warm run hashes little and looks up a couple of commands: the builtin sha256 and a
 # PATH walk spare it hashlib's OpenSSL binding and shutil (bz2, lzma), ~10 ms together.

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydyn.launcher.build import (
+from .build import (
     ABIS,
     COMMON_CFLAGS,
     LIB_DIRS,
@@ -64,8 +64,8 @@ from pydyn.launcher.build import (
     source_signature,
     which,
 )
-from pydyn.launcher.elf.notes import RawNote, iter_raw_notes
-from pydyn.launcher.errors import PydynError
+from .elf.notes import RawNote, iter_raw_notes
+from .errors import PydynError
 
 FORMAT_VERSION = 1
 DEFAULT_SIZE_MIB = 256
@@ -280,7 +280,7 @@ def full_key(base: Sequence[KeyInput], deps: Sequence[KeyInput]) -> str:
 
 
 def _dump_format(fmt: Any) -> dict[str, Any]:
-    from pydyn.launcher.format import FormatSpec
+    from .format import FormatSpec
     if isinstance(fmt, FormatSpec):
         pieces: list[Any] = [p if isinstance(p, str) else
                              p._asdict()
@@ -290,8 +290,8 @@ def _dump_format(fmt: Any) -> dict[str, Any]:
 
 
 def _load_format(d: dict[str, Any]) -> Any:
-    from pydyn.launcher.format import Conversion, FormatSpec
-    from pydyn.launcher.program import HistFormat
+    from .format import Conversion, FormatSpec
+    from .program import HistFormat
     if d["kind"] == "printf":
         return FormatSpec(tuple(p if isinstance(p, str) else Conversion(**p)
                                 for p in d["pieces"]), tuple(d["arg_types"]))
@@ -311,7 +311,7 @@ def program_to_json(program: Any) -> dict[str, Any]:
 
 
 def program_from_json(d: dict[str, Any], c_source: str) -> Any:
-    from pydyn.launcher.program import Program
+    from .program import Program
     return Program(c_source=c_source, checksum=bytes.fromhex(d["checksum"]),
                    formats=[_load_format(f) for f in d["formats"]],
                    required_abis=frozenset(d["required_abis"]), globals_size=d["globals_size"],

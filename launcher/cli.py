@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydyn.launcher.errors import PydynError, ScriptError
+from .errors import PydynError, ScriptError
 
 if TYPE_CHECKING:
-    from pydyn.launcher.build import ModuleSet
-    from pydyn.launcher.cache import Lookup, ModuleCache
-    from pydyn.launcher.output import OutputSink
-    from pydyn.launcher.translate import Program
+    from .build import ModuleSet
+    from .cache import Lookup, ModuleCache
+    from .output import OutputSink
+    from .translate import Program
 
 CACHE_ENV = "PYDYN_CACHE_DIR"
 
@@ -203,13 +203,13 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              lookup: Lookup | None, step: Callable[[int, str, float], None],
              ) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
-    from pydyn.launcher.cache import build_private
-    from pydyn.launcher.elf.functions import FunctionSite
-    from pydyn.launcher.patchplan import coverage, plan_site
-    from pydyn.launcher.resolve import Resolver
-    from pydyn.launcher.retplan import return_plan
-    from pydyn.launcher.session import check_command_target
-    from pydyn.launcher.translate import translate
+    from .cache import build_private
+    from .elf.functions import FunctionSite
+    from .patchplan import coverage, plan_site
+    from .resolve import Resolver
+    from .retplan import return_plan
+    from .session import check_command_target
+    from .translate import translate
 
     verbose = opts.verbose
     if argv_cmd is not None:
@@ -249,7 +249,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         return None
     required = set(program.required_abis) | {"m64"}
     if target_path is not None:
-        from pydyn.launcher.elf.reader import get_elf_info
+        from .elf.reader import get_elf_info
         required.add(get_elf_info(target_path).abi)
     t0 = time.monotonic()
     arches = ", ".join(sorted(required, reverse=True))
@@ -268,8 +268,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 
 def run(argv: Sequence[str]) -> int:
-    from pydyn.launcher.cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from pydyn.launcher.session import Session, SessionOptions, split_command
+    from .cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
+    from .session import Session, SessionOptions, split_command
 
     opts = _parser().parse_args(argv)
     if os.environ.get(NO_ELF_ENV):
@@ -284,14 +284,14 @@ def run(argv: Sequence[str]) -> int:
         if opts.script is None and opts.program is None:
             return 0
     if opts.list_point or opts.list_vars:
-        from pydyn.launcher.listing import list_probes
+        from .listing import list_probes
         pattern = opts.program if opts.program is not None else opts.script
         if pattern is None:
             raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
                              ".mark(\"*\")'")
         target = None
         if opts.command:
-            from pydyn.launcher.build import which
+            from .build import which
             cmd0 = split_command(opts.command)[0]
             exe = cmd0 if "/" in cmd0 else which(cmd0)
             target = os.path.realpath(exe) if exe else None
@@ -313,7 +313,7 @@ def run(argv: Sequence[str]) -> int:
 
     def parse() -> Any:
         # Only on a cache miss: the parser and the AST cost ~100 ms of imports alone.
-        from pydyn.launcher.script import parse_script
+        from .script import parse_script
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
                               guru=opts.guru)
@@ -330,7 +330,7 @@ def run(argv: Sequence[str]) -> int:
     if opts.attach_pid is not None:
         if opts.command:
             raise PydynError("-c and -x exclude each other: start a command or attach to one")
-        from pydyn.launcher.attach import inspect
+        from .attach import inspect
         exe = inspect(opts.attach_pid).exe
         # the running image when its file was replaced or deleted since it started
         target_path = exe if os.path.isfile(exe) else f"/proc/{opts.attach_pid}/exe"
@@ -338,7 +338,7 @@ def run(argv: Sequence[str]) -> int:
         raise PydynError(f"-T {opts.timeout:g}: the timeout must be a positive number of seconds")
     if opts.command:
         argv_cmd = split_command(opts.command)
-        from pydyn.launcher.build import which
+        from .build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
         if exe and argv_cmd[0] != "/bin/sh":
             target_path = os.path.realpath(exe)
@@ -388,11 +388,11 @@ def run(argv: Sequence[str]) -> int:
                              f"{exc.strerror or exc}") from None
     sink: OutputSink | None = None
     if opts.json:
-        from pydyn.launcher.jsonout import JsonSink
+        from .jsonout import JsonSink
         sink = JsonSink(program.formats, program.report, version(),
                         **({"stdout": stream} if stream else {}))
     elif stream:
-        from pydyn.launcher.output import OutputSink as Sink  # lazily: start-up time
+        from .output import OutputSink as Sink  # lazily: start-up time
         sink = Sink(program.formats, stdout=stream)
     session = Session(program, modules, SessionOptions(command=opts.command, ring_size=ring,
                                                         verbose=verbose, target_checked=True,

@@ -48,7 +48,7 @@ def embedded_expr_c(code: str) -> str:
 
 def toplevel_c(script: Any) -> list[str]:
     """The C a guru script adds before the handlers: helpers, then its `%{ %}` blocks."""
-    from pydyn.launcher.script import ast
+    from .script import ast
     if not script.embedded and not any(isinstance(f.body, ast.Embedded)
                                        for f in script.functions):
         return []

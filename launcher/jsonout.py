@@ -22,10 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydyn.launcher.format import FormatSpec, format_values
-from pydyn.launcher.output import OutputSink, _kinds, _text
-from pydyn.launcher.stats import hist_log_value
-from pydyn.shmlayout import (
+from ..shmlayout import (
     PD_REC_ERROR,
     PD_REC_EXIT,
     PD_REC_PAD,
@@ -34,6 +31,9 @@ from pydyn.shmlayout import (
     PD_REC_WARNING,
     decode_args,
 )
+from .format import FormatSpec, format_values
+from .output import OutputSink, _kinds, _text
+from .stats import hist_log_value
 
 SCHEMA = 1
 STAT_FIELDS = ("count", "min", "max", "sum", "avg")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydyn.shmlayout.layout import KSLOT, KSTAT
+from ..shmlayout.layout import KSLOT, KSTAT
 
 KSTAT_BUDGET = 64 << 20   # bytes of per-thread tables one keyed statistic may take
 # and one keyed counter: `c[execname()]++` is common, and each array's tables are

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pydyn.launcher.elf.argspec import ArgSpec
-from pydyn.launcher.elf.functions import FunctionSite
-from pydyn.launcher.elf.stapsdt import ProbeSite
-from pydyn.launcher.errors import PydynError, ScriptError
-from pydyn.launcher.resolve import ResolvedPoint, Resolver, format_point
+from .elf.argspec import ArgSpec
+from .elf.functions import FunctionSite
+from .elf.stapsdt import ProbeSite
+from .errors import PydynError, ScriptError
+from .resolve import ResolvedPoint, Resolver, format_point
 
 
 def arg_type(arg: ArgSpec, typed: bool) -> str:
@@ -38,7 +38,7 @@ def context_vars(site: ProbeSite, typed: bool) -> str:
 def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
     """`process("P").function("add@/src/t.c:12") $a:int $b:long int`, as stap lists a
     function; with -v each parameter's location at the entry ("ABI": not from DWARF)."""
-    from pydyn.launcher.elf.dwarf import function_at
+    from .elf.dwarf import function_at
     func = function_at(site.path, site.func_addr)
     name = func.where if func is not None else site.name
     line = f'process("{site.path}").function("{name}"){".return" if site.is_return else ""}'
@@ -79,7 +79,7 @@ def _lines(points: Iterable[ResolvedPoint], with_vars: bool, verbose: int) -> li
 def list_probes(pattern: str, *, with_vars: bool, verbose: int,
                 target_path: str | None = None) -> list[str]:
     """The listing lines for `pattern`; a PydynError when nothing matches."""
-    from pydyn.launcher.script import parse_script
+    from .script import parse_script
 
     warnings: list[str] = []
     try:

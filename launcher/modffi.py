@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydyn.launcher.build import sha256
+from .build import sha256
 
 CDEF = """
 struct pd_module_info {
@@ -38,7 +38,7 @@ GENERATED = Path(__file__).with_name("_pd_launcher_ffi.py")
 def launcher_ffi() -> Any:
     """An FFI that knows CDEF, ready for `dlopen` of a probe module."""
     try:
-        from pydyn.launcher import _pd_launcher_ffi as gen
+        from . import _pd_launcher_ffi as gen
         if getattr(gen, "CDEF_SHA256", None) == CDEF_SHA256:
             return gen.ffi
     except ImportError:   # missing, or written by a cffi this one cannot read

@@ -11,8 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any, BinaryIO
 
-from pydyn.launcher.format import FormatSpec, format_values
-from pydyn.shmlayout import (
+from ..shmlayout import (
     PD_REC_ERROR,
     PD_REC_EXIT,
     PD_REC_PAD,
@@ -24,6 +23,7 @@ from pydyn.shmlayout import (
     decode_args,
     unpack_header,
 )
+from .format import FormatSpec, format_values
 
 # Errors that a limit caused, and the advice the exit summary gives for them.
 LIMIT_ADVICE = {
@@ -78,7 +78,7 @@ class OutputSink:
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
         if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
-            from pydyn.launcher.stats import format_hist_linear, format_hist_log
+            from .stats import format_hist_linear, format_hist_log
             hist = self.formats[fmt_id]
             buckets = [int(b) for b in decode_args(buf, start, end, "i" * ((end - start) // 8))]
             text = (format_hist_log(buckets) if hist.kind == "log" else

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
-from pydyn.launcher.format import FormatSpec
+from .format import FormatSpec
 
 if TYPE_CHECKING:
-    from pydyn.launcher.elf.stapsdt import ProbeSite
-    from pydyn.launcher.patchplan import PatchPlan
+    from .elf.stapsdt import ProbeSite
+    from .patchplan import PatchPlan
 
 
 class HistFormat(NamedTuple):   # not a dataclass: see shmlayout/layout.py

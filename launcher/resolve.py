@@ -19,12 +19,12 @@ import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from pydyn.launcher.elf.functions import function_sites
-from pydyn.launcher.elf.libraries import find_library
-from pydyn.launcher.elf.reader import ElfInfo, get_elf_info
-from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
-from pydyn.launcher.errors import PydynError, ScriptError, TargetError, point_length
-from pydyn.launcher.script import ast
+from .elf.functions import function_sites
+from .elf.libraries import find_library
+from .elf.reader import ElfInfo, get_elf_info
+from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
+from .errors import PydynError, ScriptError, TargetError, point_length
+from .script import ast
 
 PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end", "timer")
 TIMER_UNITS_NS = {"s": 1_000_000_000, "sec": 1_000_000_000, "ms": 1_000_000, "msec": 1_000_000,

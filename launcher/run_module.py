@@ -23,12 +23,12 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from pydyn.launcher.build import ModuleSet, link_lib_dirs
-from pydyn.launcher.cache import program_from_json
-from pydyn.launcher.errors import PydynError, TargetError
-from pydyn.launcher.output import OutputSink
-from pydyn.launcher.program import Program
-from pydyn.launcher.session import Session, SessionOptions
+from .build import ModuleSet, link_lib_dirs
+from .cache import program_from_json
+from .errors import PydynError, TargetError
+from .output import OutputSink
+from .program import Program
+from .session import Session, SessionOptions
 
 MODULE_NAME = re.compile(r"pydyn_([0-9a-f]+)_(m64|m32|aarch64)\.so$")
 CHECKSUM_LEN = 32

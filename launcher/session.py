@@ -22,12 +22,7 @@ from typing import Any, NamedTuple
 
 import posix_ipc
 
-from pydyn.launcher.build import ModuleSet, which
-from pydyn.launcher.errors import SessionError, TargetError
-from pydyn.launcher.modffi import launcher_ffi
-from pydyn.launcher.output import LIMIT_ADVICE, OutputSink
-from pydyn.launcher.program import Program
-from pydyn.shmlayout import (
+from ..shmlayout import (
     PD_ABI_AARCH64,
     PD_ABI_I386,
     PD_ABI_X86_64,
@@ -44,6 +39,11 @@ from pydyn.shmlayout import (
     init_header,
     plan_segment,
 )
+from .build import ModuleSet, which
+from .errors import SessionError, TargetError
+from .modffi import launcher_ffi
+from .output import LIMIT_ADVICE, OutputSink
+from .program import Program
 
 ABI_NAMES = {PD_ABI_X86_64: "m64", PD_ABI_I386: "m32", PD_ABI_AARCH64: "aarch64"}
 PROC_STATE_NAMES = {PD_PROC_ALIVE: "still running", PD_PROC_EXITED: "exited",
@@ -171,7 +171,7 @@ def check_command_target(argv: Sequence[str]) -> None:
                 return  # a script: its interpreter takes the preload
         if not os.access(p, os.X_OK):
             raise TargetError(path, "is not executable")
-    from pydyn.launcher.elf.reader import check_preloadable, get_elf_info  # pyelftools: ~50 ms
+    from .elf.reader import check_preloadable, get_elf_info  # pyelftools: ~50 ms
     check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
 
 
@@ -465,8 +465,8 @@ class Session:
 
     def _attach(self, pid: int) -> None:
         """-x PID: load the module of the process's class into it and arm its sites."""
-        from pydyn.launcher.attach import AttachedProcess, inspect, share_with
-        from pydyn.launcher.build import INSTALL_HINT
+        from .attach import AttachedProcess, inspect, share_with
+        from .build import INSTALL_HINT
 
         target = inspect(pid)
         modules = self.modules
