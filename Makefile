@@ -38,7 +38,7 @@ deb-deps:
 LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; \
   tree = os.path.dirname(os.path.dirname(c.__file__)); \
   sys.exit(not c.__file__.startswith('$(CURDIR)/') or not all(os.path.exists(os.path.join(tree, d, f)) \
-    for d in ('launcher', 'launcher/script', 'launcher/elf', 'shmlayout') for f in os.listdir(d) if f.endswith('.py')))
+    for d in ('launcher', 'launcher/script', 'launcher/elf', 'launcher/translate', 'launcher/plan', 'shmlayout') for f in os.listdir(d) if f.endswith('.py')))
 py-deps:
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	@$(VPY) -c "$(LINKS_COMPLETE)" 2>/dev/null || \

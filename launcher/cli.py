@@ -205,9 +205,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .patchplan import coverage, plan_site
+    from .plan.returns import return_plan
+    from .plan.x86 import coverage, plan_site
     from .resolve import Resolver
-    from .retplan import return_plan
     from .session import check_command_target
     from .translate import translate
 

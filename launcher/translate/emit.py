@@ -17,19 +17,18 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from . import kstat
-from .build import runtime_digest
-from .elf import dwarf
-from .elf.argspec import ArgKind, ArgSpec
-from .elf.functions import NARGS, FunctionSite
-from .elf.stapsdt import ProbeSite
-from .elf.unwind import unwind_c
-from .entry import helpers_c as entry_helpers_c
-from .entry import pop_c as entry_pop_c
-from .errors import ScriptError, SourceLocation, TargetError
-from .fastprobe import PD_PROBE_FAST, fast_lines, is_fast
-from .format import FormatSpec, parse_format
-from .guru import (
+from .. import kstat
+from ..build import runtime_digest
+from ..elf import dwarf
+from ..elf.argspec import ArgKind, ArgSpec
+from ..elf.functions import NARGS, FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..elf.unwind import unwind_c
+from ..entry import helpers_c as entry_helpers_c
+from ..entry import pop_c as entry_pop_c
+from ..errors import ScriptError, SourceLocation, TargetError
+from ..format import FormatSpec, parse_format
+from ..guru import (
     SET_USER,
     embedded_expr_c,
     embedded_function_c,
@@ -37,11 +36,12 @@ from .guru import (
     set_user_params,
     toplevel_c,
 )
-from .patchplan import PatchPlan, plan_c, plan_function, plan_site
-from .program import Format, HistFormat, Program, ReportTag  # noqa: F401
-from .resolve import Resolution, ResolvedPoint, format_point
-from .retplan import ReturnPlan, plan_returns
-from .script import ast
+from ..plan.returns import ReturnPlan, plan_returns
+from ..plan.x86 import PatchPlan, plan_c, plan_function, plan_site
+from ..program import Format, HistFormat, Program, ReportTag  # noqa: F401
+from ..resolve import Resolution, ResolvedPoint, format_point
+from ..script import ast
+from .fast import PD_PROBE_FAST, fast_lines, is_fast
 
 LONG, STRING, STAT = "long", "string", "stat"
 # stap's defaults; `-D MAXSTRINGLEN=` / `-D MAXMAPENTRIES=` change them for one

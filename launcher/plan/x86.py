@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .elf.stapsdt import ProbeSite, iter_stapsdt_notes
+from ..elf.stapsdt import ProbeSite, iter_stapsdt_notes
 
 JMP_LEN = 5
 MAX_WINDOW = 16          # bytes of instructions the runtime's stub reserves for them
@@ -516,7 +516,7 @@ def plan_site(site: ProbeSite) -> PatchPlan:
 def _plan_site(site: ProbeSite, until: int = 0) -> PatchPlan:
     """`until`: a link-time address the window must reach (a function exit's, retplan.py)."""
     if site.machine == "aarch64":
-        from .patchplan_a64 import plan_site as plan_a64  # imports this module
+        from .aarch64 import plan_site as plan_a64  # imports this module
         return plan_a64(site)
     if site.machine not in ("x86_64", "i386"):
         return trap(f"trampolines are not implemented on {site.machine}")
@@ -711,7 +711,7 @@ def plan_function(site: ProbeSite) -> PatchPlan:
     handler (the entry is not a nop: resuming in place would skip it).  A trap plan
     without code cannot be armed."""
     if site.machine == "aarch64":
-        from .patchplan_a64 import plan_function as plan_a64  # imports this module
+        from .aarch64 import plan_function as plan_a64  # imports this module
         return plan_a64(site)
     plan = _plan_site(site)
     if plan.tactic == "displace":

@@ -1,0 +1,1 @@
+"""Patch planning: how each probe site is patched, decided offline."""
