@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ...shmlayout.globals import PD_PROBE_FAST
+from ...shmlayout.globals import ENTRY_HEAD, PD_PROBE_FAST
 from .. import kstat
 from ..elf import dwarf
 from ..elf.functions import FunctionSite
@@ -832,7 +832,8 @@ def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
     sd = f"&sd_{var.name}" if var.array.value == STAT else "NULL"
     key_size = tr.limits.key_size(var)
     return (f"{_c_string(var.name)}, {tr.limits.capacity(var)}, {tr.limits.max_entries(var)}, "
-            f"{len(var.array.keys)}, {key_size}, {value_size}, {16 + key_size + value_size}, "
+            f"{len(var.array.keys)}, {key_size}, {value_size}, "
+            f"{ENTRY_HEAD + key_size + value_size}, "
             f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ...shmlayout.globals import STAT_SIZE
+from ...shmlayout.globals import ENTRY_HEAD, STAT_SIZE
 from ..format import FormatSpec
 from .common import LONG, STAT, STRING
 from .types import GlobalVar
@@ -42,7 +42,7 @@ class Limits(NamedTuple):
 
     def entry_size(self, var: GlobalVar) -> int:
         assert var.array is not None
-        return 16 + self.key_size(var) + self.type_size(var.array.value)
+        return ENTRY_HEAD + self.key_size(var) + self.type_size(var.array.value)
 
     def formats_in_probe(self, spec: FormatSpec) -> bool:
         """Whether printf(spec) can be formatted by the handler (pd_sf_* in pd_string.c, the
