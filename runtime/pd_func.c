@@ -155,7 +155,7 @@ static uintptr_t pd_stack_alloc_saved(uintptr_t t, uintptr_t b, uintptr_t c, uin
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
 
 /* A FAST probe's handler failed (MAXACTION): its report needs a whole context (also
- * pd_run_fast's, pd_runtime.c). */
+ * pd_run_fast's, pd_run.c). */
 uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
 {
     (void)b, (void)c, (void)d;

@@ -1,7 +1,7 @@
 /* The interface between generated probe code and the pydyn runtime.
  *
  * One generated C file per script is compiled for every ABI (m64, m32, ...)
- * together with pd_runtime.c.  The generated file defines the tables declared
+ * together with the runtime's units.  The generated file defines the tables declared
  * at the bottom (probes, sites, objects, module info); the runtime finds the
  * sites in the loaded objects, arms them, and calls the probe handlers with a
  * struct pd_ctx whose register context was filled by a trap (now) or a

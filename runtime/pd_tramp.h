@@ -1,7 +1,7 @@
 /* Trampolines (issue 6): per-site stubs that replace the int3 at sites whose
  * patch plan (launcher/patchplan.py, in pd_site.plan) says NOP or DISPLACE.
  *
- * Included by pd_runtime.c after pd_run/pd_patch/pd_warn.  A site becomes a
+ * Included by pd_arm.c after pd_run/pd_patch/pd_warn.  A site becomes a
  * `jmp rel32` to its stub; the stub
  *   - switches to the thread's private stack (pd_switch_stack, pd_pstack.c), or where
  *     it has none (or under -x) skips the red zone of its own (x86-64: 128 bytes),
@@ -139,7 +139,7 @@ static uintptr_t pd_stub_dest(uintptr_t stub, const struct pd_plan *p, unsigned 
 }
 
 /* Where the site's jump enters its stub. */
-static uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
 {
     return p->pre ? stub + PD_STUB_PRE : stub;
 }
@@ -170,14 +170,14 @@ static int pd_stub_code(uintptr_t stub, const struct pd_plan *plan, unsigned fro
 }
 
 /* PD_FAST_FN: the x86-64 stub saves no vector register (unless pd_xmm_always); a
- * probe that may use them runs through pd_xmm_call (pd_fire_probe). */
+ * probe that may use them runs through pd_xmm_call (pd_run_probe). */
 static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site,
                                      uintptr_t bias)
 {
     if (site->nentry + site->nreturn) /* a function entry (issue 7, pd_func.c) */
         pd_func_fire(regs, site, bias);
     else
-        pd_fire_probe(&pd_probes[site->probe], site, regs, bias);
+        pd_run_probe(&pd_probes[site->probe], site, regs, bias);
 }
 
 static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
@@ -188,7 +188,7 @@ static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site
     }
     const struct pd_probe *p = &pd_probes[site->probe];
     if (PD_LIKELY(p->locks & PD_PROBE_FAST)) {
-        pd_run_fast(p, site, regs, bias); /* reads no register: flags left unconverted */
+        pd_fast_mark(p, &pd_fenv); /* reads no register: flags left unconverted */
         return;
     }
     pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
@@ -579,7 +579,7 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
 
 #endif /* x86 stubs */
 #if defined(__aarch64__) /* no exit sites there (retplan.py): the stub's start */
-static uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
 {
     (void)p;
     return stub;
