@@ -24,15 +24,6 @@
 #include <stdio.h>
 #include <sys/mman.h>
 
-#ifndef PD_FORCE_TRAPS
-#define PD_FORCE_TRAPS 0
-#endif
-#ifndef PD_TRAMP_SAVE_XMM
-#define PD_TRAMP_SAVE_XMM 1
-#endif
-#ifndef PD_PRIVATE_STACK
-#define PD_PRIVATE_STACK 1 /* -D PD_PRIVATE_STACK=0: stubs run handlers below the red zone */
-#endif
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
