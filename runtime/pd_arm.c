@@ -1,5 +1,5 @@
 /* Arming: every probe site of the loaded objects becomes a trap or a jump to its
- * trampoline (pd_tramp.h), objects loaded later too; and disarming, for objects
+ * trampoline (pd_tramp.c), objects loaded later too; and disarming, for objects
  * unloaded and for a -x detach. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "pd_internal.h"
+#include "pd_tramp.h"
 
 uint8_t *pd_obj_armed;
 uintptr_t *pd_obj_bias;
@@ -40,21 +41,6 @@ void pd_warn(const char *fmt, ...)
     }
 }
 
-static int pd_is_nop(const uint8_t *p, unsigned len)
-{
-#if defined(__aarch64__)
-    return pd_arch_is_nop(p, len); /* d503201f */
-#endif
-    if (len == 1)
-        return p[0] == 0x90;
-    /* multi-byte nops: [66]* 0f 1f ..., or 66 90 */
-    unsigned i = 0;
-    while (i < len && p[i] == 0x66)
-        i++;
-    return (i < len && p[i] == 0x90 && i + 1 == len) ||
-           (i + 1 < len && p[i] == 0x0f && p[i + 1] == 0x1f);
-}
-
 /* mprotect exactly the pages the instruction spans: the page after may not be
  * mapped at all (ENOMEM), which is a layout accident, not a failure to report. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *))
@@ -76,8 +62,6 @@ int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t
     mprotect((void *)first, span, prot_after);
     return 0;
 }
-
-#include "pd_tramp.h" /* trampolines: stubs, memory near the object, jump install */
 
 int pd_object_matches(const char *path, const char *loaded_name)
 {
@@ -103,16 +87,14 @@ int pd_object_matches(const char *path, const char *loaded_name)
     return strcmp(resolved, path) == 0;
 }
 
-static int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
+int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
 {
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type == PT_LOAD && vaddr >= ph->p_vaddr && vaddr < ph->p_vaddr + ph->p_memsz)
             return ((ph->p_flags & PF_R) ? PROT_READ : 0) |
                    ((ph->p_flags & PF_W) ? PROT_WRITE : 0) |
-#if defined(__aarch64__) /* guarded pages stay guarded (arch/aarch64/tramp.h) */
-                   ((ph->p_flags & PF_X) && pd_a64_guarded(info) ? PROT_BTI : 0) |
-#endif
+                   ((ph->p_flags & PF_X) ? pd_tramp_exec_prot(info) : 0) |
                    ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
     }
     return -1;
@@ -161,7 +143,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
                     __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
                     continue;
                 }
-            } else if (prot < 0 || !(prot & PROT_EXEC) || !pd_is_nop((const uint8_t *)addr, site->nop_len)) {
+            } else if (prot < 0 || !(prot & PROT_EXEC) || !pd_arch_is_nop((const uint8_t *)addr, site->nop_len)) {
                 pd_warn("%s: probe %s:%s at 0x%lx is not a nop in memory; not armed",
                         pd_objects[o].path, site->provider, site->name, (unsigned long)site->pc);
                 if (pd_self)
@@ -266,7 +248,6 @@ void pd_disarm_unloaded(void)
 {
     if (!pd_armed)
         return;
-    long page = sysconf(_SC_PAGESIZE);
     for (uint32_t o = 0; o < pd_module.nobjects; o++) {
         uintptr_t bias = pd_obj_bias[o];
         if (!pd_obj_armed[o] || bias == 0 || dl_iterate_phdr(pd_find_bias, &bias))
@@ -276,19 +257,11 @@ void pd_disarm_unloaded(void)
             struct pd_armed *a = &pd_armed[i];
             if (a->addr <= PD_ARMED_DEAD || a->site->object != o)
                 continue;
-            uintptr_t code[2] = {a->stub, a->ool};
-#ifndef PD_OOL_SIZE
-#define PD_OOL_SIZE 0 /* this arch makes no out-of-line copies: a->ool is 0 */
-#endif
-            size_t len[2] = {PD_STUB_SIZE, PD_OOL_SIZE};
+            uintptr_t stub = a->stub, ool = a->ool;
             pd_armed_remove(a);
             if (pd_self)
                 pd_self->sites_armed--;
-            for (int k = 0; k < 2; k++) /* the pages this site's code spans (areas are per object) */
-                if (code[k] && len[k]) {
-                    uintptr_t first = code[k] & ~(uintptr_t)(page - 1);
-                    munmap((void *)first, code[k] + len[k] - first);
-                }
+            pd_tramp_release(stub, ool);
         }
     }
 }
@@ -331,19 +304,6 @@ uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
             (*semas)++;
         }
     }
-#if !defined(__aarch64__)
-    /* Then the branches and islands that led into stubs, newest first; never in an
-     * object unloaded (or loaded again elsewhere) since it was linked. */
-    for (uint32_t i = pd_link_undo_n; i-- > 0;) {
-        const struct pd_link_undo *u = &pd_link_undos[i];
-        if (!pd_obj_armed[u->object] || pd_obj_bias[u->object] != u->bias)
-            continue;
-        pd_restore_src = u->orig;
-        pd_restore_n = u->n;
-        if (pd_patch(u->at, u->n, u->prot, pd_write_restore) == 0)
-            *bytes += u->n;
-    }
-    pd_link_undo_n = 0;
-#endif
+    pd_tramp_unlink_all(bytes); /* then the branches and islands that led into stubs */
     return sites;
 }

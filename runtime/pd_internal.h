@@ -98,7 +98,9 @@ extern uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never arm
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
 int pd_object_matches(const char *path, const char *loaded_name);
 void pd_arm_all(void);
-uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p); /* pd_tramp.h */
+struct dl_phdr_info;
+/* The page protection of the object's segment holding vaddr, or -1. */
+int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr);
 
 /* ---- attaching and the process registry (pd_registry.c) -------------------- */
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "pd_internal.h"
+#include "pd_tramp.h"
 
 /* ---- traps --------------------------------------------------------------- */
 
@@ -85,9 +86,7 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     if (a->site->nop_len == 0) {
         /* A function entry: the displaced instruction runs from its out-of-line copy. */
         pd_func_fire(&regs, a->site, a->bias);
-#if defined(__aarch64__) /* a return probe replaced the link register (pd_func.c) */
-        uc->uc_mcontext.regs[30] = (unsigned long long)regs.r[30];
-#endif
+        pd_uc_set_ret(uc, &regs);
         pd_uc_set_ip(uc, a->ool);
         return;
     }
