@@ -1,7 +1,7 @@
 /* The interface between generated probe code and the pydyn runtime.
  *
  * One generated C file per script is compiled for every ABI (m64, m32, ...)
- * together with pd_runtime.c.  The generated file defines the tables declared
+ * together with the runtime's units.  The generated file defines the tables declared
  * at the bottom (probes, sites, objects, module info); the runtime finds the
  * sites in the loaded objects, arms them, and calls the probe handlers with a
  * struct pd_ctx whose register context was filled by a trap (now) or a
@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pd_config.h" /* build-time defaults */
 #include "pd_shm.h" /* generated from shmlayout/: the arch-neutral segment */
 
 #if defined(__x86_64__)
@@ -51,21 +52,6 @@ static inline ssize_t pd_read_self(void *dst, const void *src, size_t n)
 #define PD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#ifndef MAXACTION
-#define MAXACTION 1000
-#endif
-#ifndef MAXERRORS
-#define MAXERRORS 0
-#endif
-#ifndef MAXSTRINGLEN
-#define MAXSTRINGLEN 512
-#endif
-#ifndef MAXNESTING
-#define MAXNESTING 10
-#endif
-#ifndef PD_OUTBUF_SIZE
-#define PD_OUTBUF_SIZE 8192
-#endif
 
 /* ---- tables emitted by the translator ---------------------------------- */
 
