@@ -1,3 +1,14 @@
+"""Fixtures shared by the test modules.
+
+One module cache per test module (`cache`), one store of precompiled runtime objects
+per session (`runtime_store`): pydyn compiles its runtime (runtime/*.c) once per
+compiler, ABI and `-D` values into `DIR/runtime/` of its cache (launcher/build.py's
+`runtime_objects`), and each module's cache links that directory to the session's
+store, so the runtime is compiled once per session instead of once per module while
+every module still builds, hits and evicts its own entries.  Tests of the cache
+itself (test_cache.py, test_startup.py) make caches of their own.
+"""
+
 from __future__ import annotations
 
 import sys
@@ -9,6 +20,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cbuild  # noqa: E402
+
+from pydyn.launcher.cache import RUNTIME_STORE  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -27,3 +40,32 @@ def sdt_cflags() -> Callable[[bool], tuple[str, ...]]:
         return cbuild.m32_cflags() if m32 else ()
 
     return flags
+
+
+@pytest.fixture(scope="session")
+def runtime_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The session's precompiled runtime objects (0700, ours: the cache's trust checks
+    hold); the first cold build of each compiler, ABI and `-D` values fills it."""
+    return tmp_path_factory.mktemp("runtime-store")
+
+
+@pytest.fixture(scope="session")
+def new_cache(tmp_path_factory: pytest.TempPathFactory,
+              runtime_store: Path) -> Callable[[str], Path]:
+    """`new_cache(name)`: an empty module cache directory whose runtime objects are the
+    session's, for a test that needs a cache no other test has touched."""
+
+    def make(name: str = "cache") -> Path:
+        cache = tmp_path_factory.mktemp(name)
+        (cache / RUNTIME_STORE).symlink_to(runtime_store, target_is_directory=True)
+        return cache
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def cache(new_cache: Callable[[str], Path]) -> Path:
+    """The test module's module cache (see the module docstring)."""
+    return new_cache("cache")
+
+
