@@ -20,7 +20,7 @@ DEB_PACKAGES += gdb
 DEB_PACKAGES += g++-aarch64-linux-gnu
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
-.PHONY: deps deb-deps py-deps examples demo test lint clean bench
+.PHONY: deps deb-deps py-deps examples demo check test lint clean bench
 
 deps: deb-deps py-deps
 
@@ -86,6 +86,11 @@ lint: py-deps .mypy-tree/pydyn
 	$(VPY) -m ruff check launcher shmlayout runtime tests bench
 	$(VPY) -m mypy
 
+# The unit tests (marker `unit`: no compiler, no target process), in well under a minute.
+check: py-deps
+	$(VPY) -m pytest -q -m unit tests
+
+# Everything: what CI runs.
 test: examples lint
 	$(VPY) -m pytest -q tests
 

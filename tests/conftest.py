@@ -69,3 +69,15 @@ def cache(new_cache: Callable[[str], Path]) -> Path:
     return new_cache("cache")
 
 
+
+# What a `unit` test may not ask for: these compile or run a target.
+NOT_UNIT = {"cache", "new_cache", "runtime_store", "have_m32", "sdt_cflags"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("unit") is None:
+            continue
+        used = NOT_UNIT.intersection(getattr(item, "fixturenames", ()))
+        if used:
+            raise pytest.UsageError(f"{item.nodeid} is marked unit but uses {sorted(used)}")

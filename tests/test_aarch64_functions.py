@@ -126,6 +126,7 @@ def test_plans_name_the_relocation(fn_builds: dict[str, Path]) -> None:
     assert pac.entry == pac.addr               # paciasp is moved into the stub
 
 
+@pytest.mark.unit
 def test_entries_that_cannot_move_are_refused() -> None:
     for word in (0xD4200000, 0xD4400000, 0x00000000):      # brk #0, hlt #0, udf #0
         with pytest.raises(ValueError):

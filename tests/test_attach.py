@@ -330,6 +330,7 @@ def test_attach_refused_when_another_tracer_holds_the_process(
         target.finish()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scope, words", [(1, "only a parent may attach"),
                                           (2, "only root"), (3, "disabled until reboot")])
 def test_yama_scope_is_named(monkeypatch: pytest.MonkeyPatch, scope: int, words: str) -> None:

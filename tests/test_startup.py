@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cbuild import build_c, pydyn_env, run_pydyn
 from test_cache import COUNTER, FakeGcc, key_of, script_for
 from test_cache import counter as counter  # noqa: F401 (the module's fixture, shared)
@@ -119,6 +120,7 @@ def test_cold_build_links_the_precompiled_runtime(tmp_path: Path, counter: Path)
     assert len(runtime_compiles()) == 1
 
 
+@pytest.mark.unit
 def test_out_of_line_ffi_is_current() -> None:
     # Stale after a CDEF edit: run `python -m pydyn.launcher.modffi`.
     assert modffi.GENERATED.read_text() == modffi.render()
