@@ -14,7 +14,7 @@ SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 python3.11-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
-# tests/test_func_fast.py counts which runtime functions a probe hit runs.
+# tests/test_func_fast_handlers.py counts which runtime functions a probe hit runs.
 DEB_PACKAGES += gdb
 # tests/test_aarch64_unwind.py throws C++ exceptions through aarch64 return probes.
 DEB_PACKAGES += g++-aarch64-linux-gnu

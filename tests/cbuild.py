@@ -117,7 +117,7 @@ def abi_binary(built: dict[str, Path], abi: str) -> Path:
     return built[abi]
 
 
-# The 8-thread programs (test_fastprobe's THREADS_C, rel_target's `threads` mode)
+# The 8-thread programs (test_trampolines's THREADS_C, rel_target's `threads` mode)
 # fire "hammer" with (thread id, i) for i < per: one script and one check serve them.
 def thread_sums_script(binary: Path, handler_extra: str = "", end_extra: str = "") -> str:
     return (f'global hits, ids\nprobe process("{binary}").mark("hammer") '

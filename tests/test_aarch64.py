@@ -328,8 +328,8 @@ def test_aarch64_target_without_qemu_is_refused(counter: Path, a64dir: Path,
 @pytest.mark.parametrize("mode", MODES)
 def test_exact_counts_with_8_threads(a64dir: Path, cache: Path, mode: str) -> None:
     """qemu-user runs guest threads as host threads: 8 of them pass one site at once,
-    each hit an atomic add and a locked array update (test_fastprobe.py's program)."""
-    from test_fastprobe import THREADS_C
+    each hit an atomic add and a locked array update (test_trampolines.py's program)."""
+    from test_trampolines import THREADS_C
     src = a64dir / "threads.c"
     src.write_text(THREADS_C)
     binary = build_a64(a64dir, [src], "threads", extra=("-pthread", "-no-pie"))
@@ -414,7 +414,7 @@ def test_mixed_session_shares_one_array(a64dir: Path, cache: Path) -> None:
     script = a64dir / "mixed.stp"
     script.write_text(MIXED_SCRIPT.format(w64=w64, wa64=wa64))
     # Both run at once: by_arch is a keyed counter (per-thread tables in the segment,
-    # tests/test_kcount.py) that both ISAs add to and the end probe merges.
+    # tests/test_counters_keyed.py) that both ISAs add to and the end probe merges.
     res = run_pydyn(cache, "-v", str(script), "-c", f"{w64} {n} & {qemu_cmd(wa64, str(n))}; wait")
     assert res.returncode == 0, res
     s = n * (n - 1) // 2

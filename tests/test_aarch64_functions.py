@@ -25,8 +25,8 @@ from cbuild import PROGS, run_pydyn
 from test_aarch64 import MODES, QEMU, SYSROOT, build_a64, qemu_cmd
 from test_aarch64 import pytestmark as pytestmark  # the same skips: no cross compiler, qemu
 from test_dwarf import ENTRY, check_entry_session
-from test_functions import SCRIPT as REC_SCRIPT
-from test_functions import fib_calls
+from test_func_probes import SCRIPT as REC_SCRIPT
+from test_func_probes import fib_calls
 
 from pydyn.launcher.elf.functions import get_functions
 from pydyn.launcher.patchplan_a64 import plan_function, relocate
@@ -141,7 +141,7 @@ def test_entries_that_cannot_move_are_refused() -> None:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_recursion_counts_and_return_values(a64dir: Path, cache: Path, mode: str) -> None:
-    """test_functions.py's script: fib's calls and returned sum, depth(10000)'s 10,001
+    """test_func_probes.py's script: fib's calls and returned sum, depth(10000)'s 10,001
     entries and returns (the return probe sees 10000 at the top), globs, probefunc()."""
     n = 12
     calls, total = fib_calls(n)

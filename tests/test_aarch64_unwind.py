@@ -24,7 +24,13 @@ import test_aarch64
 from cbuild import PROGS, run_pydyn
 from test_aarch64 import MODES, build_a64_cxx, qemu_cmd
 from test_aarch64 import pytestmark as pytestmark  # the same skips: cross gcc, qemu, sysroot
-from test_functions2 import BT_SCRIPT, EXC_END, EXC_PROBES, check_bt_session, skipped
+from test_func_stripped_dlopen_unwind import (
+    BT_SCRIPT,
+    EXC_END,
+    EXC_PROBES,
+    check_bt_session,
+    skipped,
+)
 
 # name: compiler flags; "pac" builds sign their return addresses (paciasp / pacibsp)
 FLAVOURS = {"O0": ("-O0",), "O2": ("-O2",),

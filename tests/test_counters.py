@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from cbuild import PROGS, abi_binary, build_abis, have_sdt_h, run_module, run_pydyn
-from test_fastpath import _functions
+from test_fast_handlers import _functions
 
 TIMEOUT = 120
 PER = 20000

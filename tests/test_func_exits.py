@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from cbuild import PROGS, build_c, have_cxx, have_sdt_h, run_pydyn
-from test_functions2 import bare
+from test_func_stripped_dlopen_unwind import bare
 
 FUNCS = ("early", "table", "tail", "epilogue", "rec", "jumper", "leaf2")
 

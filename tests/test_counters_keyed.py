@@ -7,7 +7,7 @@ values the programs fire (tests/progs/kstat_threads.c, pstat_threads.c) and agai
 the locked map of the same script (an `if (0) c[0] = 0` turns the optimisation off):
 the output must be identical.  Scripts the detection must leave locked stay locked
 (`-p3`) and stay right.  A full table and a handler finishing while another thread
-holds the globals lock are test_pstat_keyed.py's tests, run with `c[k]++` too.
+holds the globals lock are test_stats_keyed_threads.py's tests, run with `c[k]++` too.
 """
 # ruff: noqa: F811
 
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from cbuild import have_cc, have_sdt_h, run_pydyn_clean
-from test_pstat import value
 
 # the same programs; `progs` is a fixture, so the tests' parameters of that name are not
 # redefinitions
-from test_pstat_keyed import prog, progs  # noqa: F401
+from test_stats_keyed_threads import prog, progs  # noqa: F401
+from test_stats_threads import value
 
 pytestmark = pytest.mark.skipif(not (have_cc() and have_sdt_h()),
                                 reason="needs gcc and <sys/sdt.h>")

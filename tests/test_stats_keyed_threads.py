@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h, run_pydyn_clean
-from test_pstat import value
+from test_stats_threads import value
 
 from pydyn.launcher.stats import (
     HIST_LOG_BUCKETS,
@@ -174,7 +174,7 @@ def test_delete_between_rounds_clears_every_slot(progs: dict[str, Path], cache: 
     assert got[2:] == lines
 
 
-# (`++`: a keyed counter, tests/test_kcount.py, whose tables are the same)
+# (`++`: a keyed counter, tests/test_counters_keyed.py, whose tables are the same)
 @pytest.mark.parametrize("update", ["<<< $arg3", "++"])
 def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path,
                                         update: str) -> None:
