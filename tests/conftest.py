@@ -6,11 +6,14 @@ compiler, ABI and `-D` values into `DIR/runtime/` of its cache (launcher/build.p
 `runtime_objects`), and each module's cache links that directory to the session's
 store, so the runtime is compiled once per session instead of once per module while
 every module still builds, hits and evicts its own entries.  Tests of the cache
-itself (test_cache.py, test_startup.py) make caches of their own.
+itself (test_cache.py, test_startup.py) make caches of their own: `warm_cache`
+(a copy of the session's runtime objects) unless the runtime store or the cache
+directory's creation is what they test.
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -69,9 +72,30 @@ def cache(new_cache: Callable[[str], Path]) -> Path:
     return new_cache("cache")
 
 
+@pytest.fixture(scope="session")
+def warm_runtime_store(new_cache: Callable[[str], Path], runtime_store: Path) -> Path:
+    """The session's store holding the runtime objects of the default `-D` values (one
+    `pydyn -p4` compiles them unless a test already has)."""
+    res = cbuild.run_pydyn(new_cache("warm"), "-p4", "-e", "probe begin { exit() }")
+    assert res.returncode == 0, res.stderr
+    return runtime_store
+
+
+@pytest.fixture
+def warm_cache(tmp_path: Path, warm_runtime_store: Path) -> Path:
+    """tmp_path/cache, a module cache of the test's own holding a copy (a directory, not a
+    link: --clean-cache and damage stay in it) of the session's runtime objects: what a
+    cache that ran before holds, for the tests of the cache's entries."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    shutil.copytree(warm_runtime_store, cache / RUNTIME_STORE)
+    return cache
+
+
 
 # What a `unit` test may not ask for: these compile or run a target.
-NOT_UNIT = {"cache", "new_cache", "runtime_store", "have_m32", "sdt_cflags"}
+NOT_UNIT = {"cache", "new_cache", "runtime_store", "warm_runtime_store", "warm_cache",
+            "have_m32", "sdt_cflags"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -104,8 +104,8 @@ def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path) -
     assert "PYDYN_DEBUG_NO_ELF is set, but pydyn parsed the ELF file" in miss.stderr
 
 
-def test_entry_layout_manifest_and_hash_log(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_entry_layout_manifest_and_hash_log(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     # A string argument keeps this format in the launcher (integer-only ones are
     # formatted in the probe), so the manifest must carry it.
     script = script_for(counter, 'probe begin { printf("%s\\n", execname()) }')
@@ -138,8 +138,9 @@ def test_entry_layout_manifest_and_hash_log(tmp_path: Path, counter: Path) -> No
     assert (entry / "lib" / "x86_64-linux-gnu" / f"pydyn_{key}.so").resolve() == paths[0]
 
 
-def test_key_follows_its_inputs(tmp_path: Path, counter: Path, sdt_cflags: object) -> None:
-    cache = tmp_path / "cache"
+def test_key_follows_its_inputs(tmp_path: Path, warm_cache: Path, counter: Path,
+                                sdt_cflags: object) -> None:
+    cache = warm_cache
     script = script_for(counter)
     base = key_of(run_pydyn(cache, "-p4", "-e", script))
     assert key_of(run_pydyn(cache, "-p4", "-e", script)) == base
@@ -155,8 +156,8 @@ def test_key_follows_its_inputs(tmp_path: Path, counter: Path, sdt_cflags: objec
     assert key_of(run_pydyn(cache, "-p4", "-e", other)) != first
 
 
-def test_damaged_entry_is_reported_once_and_rebuilt(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_damaged_entry_is_reported_once_and_rebuilt(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     script = script_for(counter)
     run = ["-v", "-e", script, "-c", f"{counter} 10"]
     paths = module_paths(run_pydyn(cache, "-p4", *run[1:]))
@@ -217,8 +218,8 @@ def test_cache_dir_is_created_private(tmp_path: Path, counter: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["group-writable", "other-owner"])
-def test_unsafe_entry_is_refused(tmp_path: Path, counter: Path, how: str) -> None:
-    cache = tmp_path / "cache"
+def test_unsafe_entry_is_refused(warm_cache: Path, counter: Path, how: str) -> None:
+    cache = warm_cache
     script = script_for(counter)
     entry = module_paths(run_pydyn(cache, "-p4", "-e", script, "-c", f"{counter} 10"))[0].parent
     if how == "group-writable":
@@ -250,8 +251,8 @@ def test_unsafe_cache_directory_is_refused(tmp_path: Path, counter: Path) -> Non
     assert list(cache.iterdir()) == []
 
 
-def test_lru_eviction_keeps_the_size_limit(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_lru_eviction_keeps_the_size_limit(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     keys = []
     for i in range(3):
         script = script_for(counter, f"probe begin {{ println({i}) }}")
@@ -270,8 +271,8 @@ def test_lru_eviction_keeps_the_size_limit(tmp_path: Path, counter: Path) -> Non
     assert new in left and keys[1] not in left and {keys[0], keys[2]} <= left
 
 
-def test_clean_and_disable(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_clean_and_disable(tmp_path: Path, warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     script = script_for(counter)
     module_paths(run_pydyn(cache, "-p4", "-e", script))
     assert entries(cache)

@@ -55,8 +55,9 @@ def imported_by(args: list[str], cache: Path,
     return set(json.loads(dump.read_text())), res
 
 
-def test_warm_hit_imports_no_miss_machinery(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_warm_hit_imports_no_miss_machinery(tmp_path: Path, warm_cache: Path,
+                                            counter: Path) -> None:
+    cache = warm_cache
     args = ["-v", "-e", script_for(counter), "-c", f"{counter} 50"]
     cold, res = imported_by(args, cache, tmp_path)
     assert "hits=50 total=1225" in res.stdout
@@ -69,8 +70,8 @@ def test_warm_hit_imports_no_miss_machinery(tmp_path: Path, counter: Path) -> No
     assert "pydyn.launcher._pd_launcher_ffi" in warm   # the cdef was not parsed at run time
 
 
-def test_parse_free_key_follows_paths(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_parse_free_key_follows_paths(tmp_path: Path, warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     other = build_c(COUNTER, tmp_path / "other", extra=["-DPYDYN_TEST_VARIANT=1",
                                                         "-Wl,--build-id=sha1"], opt="-O1")
     link = tmp_path / "prog"
