@@ -92,7 +92,6 @@ def warm_cache(tmp_path: Path, warm_runtime_store: Path) -> Path:
     return cache
 
 
-
 # What a `unit` test may not ask for: these compile or run a target.
 NOT_UNIT = {"cache", "new_cache", "runtime_store", "warm_runtime_store", "warm_cache",
             "have_m32", "sdt_cflags"}
