@@ -83,24 +83,24 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
             object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
         return objects[path]
 
-    ordered: list[tuple[int, ResolvedPoint]] = []
+    ordered: list[tuple[int, int, ResolvedPoint]] = []   # (probe, its point's index, point)
     hidden: dict[tuple[int, int], int] = {}
 
-    def hidden_entry(pi: int, rp: ResolvedPoint) -> int:
-        """The probe row of probe pi's @entry handler for point rp (entry.py)."""
-        if (pi, id(rp)) not in hidden:
-            hidden[(pi, id(rp))] = len(probe_rows)
+    def hidden_entry(pi: int, ri: int, rp: ResolvedPoint) -> int:
+        """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
+        if (pi, ri) not in hidden:
+            hidden[(pi, ri)] = len(probe_rows)
             probe_rows.append(f"    {{PD_PROBE_MARK, {int(entry_locks[pi])}, probe_{pi}_entry, "
                               f"{_c_string(format_point(rp.point))}, -1, 0}},")
-        return hidden[(pi, id(rp))]
+        return hidden[(pi, ri)]
 
     fast_rows: set[int] = set()                 # probe rows of FAST probes
     return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
     for pi, probe in enumerate(script.probes):
-        ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
+        ordered += [(pi, ri, rp) for ri, rp in enumerate(resolution.points.get(id(probe), []))]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
-    ordered.sort(key=lambda item: item[1].priority)
-    for pi, rp in ordered:
+    ordered.sort(key=lambda item: item[2].priority)
+    for pi, ri, rp in ordered:
         pidx = len(probe_rows)
         obj = -1
         if rp.kind in ("process_begin", "process_end") and rp.object_path:
@@ -133,7 +133,7 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
                 group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
                 if pi in entry_locks:
-                    group[2].append(hidden_entry(pi, rp))
+                    group[2].append(hidden_entry(pi, ri, rp))
                 continue
             ai = len(site_rows)
             arg_tables.append(
