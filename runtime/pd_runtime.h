@@ -176,6 +176,11 @@ struct pd_site {
     uint16_t nentry;
     uint16_t nreturn;
     uint8_t fx;          /* PD_FX_*: how a function's return probes are reached */
+    /* Several rows at one address (probes on one mark, a function entry that is a mark):
+     * the armed one lists them all, itself included, in script order; the others are
+     * PD_FX_SHARED and never armed themselves (pd_fire_shared). */
+    const uint32_t *shared;
+    uint16_t nshared;
 };
 
 /* A function whose exits are patched (launcher/retplan.py) has a PD_FX_HIJACK row (the
@@ -184,7 +189,7 @@ struct pd_site {
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];

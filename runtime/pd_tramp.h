@@ -174,8 +174,8 @@ static int pd_stub_code(uintptr_t stub, const struct pd_plan *plan, unsigned fro
 static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site,
                                      uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry (issue 7, pd_func.c) */
-        pd_func_fire(regs, site, bias);
+    if (site->nentry + site->nreturn + site->nshared) /* a function entry, or rows sharing */
+        pd_func_fire(regs, site, bias);                   /* one address (pd_func.c) */
     else
         pd_fire_probe(&pd_probes[site->probe], site, regs, bias);
 }
@@ -187,7 +187,7 @@ static PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site
         return;
     }
     const struct pd_probe *p = &pd_probes[site->probe];
-    if (PD_LIKELY(p->locks & PD_PROBE_FAST)) {
+    if (PD_LIKELY((p->locks & PD_PROBE_FAST) && !site->nshared)) {
         pd_run_fast(p, site, regs, bias); /* reads no register: flags left unconverted */
         return;
     }
@@ -570,7 +570,8 @@ static int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias
         return -1;
     if (pd_put_rel32(field, (uintptr_t)e->p, bias + (uintptr_t)plan->resume) != 0)
         return -1;
-    const struct pd_probe *probe = site->nentry + site->nreturn ? pd_func_fast_probe(site)
+    const struct pd_probe *probe = site->nentry + site->nreturn + site->nshared
+        ? pd_func_fast_probe(site)
         : pd_probes[site->probe].locks & PD_PROBE_FAST ? &pd_probes[site->probe] : NULL;
     if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
@@ -898,8 +899,8 @@ static uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
     for (uint32_t s = 0; s < pd_module.nsites; s++) {
         const struct pd_site *site = &pd_sites[s];
         const struct pd_plan *plan = &site->plan;
-        if (site->object != o || plan->tactic == PD_TACTIC_TRAP)
-            continue;
+        if (site->object != o || plan->tactic == PD_TACTIC_TRAP || (site->fx & PD_FX_SHARED))
+            continue; /* (a shared row is run by the one armed at its address) */
         uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
         if (plan->tactic == PD_TACTIC_DISPLACE && memcmp((const void *)addr, plan->orig, plan->len))
             continue; /* not the bytes the plan was made for: the trap is always safe */

@@ -46,8 +46,8 @@ __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 __attribute__((visibility("hidden"), used)) void
 pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry (issue 7) */
-        pd_func_fire(regs, site, bias);
+    if (site->nentry + site->nreturn + site->nshared) /* a function entry, or rows sharing */
+        pd_func_fire(regs, site, bias);                   /* one address (pd_func.c) */
     else
         pd_run(&pd_probes[site->probe], site, regs, bias);
 }
