@@ -28,8 +28,8 @@ CACHE_ENV = "PYDYN_CACHE_DIR"
 
 EXAMPLES = """\
 examples:
-  pydyn -e 'probe process("./app").mark("tick") { n++ } probe end { printf("%d\\n", n) }' \\
-        -c ./app
+  pydyn -e 'global n probe process("./app").mark("tick") { n++ }
+            probe end { printf("%d\\n", n) }' -c ./app
   pydyn script.stp -c './server 4'        run a script on a command and its children
   pydyn script.stp -x 1234 -T 10          attach to pid 1234 for 10 seconds, then detach
   pydyn -l 'process("/usr/bin/python3.11").mark("*")'      list probe points

@@ -43,7 +43,7 @@ def break_relocation_links(src: Path, dst: Path) -> int:
 
 
 @pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
-def test_unreadable_relocations_refuse_displacement(tmp_path: Path, m32: bool,
+def test_unreadable_relocations_refuse_displacement(tmp_path: Path, cache: Path, m32: bool,
                                                     sdt_cflags: object) -> None:
     good = build_c(COUNTER, tmp_path / "counter", m32=m32)
     tick = next(s for s in get_probe_sites(str(good)).sites if s.name == "tick")
@@ -57,7 +57,6 @@ def test_unreadable_relocations_refuse_displacement(tmp_path: Path, m32: bool,
     assert "cannot read the relocations of .rel" in plan.reason
 
     # the probe still fires (int3), every hit counted; -p2 says why
-    cache = tmp_path / "cache"
     r = run_pydyn(cache, "-e", f'global n probe process("{bad}").mark("tick") {{ n++ }} '
                   'probe end { printf("n=%d\\n", n) }', "-c", f"{bad} 300")
     assert r.returncode == 0, r.stderr

@@ -27,11 +27,6 @@ SUM = sum(3 * i + 1 for i in range(N))
 MODES = ("auto", "trap")
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture(scope="module", params=["m64", "m32"])
 def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("prog") / f"shared_{request.param}"
