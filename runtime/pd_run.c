@@ -147,7 +147,7 @@ static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_f
  * vector register, no stack frame for a context: the one in pd_in_handler, whose
  * cslot, globals and actions (the session's, set on the thread's first hit) stay set
  * between hits.  Those and probe are all a FAST handler and its error report read
- * (site, regs and bias stay NULL: fastprobe.py's whitelist has no context built-in).
+ * (site, regs and bias stay NULL: translate/fast.py: counter adds only has no context built-in).
  * A FAST mark's stub calls this with the probe and &pd_fenv as immediates; only an
  * error leaves through pd_xmm_call.  noipa: gcc would split off the state check, a
  * jump more. */

@@ -106,7 +106,7 @@ struct pd_object {
     uint32_t abi;        /* PD_ABI_*: only a module of that ABI arms its sites */
 };
 
-/* How to patch a site: computed offline by launcher/patchplan.py (issue 6). */
+/* How to patch a site: computed offline by launcher/plan/x86.py (issue 6). */
 enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
 enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3, PD_FIX_B26 = 4 };
 
@@ -120,7 +120,7 @@ struct pd_fixup {
 };
 
 /* A direct branch elsewhere in the object landing inside a DISPLACE window: pointed at
- * the relocated copy of the instruction it reaches (patchplan.Redirect). */
+ * the relocated copy of the instruction it reaches (plan/x86.py Redirect). */
 struct pd_redirect {
     uint64_t field, anchor; /* link-time: its displacement, and what that is relative to */
     uint64_t island, hop;   /* size 1: `jmp rel32` at island (reached via `jmp rel8` at hop) */
@@ -162,15 +162,20 @@ struct pd_site {
     uint16_t nentry;
     uint16_t nreturn;
     uint8_t fx;          /* PD_FX_*: how a function's return probes are reached */
+    /* Several rows at one address (probes on one mark, a function entry that is a mark):
+     * the armed one lists them all, itself included, in script order; the others are
+     * PD_FX_SHARED and never armed themselves (pd_fire_shared). */
+    const uint32_t *shared;
+    uint16_t nshared;
 };
 
-/* A function whose exits are patched (launcher/retplan.py) has a PD_FX_HIJACK row (the
+/* A function whose exits are patched (launcher/plan/returns.py) has a PD_FX_HIJACK row (the
  * entry with nreturn return probes, as without exits) followed by PD_FX_ALT rows: the
  * entry without return probes (if it has entry probes) and one PD_FX_EXIT row per exit,
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -241,8 +246,8 @@ extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
 extern int pd_inert __attribute__((visibility("hidden")));
 /* The thread's FAST-path TLS block, found once per hit: the reentrancy guard, and the
  * context of a FAST mark probe (pd_fast_mark): only the fields before errmsg, all a FAST
- * handler touches (launcher/fastprobe.py's whitelist), kept between hits.  Its cslot is
- * the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
+ * handler touches (launcher/translate/fast.py: counter adds only), kept between hits.
+ * Its cslot is the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
  * reachable as `cslot`; its error is 0 between hits (the error path clears it). */
 struct pd_fast_tls {
     int busy;
@@ -320,7 +325,7 @@ static inline PD_FAST_FN void pd_slots_current(struct pd_fast_tls *t)
     if (PD_UNLIKELY(t->slots_epoch != epoch))
         pd_slots_rejoin(t, epoch);
 }
-/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist), for a
+/* Only the fields a FAST handler touches (launcher/translate/fast.py: counter adds only), for a
  * context outside pd_in_handler (pd_func.c's). */
 static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,
                                           const int *guard)

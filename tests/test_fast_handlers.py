@@ -122,7 +122,7 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
     r = run_pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
-    # the mark, the function's entry and its one exit (its `.return`: retplan.py)
+    # the mark, the function's entry and its one exit (its `.return`: plan/returns.py)
     assert m and m.group(1) == "3", r.stderr
     assert re.search(r"returns of vec_fn@0x[0-9a-f]+: exits patched \(1:", r.stderr), r.stderr
     if not m32:
