@@ -64,6 +64,12 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
                                               const struct pd_fast_env *env);
 
+/* ---- function probes (pd_func.c) ------------------------------------------- */
+
+/* Called by pd_ret_tramp (arch/) with the registers at a hooked function's return
+ * (struct pd_regs on its stack); returns the original return address. */
+pd_ureg pd_ret_handler(struct pd_regs *regs);
+
 /* ---- armed sites and traps (pd_trap.c) ------------------------------------- */
 
 struct pd_armed {
