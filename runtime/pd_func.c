@@ -34,14 +34,11 @@
 
 #include "pd_internal.h"
 
-/* Entry and return probes run before the vector registers are saved (issue 6): the
- * C here uses none, and calls what may through pd_xmm_call. */
-#if defined(__x86_64__) || defined(__i386__)
-#pragma GCC target("general-regs-only")
-int pd_xmm_always;
-#else
-int pd_xmm_always = 1;
-#endif
+/* Entry and return probes run before the vector registers are saved: the C here uses
+ * none, and calls what may through pd_xmm_call. */
+PD_FAST_UNIT
+
+#include PD_ARCH_FUNC_H /* where a hooked function's return address is */
 
 #define PD_SHADOW_MAX 65536u /* frames per thread (the mapping is touched lazily) */
 
@@ -50,9 +47,7 @@ struct pd_shadow {
     uintptr_t at;                 /* where it was: the stack pointer at entry */
     const struct pd_site *site;
     uintptr_t bias;
-#if defined(__aarch64__)
-    uintptr_t slot; /* while unhooked: where the frame saved x30, | its PAC key (pd_unwind.c) */
-#endif
+    struct pd_ret_arch arch;
 };
 
 /* One TLS block: its address is found once per call (one TLS descriptor call). */
@@ -230,24 +225,13 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
         pd_count_skipped(site->nreturn);
         return;
     }
-#if defined(__aarch64__)
-    /* The return address is in x30, which the stub or the trap handler restores from
-     * regs; its "slot" is the word below sp, where pd_ret_handler finds it too (sp at
-     * the return is sp at the entry).  Nothing is stored there. */
-    pd_ureg *lr = &((struct pd_regs *)regs)->r[30];
-    uintptr_t at = sp - sizeof(pd_ureg);
-#define PD_RET_SLOT lr
-#else
-    (void)regs;
-    pd_ureg *slot = (pd_ureg *)sp;
-    uintptr_t at = (uintptr_t)slot;
-#define PD_RET_SLOT slot
-#endif
+    pd_ureg *slot = pd_ret_slot(regs, sp);
+    uintptr_t at = pd_ret_at(sp);
     /* Frames at or below this return slot were left by longjmp: a live caller's slot
      * is above ours.  The same slot is live only for a tail call from a hooked frame,
      * where it already holds pd_ret_tramp. */
     if (PD_UNLIKELY(n > 0 && stk[n - 1].at <= at)) {
-        int tail = *PD_RET_SLOT == (pd_ureg)(uintptr_t)pd_ret_tramp;
+        int tail = *slot == (pd_ureg)(uintptr_t)pd_ret_tramp;
         while (n > 0 && pd_same_stack(t, stk[n - 1].at, at) &&
                (stk[n - 1].at < at || (stk[n - 1].at == at && !tail))) {
             pd_count_skipped(stk[n - 1].site->nreturn);
@@ -256,16 +240,13 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
     }
     t->n = n + 1; /* claim the slot first: a signal handler nests above it */
     PD_BARRIER();
-    stk[n].ret = (uintptr_t)*PD_RET_SLOT;
+    stk[n].ret = (uintptr_t)*slot;
     stk[n].at = at;
     stk[n].site = site;
     stk[n].bias = bias;
-#if defined(__aarch64__)
-    stk[n].slot = 0;
-#endif
+    pd_ret_arch_init(&stk[n].arch);
     PD_BARRIER();
-    *PD_RET_SLOT = (pd_ureg)(uintptr_t)pd_ret_tramp;
-#undef PD_RET_SLOT
+    *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
 }
 
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
@@ -300,9 +281,10 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_FIRE_SP
 /* pd_func_fire for a site whose one entry probe p is FAST (pd_func_fast_probe), from a
- * stub that builds no pd_regs (pd_write_fast_body): sp is the stack pointer at entry. */
+ * stub that builds no pd_regs (x86's pd_write_fast_body): sp is the stack pointer at
+ * entry. */
 void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintptr_t sp,
                      uintptr_t bias)
 {
@@ -340,57 +322,7 @@ static void pd_shadow_drop_dead(struct pd_thread *t, uintptr_t cfa)
     }
 }
 
-#if defined(__aarch64__)
-#include "arch/aarch64/unhook.h" /* pd_shadow_unhook, pd_shadow_rehook */
-#else
-void pd_shadow_unhook(uintptr_t cfa)
-{
-    PD_THR(t);
-    pd_shadow_drop_dead(t, cfa);
-    for (uint32_t i = 0; i < t->n; i++) {
-        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-        if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp)
-            *slot = (pd_ureg)t->stk[i].ret;
-    }
-}
-
-/* After the unwinder is done (a catch has begun, a backtrace returned): the frames
- * still live return through pd_ret_tramp again. */
-void pd_shadow_rehook(uintptr_t cfa)
-{
-    PD_THR(t);
-    pd_shadow_drop_dead(t, cfa);
-    for (uint32_t i = 0; i < t->n; i++) {
-        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-        if (*slot == (pd_ureg)t->stk[i].ret)
-            *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
-    }
-}
-#endif
-
-#if defined(__x86_64__) || defined(__i386__)
-
-/* At the detach of a -x process, every other thread stopped: each thread's hooked
- * frames get their real return addresses, so an exception or backtrace through one
- * later needs no wrapper (the GOT is the process's own again).  Returns them counted. */
-uint32_t pd_shadow_unhook_all(void)
-{
-    uint32_t n = 0;
-    for (uint32_t k = 0; k < PD_THREADS_MAX; k++) {
-        struct pd_thread *t = __atomic_load_n(&pd_threads[k], __ATOMIC_ACQUIRE);
-        for (uint32_t i = 0; t && t->stk && i < t->n; i++) {
-            pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-            if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp) {
-                *slot = (pd_ureg)t->stk[i].ret;
-                n++;
-            }
-        }
-    }
-    return n;
-}
-#else
-uint32_t pd_shadow_unhook_all(void) { return 0; }
-#endif
+#include PD_ARCH_UNHOOK_H /* pd_shadow_unhook, pd_shadow_rehook, pd_shadow_unhook_all */
 
 uintptr_t pd_ret_tramp_addr(void) { return (uintptr_t)pd_ret_tramp; }
 
@@ -431,11 +363,7 @@ uintptr_t pd_shadow_ret(uintptr_t at)
 /* Called by pd_ret_tramp with the registers at the return; returns where to go. */
 pd_ureg pd_ret_handler(struct pd_regs *regs)
 {
-#if defined(__aarch64__) /* pd_ret_tramp filled in sp (arch/aarch64/func.h) */
-    uintptr_t sp = (uintptr_t)regs->r[PD_DWARF_SP];
-#else
-    uintptr_t sp = (uintptr_t)(regs + 1) + sizeof(pd_ureg); /* after the slot */
-#endif
+    uintptr_t sp = pd_ret_sp(regs);
     uintptr_t at = sp - sizeof(pd_ureg);
     regs->r[PD_DWARF_SP] = (pd_ureg)sp;
     PD_THR(t);
@@ -490,7 +418,7 @@ pd_ureg pd_ret_handler(struct pd_regs *regs)
     return (pd_ureg)e.ret;
 }
 
-#if defined(__x86_64__)
+#ifdef PD_ARCH_RET_FAST
 /* pd_ret_tramp's fast path (x86-64, unless pd_xmm_always): the return whose slot is
  * `at`, when it is the top shadow frame's and every return probe of its site is FAST,
  * needs no pd_regs: pops the frame, runs them, returns the original address.  Anything

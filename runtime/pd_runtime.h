@@ -94,8 +94,10 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
  * no xmm (nor, on i386, x87) register in it. */
 #if defined(__x86_64__) || defined(__i386__)
 #define PD_FAST_FN __attribute__((target("general-regs-only")))
+#define PD_FAST_UNIT _Pragma("GCC target(\"general-regs-only\")") /* every function after it */
 #else
 #define PD_FAST_FN
+#define PD_FAST_UNIT
 #endif
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */

@@ -10,6 +10,7 @@
 
 /* Read by pd_a64_tramp_common: which vector state to save.  Set before any
  * constructor arms a site (pd_ret_tramp needs it also when only BRKs are armed). */
+int pd_xmm_always = 1; /* the stubs and pd_ret_tramp always save the vector state */
 int pd_a64_sve;
 __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 {
