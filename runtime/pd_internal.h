@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "pd_runtime.h"
+#include PD_ARCH_HOST_H /* how the process sees itself: natively or under qemu-user */
 
 #pragma GCC visibility push(hidden)
 

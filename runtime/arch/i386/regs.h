@@ -14,6 +14,7 @@
 #define PD_ARCH_TRAMP_H "arch/i386/tramp.h" /* for pd_tramp.h */
 #define PD_ARCH_FUNC_H "arch/x86/func.h"     /* for pd_func.c */
 #define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
+#define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
 
 typedef uint32_t pd_ureg;
 
