@@ -392,40 +392,12 @@ def _load_bias(pid: int, maps: Sequence[Mapping], path: str) -> int:
     return min(starts) - (first & ~0xFFF)
 
 
-def default_symbols(path: str, names: set[str]) -> dict[str, int]:
-    """Values of the default-version (`name@@VER`, or unversioned) definitions of `names`
-    in .dynsym: i386 glibc also defines an older, different dlopen@GLIBC_2.0."""
-    from .elf.reader import open_elf
-
-    out: dict[str, int] = {}
-    with open_elf(path) as h:
-        dynsym, dynstr = h.get_section_bytes(".dynsym"), h.get_section_bytes(".dynstr")
-        versym = h.get_section_bytes(".gnu.version")
-        if dynsym is None or dynstr is None:
-            return out
-        is64 = h.elffile.elfclass == 64
-        entry = struct.Struct("<IBBHQQ" if is64 else "<IIIBBH")
-        strs = dynstr[1]
-        for i, f in enumerate(entry.iter_unpack(dynsym[1][:len(dynsym[1]) // entry.size
-                                                          * entry.size])):
-            st_name, value, shndx = (f[0], f[4], f[3]) if is64 else (f[0], f[1], f[5])
-            if shndx == 0 or not st_name:
-                continue
-            name = strs[st_name:strs.find(b"\0", st_name)].decode(errors="replace")
-            if name not in names:
-                continue
-            hidden = versym is not None and len(versym[1]) >= 2 * i + 2 and \
-                struct.unpack_from("<H", versym[1], 2 * i)[0] & 0x8000
-            if not hidden:
-                out[name] = value
-    return out
-
-
 def find_dlopen(pid: int, libc: str) -> tuple[int, int]:
     """Runtime addresses of dlopen and dlerror in PID (glibc >= 2.34 exports both from
     libc.so.6; older ones have __libc_dlopen_mode, with dlopen's signature)."""
     path = f"/proc/{pid}/root{libc}"
-    syms = default_symbols(path, {"dlopen", "__libc_dlopen_mode", "dlerror"})
+    from .elf.symbols import get_default_symbols  # pyelftools: only when attaching
+    syms = get_default_symbols(path, {"dlopen", "__libc_dlopen_mode", "dlerror"})
     bias = _load_bias(pid, read_maps(pid), libc)
     opener = syms.get("dlopen") or syms.get("__libc_dlopen_mode")
     if opener is None:

@@ -41,6 +41,7 @@ from ..shmlayout import (
 )
 from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
 from .build import ModuleSet, which
+from .elf.header import EM_AARCH64, EM_X86_64, get_machine
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
 from .output import LIMIT_ADVICE, OutputSink
@@ -121,23 +122,10 @@ def split_command(command: str) -> list[str]:
     return words
 
 
-EM_AARCH64 = 183
 # qemu-user per foreign ELF machine: the emulator ($PYDYN_QEMU_AARCH64, else on PATH)
 # and the guest's sysroot ($QEMU_LD_PREFIX, else Debian's libc6-arm64-cross).
 QEMU_USER = {EM_AARCH64: ("PYDYN_QEMU_AARCH64", "qemu-aarch64", "/usr/aarch64-linux-gnu")}
-HOST_MACHINE = {"x86_64": 62, "aarch64": EM_AARCH64}
-
-
-def _elf_machine(path: str) -> int | None:
-    """e_machine of an ELF file from its first 20 bytes (no full parse), or None."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+HOST_MACHINE = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
 
 
 def emulator_prefix(argv: Sequence[str]) -> list[str]:
@@ -145,7 +133,7 @@ def emulator_prefix(argv: Sequence[str]) -> list[str]:
     else []: an x86-64 launcher runs an aarch64 -c target under qemu-user."""
     exe = argv[0]
     path = exe if "/" in exe else which(exe)
-    machine = _elf_machine(path) if path else None
+    machine = get_machine(path) if path else None
     if machine not in QEMU_USER or HOST_MACHINE.get(os.uname().machine) == machine:
         return []
     env_name, default, sysroot = QEMU_USER[machine]

@@ -75,16 +75,7 @@ int pd_object_matches(const char *path, const char *loaded_name)
     } else if (!realpath(name, resolved)) {
         return 0;
     }
-#if defined(__aarch64__)
-    /* Under qemu-user the loader names sysroot libraries by guest paths (/lib/libc.so.6
-     * for the launcher's /usr/aarch64-linux-gnu/lib/libc.so.6); stat sees both through
-     * qemu's -L mapping: the same file is the same inode. */
-    struct stat a, b;
-    if (strcmp(resolved, path) != 0)
-        return stat(resolved, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-               a.st_ino == b.st_ino;
-#endif
-    return strcmp(resolved, path) == 0;
+    return pd_arch_same_file(resolved, path);
 }
 
 int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)

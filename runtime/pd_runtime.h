@@ -82,8 +82,10 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
  * no xmm (nor, on i386, x87) register in it. */
 #if defined(__x86_64__) || defined(__i386__)
 #define PD_FAST_FN __attribute__((target("general-regs-only")))
+#define PD_FAST_UNIT _Pragma("GCC target(\"general-regs-only\")") /* every function after it */
 #else
 #define PD_FAST_FN
+#define PD_FAST_UNIT
 #endif
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */
@@ -226,8 +228,8 @@ PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *sit
                              const struct pd_regs *regs, uintptr_t bias);
 PD_FAST_FN int pd_session_running(void);
 PD_FAST_FN void pd_count_skipped(unsigned n);
-/* fn(a, b, c, d) with every vector register kept (pd_func.c; i386: pd_fast_i386.c, also
- * the x87 state): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
+/* fn(a, b, c, d) with every vector register kept (arch/x86_64/x86_64_ret.S; i386:
+ * arch/i386/pd_fast_i386.S, also the x87 state; aarch64: a plain call): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
  * stubs and pd_ret_tramp save them themselves (a module dlopened by -x, whose TLS
  * descriptors may call malloc, which glibc 2.36's _dl_tlsdesc_dynamic does not guard;
  * the i386 pd_ret_tramp always does). */

@@ -27,6 +27,10 @@
 #include "pd_internal.h"
 #include "pd_tramp.h"
 
+/* 0: the stubs save no vector register (the C they call is general-regs-only); 1 once
+ * pd_attach.c joins under -x, where a TLS descriptor may call malloc. */
+int pd_xmm_always;
+
 unsigned pd_stub_code_off;
 unsigned pd_stub_store_off;
 unsigned pd_stub_sp_delta;
