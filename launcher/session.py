@@ -8,6 +8,7 @@ report what was dropped, failed or still running, and remove the segment.
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import shlex
@@ -216,6 +217,8 @@ class Session:
         self._attached: Any = None   # attach.AttachedProcess under -x
         self._detach_failed = False
         self._stuck: tuple[int, str] = (0, "")   # handlers still running after the stop
+        self._staged: Path | None = None   # modules shared with other users (share.py)
+        self.child_shm = ""   # PYDYN_SHM of the -c command: NAME, or NAME:FD
 
     # -- segment -------------------------------------------------------------
     def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
@@ -311,7 +314,7 @@ class Session:
         ours = self.modules.preload_entry
         user = env.get("LD_PRELOAD", "")
         env["LD_PRELOAD"] = f"{ours}:{user}" if user else ours
-        env[ENV_SHM] = self.shm_name
+        env[ENV_SHM] = self.child_shm or self.shm_name
         env[ENV_PRELOAD_MARK] = ours
         return env
 
@@ -356,6 +359,13 @@ class Session:
             self.log(f"pydyn: removed {len(stale)} segment(s) of dead sessions")
         shm, mem = self._create_segment(module)
         self.shm_name = shm.name
+        inherited_fd = -1
+        if argv is not None and os.geteuid() == 0:
+            try:
+                inherited_fd = self._share_with_any_user(shm.name)
+            except BaseException:
+                shm.unlink()
+                raise
         child: subprocess.Popen[bytes] | None = None
         drain = threading.Thread(target=self._drain_loop, args=(module,), daemon=True)
         interrupted = False
@@ -379,7 +389,8 @@ class Session:
                     if emulator:
                         argv = [*emulator, *self._guest_preload(env), *argv]
                     try:
-                        child = subprocess.Popen(argv, env=env)
+                        child = subprocess.Popen(
+                            argv, env=env, pass_fds=(inherited_fd,) if inherited_fd >= 0 else ())
                     except OSError as exc:
                         raise TargetError(argv[0], exc.strerror or str(exc)) from exc
                     header.target_pid = child.pid
@@ -423,8 +434,11 @@ class Session:
                 raise self._drain_error
             return self._result(child)
         finally:
+            if inherited_fd >= 0:
+                os.close(inherited_fd)
             self._stop_timers.set()
             self._detach()
+            self._unstage(child)
             self._stop_draining(module)
             if drain.is_alive():
                 drain.join(timeout=5)
@@ -437,6 +451,51 @@ class Session:
                 mem.close()
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
+
+    def _share_with_any_user(self, name: str) -> int:
+        """A root session's command may change user before it loads the module
+        (runuser, setpriv, a daemon's setuid): the modules are staged where any user
+        can read them (share.py), and the segment, which stays root's and 0600, is
+        left open in the command as a descriptor; PYDYN_SHM=NAME:FD tells the runtime,
+        which maps it through FD when it cannot open NAME.  Returns FD."""
+        from .share import remove_stale_stages, stage_modules
+        removed = remove_stale_stages()
+        if removed and self.options.verbose:
+            self.log(f"pydyn: removed {len(removed)} module director(ies) of dead sessions")
+        self.modules = stage_modules(self.modules)
+        self._staged = self.modules.directory
+        fd = os.open(f"/dev/shm{name}", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            # High, where programs do not put descriptors of their own (shells move
+            # theirs to 10 and up; bash's script is 255).
+            soft = 1024
+            try:
+                import resource
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            except (ImportError, ValueError, OSError):
+                pass
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(3, min(500, soft // 2)))
+        finally:
+            os.close(fd)
+        self.child_shm = f"{name}:{high}"
+        return high
+
+    def _unstage(self, child: subprocess.Popen[bytes] | None) -> None:
+        """Remove the staged modules, unless a process of the session still runs (its
+        children may still exec and preload them; share.remove_stale_stages takes the
+        directory once nothing maps it)."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        from .share import remove_tree
+        try:
+            alive = (child is not None and child.poll() is None) or any(
+                p.state == PD_PROC_ALIVE and not process_gone(int(p.pid))
+                for _, p in self.view.used_procs())
+        except (ValueError, AttributeError):   # the segment was never mapped
+            alive = False
+        if not alive:
+            remove_tree(staged)
 
     def _quiesce(self, module: _Module) -> None:
         """Before `end`: wait until no handler that saw RUNNING still runs (bounded,
@@ -465,7 +524,7 @@ class Session:
 
     def _attach(self, pid: int) -> None:
         """-x PID: load the module of the process's class into it and arm its sites."""
-        from .attach import AttachedProcess, inspect, share_with
+        from .attach import AttachedProcess, inspect, share_segment
         from .build import INSTALL_HINT
 
         target = inspect(pid)
@@ -474,7 +533,10 @@ class Session:
             raise TargetError(f"pid {pid} ({target.exe})", f"is a {target.abi} process and no "
                               f"{target.abi} module was built: {INSTALL_HINT[target.abi]}")
         if target.uid != os.geteuid():
-            modules = share_with(target, modules, self.shm_name)
+            from .share import stage_modules
+            share_segment(target, self.shm_name)
+            modules = stage_modules(modules)
+            self._staged = modules.directory
         module = modules.get_module(target.abi)
         assert module is not None
         self._attached = AttachedProcess(target, module, self.log, self.options.verbose)
