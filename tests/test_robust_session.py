@@ -1,0 +1,83 @@
+"""A session is transparent and ends in bounded time with an honest report:
+target() right from the first instruction, a consumer that goes away, deep
+expressions, commands a shell would run, clear refusals of what pydyn cannot do."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cbuild import build_c, have_m32, run_pydyn
+
+EARLY_C = r"""
+#include <sys/sdt.h>
+#include <stdio.h>
+int main(void) {
+    DTRACE_PROBE(early, first);            /* main's first instructions */
+    for (int i = 0; i < 3; i++)
+        DTRACE_PROBE(early, first);
+    return 0;
+}
+"""
+
+BUSY_C = r"""
+#include <sys/sdt.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) {
+    long n = atol(argv[1]);
+    for (long i = 0; i < n; i++)
+        DTRACE_PROBE1(busy, tick, i);
+    fprintf(stderr, "busy done %ld\n", n);
+    return 0;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+def _build(tmp: Path, name: str, src: str, abi: str) -> Path:
+    m32 = abi == "m32"
+    if m32 and not have_m32():
+        pytest.skip("no -m32 toolchain (gcc-multilib)")
+    c = tmp / f"{name}.c"
+    c.write_text(src)
+    return build_c(c, tmp / f"{name}_{abi}", m32=m32)
+
+
+@pytest.fixture(scope="module", params=["m64", "m32"])
+def early(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+          sdt_cflags: object) -> Path:
+    return _build(tmp_path_factory.mktemp("early"), "early", EARLY_C, request.param)
+
+
+@pytest.fixture(scope="module", params=["m64", "m32"])
+def busy(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         sdt_cflags: object) -> Path:
+    return _build(tmp_path_factory.mktemp("busy"), "busy", BUSY_C, request.param)
+
+
+# -- target() --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,who", [("{p}", "pid()"), ("sh -c 'exec {p}'", "pid()"),
+                                       ("sh -c '{p}'", "ppid()")])
+def test_target_is_right_from_the_first_hit(early: Path, cache: Path, shape: str,
+                                            who: str) -> None:
+    """target() is the -c command's process from its first instruction on: the
+    program itself, or the shell when the shell forks it (stap's semantics)."""
+    script = (f'global bad, good probe process("{early}").mark("first") '
+              f'{{ if ({who} != target() || target() == 0) bad++; else good++ }} '
+              'probe end { printf("bad=%d good=%d\\n", bad, good) }')
+    cmd = shape.format(p=early)
+    for _ in range(20):
+        res = run_pydyn(cache, "-e", script, "-c", cmd, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert "bad=0 good=4\n" in res.stdout, res.stdout + res.stderr
