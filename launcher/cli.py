@@ -403,7 +403,12 @@ def run(argv: Sequence[str]) -> int:
         result = session.run()
     finally:
         if stream:
-            stream.close()
+            try:
+                stream.close()
+            except BrokenPipeError:   # -o /dev/stdout and the like
+                pass
+    if result.consumer_gone:
+        raise BrokenPipeError
     return result.exit_status
 
 
@@ -430,6 +435,23 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _die_of_sigpipe() -> int:
+    """The reader of our output went away: end as a tool killed by SIGPIPE does (the
+    shell sees 141, `set -o pipefail` reports it; no message, no traceback), after
+    the exit handlers (temporary build directories) ran."""
+    import atexit
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):   # their buffers flush at exit
+            os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    atexit._run_exitfuncs()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE   # not reached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Also when started with SIGINT ignored (a background job): Ctrl-C must work.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -446,6 +468,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _die_of_sigpipe()
 
 
 if __name__ == "__main__":

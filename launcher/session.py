@@ -84,6 +84,7 @@ class SessionResult(NamedTuple):
     skipped: int
     child_status: int | None = None
     processes: list[dict[str, Any]] = []   # a shared default: results are never mutated
+    consumer_gone: bool = False   # stdout's reader went away: exit as if by SIGPIPE
 
 
 def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
@@ -562,6 +563,11 @@ class Session:
         while not header.exit_requested:
             if child is not None and child.poll() is not None:
                 return
+            if self.sink.consumer_gone:
+                # Nobody reads the output: end the session (the drain keeps emptying
+                # the ring meanwhile, so no producer waits on it); the command runs on
+                # with its probes inert, as after exit().
+                return
             if deadline is not None and time.monotonic() >= deadline:
                 return
             if attached is not None:
@@ -624,4 +630,4 @@ class Session:
                 self.log(f"pydyn: {h.stat_slot_fallbacks} thread(s) found no free per-thread "
                          "slot (statistics shared the locked one, counters added atomically)")
         return SessionResult(1 if errors or self._detach_failed else 0, errors, skipped,
-                             status, procs)
+                             status, procs, self.sink.consumer_gone)

@@ -81,3 +81,49 @@ def test_target_is_right_from_the_first_hit(early: Path, cache: Path, shape: str
         res = run_pydyn(cache, "-e", script, "-c", cmd, timeout=60)
         assert res.returncode == 0, res.stderr
         assert "bad=0 good=4\n" in res.stdout, res.stdout + res.stderr
+
+
+# -- a consumer that goes away -----------------------------------------------------------
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])   # utime + stime
+
+
+def test_reader_that_goes_away_ends_the_session_and_frees_the_target(busy: Path,
+                                                                     cache: Path) -> None:
+    """`pydyn ... | head -1`: one line read, the pipe closed; pydyn ends promptly as a
+    tool killed by SIGPIPE, no traceback; the target runs on, not blocked on the ring."""
+    script = (f'probe process("{busy}").mark("tick") {{ printf("tick %d\\n", $arg1) }}')
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+    warm = run_pydyn(cache, "-p4", "-e", script, "-c", f"{busy} 1")   # build outside the clock
+    assert warm.returncode == 0, warm.stderr
+    proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-v", "-e", script,
+                             "-c", f"{busy} 2000000000"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    target = 0
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        assert proc.stdout.readline() == b"tick 0\n"
+        proc.stdout.close()                       # the reader goes away
+        closed = time.monotonic()
+        proc.wait(timeout=30)
+        ended = time.monotonic() - closed
+        err = proc.stderr.read1(1 << 20).decode()   # what pydyn wrote (the target holds it)
+        target = int(err.split("started ")[1].split(" as pid ")[1].split()[0])
+        assert proc.returncode == -signal.SIGPIPE, err
+        assert "Traceback" not in err and "BrokenPipe" not in err, err
+        assert ended < 10, ended
+        # Still running, and running: not asleep on a full ring.
+        first = _cpu_ticks(target)
+        time.sleep(1.0)
+        assert _cpu_ticks(target) - first >= 3, Path(f"/proc/{target}/stat").read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if target:
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
