@@ -208,6 +208,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .patchplan import coverage, plan_site
     from .resolve import Resolver
     from .retplan import return_plan
+    from .script import recursion_headroom
     from .session import check_command_target
     from .translate import translate
 
@@ -233,8 +234,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
-    program = translate(script, resolution,
-                        defines=dict(d.split("=", 1) for d in defines))
+    with recursion_headroom():   # the translator walks trees as deep as the parser allows
+        program = translate(script, resolution,
+                            defines=dict(d.split("=", 1) for d in defines))
     for warning in program.warnings:
         warnings.append(warning)
         print(warning, file=sys.stderr)

@@ -127,3 +127,28 @@ def test_reader_that_goes_away_ends_the_session_and_frees_the_target(busy: Path,
                 os.kill(target, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+# -- deep expressions ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("expr", [" + ".join(["1"] * 900), "!" * 900 + "1",
+                                  " = ".join(["a"] * 900),
+                                  "0; if (a) x = 1 " + "else if (a) x = 2 " * 900],
+                         ids=["sum", "not", "assign", "else-if"])
+def test_deep_chains_are_one_clean_error(cache: Path, expr: str) -> None:
+    res = run_pydyn(cache, "-p3", "-e", f"global a probe begin {{ x = {expr} }}")
+    assert res.returncode == 1, res.stderr[-2000:]
+    assert "Traceback" not in res.stderr and "RecursionError" not in res.stderr, \
+        res.stderr[-2000:]
+    assert res.stderr.startswith("<input>:1:"), res.stderr[:300]
+    assert "error: script nested too deeply" in res.stderr.splitlines()[0]
+
+
+@pytest.mark.parametrize("expr", [" + ".join(["1"] * 450), "-~" * 220 + "1",
+                                  '"a"' + ' . "a"' * 450],
+                         ids=["sum", "unary", "concat"])
+def test_chains_within_the_limit_translate(cache: Path, expr: str) -> None:
+    res = run_pydyn(cache, "-p3", "--disable-cache", "-e",
+                    f"probe begin {{ x = {expr}; println(x) }}")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "probe_" in res.stdout
