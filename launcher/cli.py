@@ -94,8 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
     p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
-    p.add_argument("-x", dest="attach_pid", metavar="PID", type=int,
-                   help="attach to the running process PID (target() is PID)")
+    p.add_argument("-x", dest="attach_pid", metavar="PID", type=int, action="append",
+                   help="attach to the running process PID (target() is PID; one -x)")
     p.add_argument("-T", dest="timeout", metavar="SECS", type=float,
                    help="end the session after SECS seconds")
     p.add_argument("-p", dest="pass_", metavar="N", type=int, choices=range(1, 6),
@@ -251,8 +251,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         return None
     required = set(program.required_abis) | {"m64"}
     if target_path is not None:
-        from .elf.reader import get_elf_info
-        required.add(get_elf_info(target_path).abi)
+        from .session import target_abi
+        abi = target_abi(target_path)   # the program headers: a kernel runs no more
+        if abi is not None:
+            required.add(abi)
     t0 = time.monotonic()
     arches = ", ".join(sorted(required, reverse=True))
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
@@ -271,9 +273,15 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 def run(argv: Sequence[str]) -> int:
     from .cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from .session import Session, SessionOptions, split_command
+    from .session import Session, SessionOptions, read_exec_header, split_command
 
     opts = _parser().parse_args(argv)
+    if opts.attach_pid is not None:
+        if len(opts.attach_pid) > 1:
+            pids = ", ".join(str(p) for p in opts.attach_pid)
+            raise PydynError(f"-x given {len(opts.attach_pid)} times ({pids}): a session "
+                             "attaches to one process (run one pydyn per process)")
+        opts.attach_pid = opts.attach_pid[0]
     if os.environ.get(NO_ELF_ENV):
         forbid_elf_parsing()
     if opts.clean_cache:
@@ -287,6 +295,10 @@ def run(argv: Sequence[str]) -> int:
             return 0
     if opts.list_point or opts.list_vars:
         from .listing import list_probes
+        if opts.attach_pid is not None:
+            raise PydynError(f"-l/-L list the probe points of files, not of a process: name "
+                             f"its program instead of -x {opts.attach_pid}, e.g. pydyn -l "
+                             f"'process(\"/proc/{opts.attach_pid}/exe\").mark(\"*\")'")
         pattern = opts.program if opts.program is not None else opts.script
         if pattern is None:
             raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
@@ -342,7 +354,9 @@ def run(argv: Sequence[str]) -> int:
         argv_cmd = split_command(opts.command)
         from .build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
-        if exe and argv_cmd[0] != "/bin/sh":
+        # A script (or a file sh runs) is no target to resolve marks in: its
+        # interpreter is, and loads the module like any other process.
+        if exe and argv_cmd[0] != "/bin/sh" and read_exec_header(exe) is not None:
             target_path = os.path.realpath(exe)
     # A cache hit (key from cheap facts: launcher/cache.py) skips resolve, translate and build.
     cache = None

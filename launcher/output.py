@@ -23,6 +23,7 @@ from ..shmlayout import (
     decode_args,
     unpack_header,
 )
+from .errors import escape_controls
 from .format import FormatSpec, format_values
 
 # Errors that a limit caused, and the advice the exit summary gives for them.
@@ -116,7 +117,7 @@ class OutputSink:
             else:
                 self.warnings += 1
             self._flush(self.stdout)
-            self._write(self.stderr, f"{label}: {msg}\n")
+            self._write(self.stderr, f"{label}: {escape_controls(msg, True)}\n")
             self._flush(self.stderr)
         elif kind == PD_REC_EXIT:
             self.exit_requested = True

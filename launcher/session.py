@@ -8,6 +8,7 @@ report what was dropped, failed or still running, and remove the segment.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -142,6 +143,55 @@ def _elf_machine(path: str) -> int | None:
     return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
 
 
+class ExecHeader(NamedTuple):
+    """What the kernel reads to run a program: the ELF header and program headers."""
+
+    elf_class: int        # 32 | 64
+    machine: int          # e_machine
+    elf_type: int         # e_type: 2 EXEC, 3 DYN
+    has_interp: bool      # PT_INTERP: ld.so runs, and honours LD_PRELOAD
+
+
+_EM_ABIS = {62: "m64", 3: "m32", EM_AARCH64: "aarch64"}
+_EM_NAMES = {62: "x86_64", 3: "i386", EM_AARCH64: "aarch64"}
+
+
+def read_exec_header(path: str) -> ExecHeader | None:
+    """The ELF and program headers of `path` by a small struct walk (no section headers,
+    which the kernel never reads), or None if it is no ELF file or they are damaged."""
+    import struct
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
+                    or head[5] not in (1, 2):
+                return None
+            end = "<" if head[5] == 1 else ">"
+            is64 = head[4] == 2
+            if is64 and len(head) < 64:
+                return None
+            e_type, machine = struct.unpack_from(end + "HH", head, 16)
+            phoff = struct.unpack_from(end + ("Q" if is64 else "I"), head, 32 if is64 else 28)[0]
+            phentsize, phnum = struct.unpack_from(end + "HH", head, 54 if is64 else 42)
+            if phentsize < (56 if is64 else 32) or not 0 < phnum < 65536:
+                return None
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            if len(table) < phentsize * phnum:
+                return None
+            interp = any(struct.unpack_from(end + "I", table, i * phentsize)[0] == 3
+                         for i in range(phnum))
+    except (OSError, struct.error):
+        return None
+    return ExecHeader(64 if is64 else 32, machine, e_type, interp)
+
+
+def target_abi(path: str) -> str | None:
+    """Which module a process of the program at `path` loads ('m64', 'm32', ...)."""
+    header = read_exec_header(path)
+    return _EM_ABIS.get(header.machine) if header else None
+
+
 def emulator_prefix(argv: Sequence[str]) -> list[str]:
     """`[qemu-aarch64, -L, SYSROOT]` when argv[0] is an aarch64 program on another host,
     else []: an x86-64 launcher runs an aarch64 -c target under qemu-user."""
@@ -165,16 +215,45 @@ def check_command_target(argv: Sequence[str]) -> None:
     if path is None:
         raise TargetError(exe, "command not found")
     p = Path(path)
-    if not p.exists():
-        raise TargetError(path, "no such file")
+    from .elf.reader import missing_reason
+    missing = missing_reason(path)
+    if missing is not None:
+        raise TargetError(path, missing)
     if p.is_file():
-        with p.open("rb") as f:
-            if f.read(2) == b"#!":
-                return  # a script: its interpreter takes the preload
         if not os.access(p, os.X_OK):
             raise TargetError(path, "is not executable")
+        with p.open("rb") as f:
+            if f.read(4) != b"\x7fELF":
+                # A script (#!: its interpreter takes the preload), or a file a shell
+                # runs with sh (the kernel says ENOEXEC): a shell would run it.
+                return
     from .elf.reader import check_preloadable, get_elf_info  # pyelftools: ~50 ms
-    check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
+    try:
+        info = get_elf_info(path)   # the path as the user wrote it, in any message
+    except TargetError:
+        header = read_exec_header(path)
+        if header is None:
+            raise
+        # Damaged beyond the program headers (section headers, say): the kernel runs
+        # it all the same, so only what the kernel and ld.so read is checked.
+        _check_exec_header(path, header)
+        return
+    check_preloadable(info)
+
+
+def _check_exec_header(path: str, header: ExecHeader) -> None:
+    """check_preloadable's checks, on the program headers alone."""
+    if header.machine not in _EM_NAMES:
+        raise TargetError(path, f"unsupported machine {header.machine}: pydyn supports "
+                                "x86_64, i386 and aarch64 targets")
+    if header.elf_type not in (2, 3):
+        raise TargetError(path, f"is not an executable (ELF type {header.elf_type})")
+    if not header.has_interp:
+        raise TargetError(path, "is statically linked: pydyn needs a dynamically linked "
+                                "target (LD_PRELOAD)")
+    if os.stat(path).st_mode & 0o6000:
+        raise TargetError(path, "is setuid/setgid: the dynamic linker ignores LD_PRELOAD "
+                                "for it")
 
 
 def process_gone(pid: int) -> bool:
@@ -389,9 +468,16 @@ class Session:
                     emulator = emulator_prefix(argv)
                     if emulator:
                         argv = [*emulator, *self._guest_preload(env), *argv]
+                    fds = (inherited_fd,) if inherited_fd >= 0 else ()
                     try:
-                        child = subprocess.Popen(
-                            argv, env=env, pass_fds=(inherited_fd,) if inherited_fd >= 0 else ())
+                        try:
+                            child = subprocess.Popen(argv, env=env, pass_fds=fds)
+                        except OSError as exc:
+                            if exc.errno != errno.ENOEXEC:
+                                raise
+                            # Neither ELF nor #!: a shell runs such a file with sh.
+                            child = subprocess.Popen(["/bin/sh", *argv], env=env,
+                                                     pass_fds=fds)
                     except OSError as exc:
                         raise TargetError(argv[0], exc.strerror or str(exc)) from exc
                     header.target_pid = child.pid

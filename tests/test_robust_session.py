@@ -152,3 +152,120 @@ def test_chains_within_the_limit_translate(cache: Path, expr: str) -> None:
                     f"probe begin {{ x = {expr}; println(x) }}")
     assert res.returncode == 0, res.stderr[-3000:]
     assert "probe_" in res.stdout
+
+
+# -- commands a shell would run, and clear refusals ------------------------------------------
+
+def _count_busy(prog: Path) -> str:
+    return (f'global n probe process("{prog}").mark("tick") {{ n++ }} '
+            'probe end { printf("n=%d\\n", n) }')
+
+
+@pytest.mark.parametrize("shebang", [True, False], ids=["shebang", "plain"])
+def test_script_as_the_command(busy: Path, cache: Path, tmp_path: Path, shebang: bool) -> None:
+    """-c ./script.sh runs as a shell would run it: by its #! interpreter, or by sh."""
+    script = tmp_path / "run.sh"
+    script.write_text(("#!/bin/sh\n" if shebang else "") + f"{busy} 7\n{busy} 5\n")
+    script.chmod(0o755)
+    res = run_pydyn(cache, "-e", _count_busy(busy), "-c", str(script))
+    assert res.returncode == 0, res.stderr
+    assert "n=12\n" in res.stdout, res.stdout + res.stderr
+
+
+def test_target_with_damaged_section_headers_runs(busy: Path, cache: Path,
+                                                  tmp_path: Path) -> None:
+    """The kernel reads no section header: nor does the -c check, if nothing probes it."""
+    import struct
+    raw = bytearray(busy.read_bytes())
+    if raw[4] == 2:
+        struct.pack_into("<Q", raw, 0x28, len(raw) + 100_000)   # e_shoff past the end
+    else:
+        struct.pack_into("<I", raw, 0x20, len(raw) + 100_000)
+    damaged = tmp_path / "damaged"
+    damaged.write_bytes(bytes(raw))
+    damaged.chmod(0o755)
+    assert subprocess.run([str(damaged), "3"], capture_output=True).returncode == 0
+    res = run_pydyn(cache, "-e", _count_busy(busy), "-c", f"sh -c '{damaged} 3; {busy} 4'")
+    assert res.returncode == 0, res.stderr
+    assert "n=4\n" in res.stdout, res.stdout + res.stderr
+    res = run_pydyn(cache, "-e", _count_busy(busy) + " probe begin { }", "-c", f"{damaged} 3")
+    assert res.returncode == 0, res.stderr
+    assert "n=0\n" in res.stdout, res.stdout + res.stderr
+
+
+def test_several_x_are_refused(cache: Path) -> None:
+    res = run_pydyn(cache, "-e", "probe begin { }", "-x", "1", "-x", str(os.getpid()))
+    assert res.returncode == 1
+    assert res.stderr == (f"pydyn: error: -x given 2 times (1, {os.getpid()}): a session "
+                          "attaches to one process (run one pydyn per process)\n")
+
+
+def test_list_with_x_is_refused(cache: Path, busy: Path) -> None:
+    res = run_pydyn(cache, "-l", f'process("{busy}").mark("*")', "-x", str(os.getpid()))
+    assert res.returncode == 1
+    assert res.stderr.startswith("pydyn: error: -l/-L list the probe points of files"), \
+        res.stderr
+    assert len(res.stderr.splitlines()) == 1
+
+
+def test_symlink_loop_is_named(cache: Path, tmp_path: Path) -> None:
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    loop = tmp_path / "a"
+    res = run_pydyn(cache, "-e", "probe begin { }", "-c", str(loop))
+    assert res.returncode == 1
+    assert res.stderr == f"pydyn: error: {loop}: too many levels of symbolic links\n"
+    res = run_pydyn(cache, "-p2", "-e", f'probe process("{loop}").mark("x") {{ }}')
+    assert res.returncode == 1
+    assert "too many levels of symbolic links" in res.stderr.splitlines()[0], res.stderr
+
+
+BAD_NOTES_S = r"""
+        .text
+        .globl main
+main:   xor %eax, %eax
+        ret
+        .section .stapsdt.base,"aG",@progbits,.stapsdt.base,comdat
+        .weak _.stapsdt.base
+        .hidden _.stapsdt.base
+_.stapsdt.base: .space 1
+        .rept 20000
+        .pushsection .note.stapsdt,"?","note"
+        .balign 4
+        .4byte 992f-991f, 994f-993f, 3
+991:    .asciz "stapsdt"
+992:    .balign 4
+993:    .8byte 16, _.stapsdt.base, 0
+        .asciz "bad"
+        .asciz "note"
+        .asciz ""
+994:    .balign 4
+        .popsection
+        .endr
+        .section .note.GNU-stack,"",@progbits
+"""
+
+
+def test_bad_notes_are_one_warning_per_binary(cache: Path, tmp_path: Path, busy: Path,
+                                              sdt_cflags: object) -> None:
+    src = tmp_path / "bad.S"
+    src.write_text(BAD_NOTES_S)
+    bad = build_c(src, tmp_path / "badnotes")
+    res = run_pydyn(cache, "-p2", "-e", f'probe process("{bad}").mark("*")? {{ }} '
+                    f'probe process("{busy}").mark("tick") {{ }}')
+    warnings = [ln for ln in res.stderr.splitlines() if "warning" in ln]
+    assert warnings == [f"pydyn: warning: {bad}: 20000 probe notes skipped, the first: probe "
+                        "bad:note at 0x10: not inside an executable segment (dangling note, "
+                        "e.g. after --gc-sections)"], res.stderr[:2000]
+
+
+def test_control_bytes_are_escaped_in_errors(cache: Path) -> None:
+    res = run_pydyn(cache, "-e", 'probe begin { x = "\x1b[2J\x07" ; y = q( }')
+    assert res.returncode == 1
+    assert "\x1b" not in res.stderr and "\x07" not in res.stderr, repr(res.stderr)
+    lines = res.stderr.splitlines()
+    assert lines[1] == '    probe begin { x = "\\x1b[2J\\x07" ; y = q( }', lines
+    assert lines[2].index("^") == lines[1].index("}"), lines
+    res = run_pydyn(cache, "-e", 'probe begin { error("bad \x1b]0;title\x07 thing") }')
+    assert "\x1b" not in res.stderr and "\x07" not in res.stderr, repr(res.stderr)
+    assert "ERROR: bad \\x1b]0;title\\x07 thing" in res.stderr, res.stderr
