@@ -58,11 +58,6 @@ def shared_dir() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 @pytest.fixture(scope="module", params=["m64", "m32"])
 def drop_prog(request: pytest.FixtureRequest, shared_dir: Path, sdt_cflags: object) -> Path:
     m32 = request.param == "m32"

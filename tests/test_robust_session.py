@@ -39,11 +39,6 @@ int main(int argc, char **argv) {
 """
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 def _build(tmp: Path, name: str, src: str, abi: str) -> Path:
     m32 = abi == "m32"
     if m32 and not have_m32():
