@@ -545,10 +545,7 @@ class Session:
         can read them (share.py), and the segment, which stays root's and 0600, is
         left open in the command as a descriptor; PYDYN_SHM=NAME:FD tells the runtime,
         which maps it through FD when it cannot open NAME.  Returns FD."""
-        from .share import remove_stale_stages, stage_modules
-        removed = remove_stale_stages()
-        if removed and self.options.verbose:
-            self.log(f"pydyn: removed {len(removed)} module director(ies) of dead sessions")
+        from .share import stage_modules
         self.modules = stage_modules(self.modules)
         self._staged = self.modules.directory
         fd = os.open(f"/dev/shm{name}", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -576,9 +573,13 @@ class Session:
             return
         from .share import remove_tree
         try:
-            alive = (child is not None and child.poll() is None) or any(
-                p.state == PD_PROC_ALIVE and not process_gone(int(p.pid))
-                for _, p in self.view.used_procs())
+            if self.options.attach_pid is not None:
+                # restored at the detach, its environment too: nothing loads them again
+                alive = self._detach_failed
+            else:
+                alive = (child is not None and child.poll() is None) or any(
+                    p.state == PD_PROC_ALIVE and not process_gone(int(p.pid))
+                    for _, p in self.view.used_procs())
         except (ValueError, AttributeError):   # the segment was never mapped
             alive = False
         if not alive:

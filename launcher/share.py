@@ -86,6 +86,7 @@ def _copy(src: Path, dst: Path) -> None:
 
 def stage_modules(modules: ModuleSet) -> ModuleSet:
     """Copies of `modules` (with their $LIB links) every user can load and only we write."""
+    remove_stale_stages()
     parent = stage_parent()
     for _ in range(8):
         stage = Path(parent, f"{PREFIX}{os.getpid()}.{os.urandom(6).hex()}")
