@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,14 +25,43 @@ static const char *pd_hex(const uint8_t *sum)
     return pd_hex_buf;
 }
 
+/* `name` is NAME or NAME:FD.  A root session's launcher leaves the segment open as FD
+ * in its command (0600, root's): a process that has since become another user
+ * (runuser, setpriv, a daemon's setuid) cannot open it by name, but maps it through
+ * that descriptor, once fstat shows it is the very file NAME names. */
+static int pd_open_segment(const char *name)
+{
+    char base[256];
+    const char *colon = strchr(name, ':');
+    size_t n = colon ? (size_t)(colon - name) : strlen(name);
+    if (n >= sizeof base)
+        return -1;
+    memcpy(base, name, n);
+    base[n] = 0;
+    int fd = shm_open(base, O_RDWR, 0);
+    if (fd >= 0 || !colon)
+        return fd;
+    char *end;
+    long inherited = strtol(colon + 1, &end, 10);
+    char path[sizeof base + 16];
+    struct stat by_name, by_fd;
+    snprintf(path, sizeof path, "/dev/shm/%s", base + (base[0] == '/'));
+    if (*end || inherited < 3 || inherited > INT_MAX || stat(path, &by_name) != 0 ||
+        fstat((int)inherited, &by_fd) != 0 || by_fd.st_dev != by_name.st_dev ||
+        by_fd.st_ino != by_name.st_ino)
+        return -1;
+    return fcntl((int)inherited, F_DUPFD_CLOEXEC, 0);
+}
+
 int pd_map_segment(const char *name)
 {
-    int fd = shm_open(name, O_RDWR, 0);
+    int fd = pd_open_segment(name);
     if (fd < 0)
         return PD_ATTACH_NOSHM;
     struct stat st;
-    /* A segment of another user is never trusted (it could feed us pointers). */
-    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
+    /* A segment of another user is never trusted (it could feed us pointers); root's
+     * is (root can change this process anyway). */
+    if (fstat(fd, &st) != 0 || (st.st_uid != geteuid() && st.st_uid != 0) ||
         (size_t)st.st_size < sizeof(struct pd_header)) {
         close(fd);
         return PD_ATTACH_BADSEG;
@@ -184,6 +214,14 @@ int pd_session_attach(const char *name)
     if (__atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) > PD_SESSION_RUNNING) {
         pd_unmap();
         return PD_ATTACH_ENDED;
+    }
+    /* The -c command's process is the launcher's only child: it names itself the
+     * target before its first instruction runs, where the launcher learns the pid
+     * only once the process is already running. */
+    if (pd_hdr->launcher_pid > 0 && getppid() == (pid_t)pd_hdr->launcher_pid) {
+        int32_t none = 0;
+        __atomic_compare_exchange_n(&pd_hdr->target_pid, &none, (int32_t)getpid(), 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
     }
     /* a later -x session reloading the same module file (dlopen returns the loaded
      * one) finds it inert; the zero pages of the last segment stay mapped */
