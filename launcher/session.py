@@ -406,6 +406,10 @@ class Session:
             # only ends the session; the target runs on with its probes inert.
             if child is not None and child.poll() is None and interrupted:
                 child.terminate()
+                try:   # a stopped command acts on SIGTERM only once continued
+                    os.kill(child.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
                 try:
                     child.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -532,6 +536,10 @@ class Session:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
             for kind in sorted(self.sink.error_kinds):
                 self.log(f"hint: {kind}: {LIMIT_ADVICE[kind]}")
+        if h.lock_timeouts:
+            self.log(f"WARNING: {h.lock_timeouts} wait(s) for a segment lock given up: its "
+                     "holder was stopped (SIGSTOP, a debugger) or held it longer than "
+                     "STUCK_CONTEXT_MS; those probes were skipped")
         if h.lock_recoveries:
             self.log(f"WARNING: {h.lock_recoveries} segment lock(s) recovered from a process "
                      "that died holding them")

@@ -50,7 +50,8 @@ static void pd_dl_sync(void)
 {
     __atomic_store_n(&pd_dl_dirty, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&pd_dl_dirty, __ATOMIC_SEQ_CST)) {
-        if (pd_lock(&pd_dl_word) == PD_LOCK_DEADLOCK)
+        int rc = pd_lock(&pd_dl_word);
+        if (rc == PD_LOCK_DEADLOCK || rc == PD_LOCK_TIMEOUT) /* the holder goes round again */
             return;
         while (__atomic_exchange_n(&pd_dl_dirty, 0, __ATOMIC_SEQ_CST)) {
             pd_disarm_unloaded();
@@ -62,13 +63,24 @@ static void pd_dl_sync(void)
     }
 }
 
-/* For -x attach and detach, which change the same tables (pd_got.c). */
-void pd_dl_tables_lock(void) { pd_lock(&pd_dl_word); }
-void pd_dl_tables_unlock(void) { pd_unlock(&pd_dl_word); }
+/* For -x attach and detach, which change the same tables (pd_got.c): 1 if taken.  Not
+ * taken when a thread the launcher stopped holds it: the tables are then frozen mid-pass
+ * anyway, and waiting would hang the attach. */
+int pd_dl_tables_lock(void)
+{
+    int rc = pd_lock(&pd_dl_word);
+    return rc == PD_LOCK_OK || rc == PD_LOCK_RECOVERED;
+}
+void pd_dl_tables_unlock(int taken)
+{
+    if (taken)
+        pd_unlock(&pd_dl_word);
+}
 
 static void pd_dl_prefork(void)
 {
-    pd_dl_forking = pd_lock(&pd_dl_word) != PD_LOCK_DEADLOCK;
+    int rc = pd_lock(&pd_dl_word);
+    pd_dl_forking = rc == PD_LOCK_OK || rc == PD_LOCK_RECOVERED;
 }
 
 static void pd_dl_postfork_parent(void)

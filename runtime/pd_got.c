@@ -236,12 +236,12 @@ void pd_got_redirect_all(void)
     void *ours[PD_GOT_NNAMES]; /* asked before the lock: the loader's lock is never taken inside it */
     for (unsigned n = 0; n < PD_GOT_NNAMES; n++)
         ours[n] = dlsym(lm, pd_got_names[n]); /* a link map is a handle: ours first */
-    pd_dl_tables_lock();
+    int taken = pd_dl_tables_lock();
     pd_self_base = lm->l_addr;
     memcpy(pd_got_ours, ours, sizeof ours);
     pd_got_active = 1;
     dl_iterate_phdr(pd_got_object, NULL);
-    pd_dl_tables_unlock();
+    pd_dl_tables_unlock(taken);
 }
 
 /* After a dlopen: the GOTs of objects that were not there before. */
@@ -286,7 +286,7 @@ void pd_got_forget_unloaded(void)
  * entries not redirected at attach or left as they are now. */
 void pd_got_restore_all(uint32_t counts[2])
 {
-    pd_dl_tables_lock();
+    int taken = pd_dl_tables_lock();
     uint32_t left = pd_got_failed;
     for (uint32_t i = pd_got_n; i-- > 0;) {
         const struct pd_got_entry *e = &pd_got[i];
@@ -300,7 +300,7 @@ void pd_got_restore_all(uint32_t counts[2])
     pd_got = NULL;
     pd_got_n = pd_got_cap = pd_got_failed = 0;
     pd_got_active = 0;
-    pd_dl_tables_unlock();
+    pd_dl_tables_unlock(taken);
 }
 
 #else /* no return hooks on this arch: nothing to unwind through */

@@ -13,6 +13,7 @@
  * left busy by a thread that died inside a handler (SIGKILL) is not waited for.
  */
 #include "pd_runtime.h"
+#include "pd_lock.h" /* STUCK_CONTEXT_MS */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,10 +25,6 @@
 #include <unistd.h>
 
 _Static_assert(PD_TSLOTS == PD_PSTAT_SLOTS + 1, "a busy word per statistic slot index");
-
-#ifndef STUCK_CONTEXT_MS
-#define STUCK_CONTEXT_MS 2000
-#endif
 
 static struct pd_tslot *pd_tslot_at(int k)
 {

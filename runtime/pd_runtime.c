@@ -141,6 +141,11 @@ static int pd_ring_write(const uint8_t *buf, uint32_t len)
         int rc = pd_lock(&pd_hdr->ring_lock);
         if (rc == PD_LOCK_DEADLOCK)
             return -1;
+        if (rc == PD_LOCK_TIMEOUT) { /* a writer stopped in here: these records are lost */
+            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+            return -1;
+        }
         if (rc == PD_LOCK_RECOVERED)
             __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
         uint32_t tail = pd_hdr->ring_tail;
@@ -457,6 +462,21 @@ static void pd_run_finish(struct pd_ctx *c)
     }
 }
 
+/* A wait for `word` given up (PD_LOCK_TIMEOUT): counted; the launcher (its `end`, the
+ * exit report) also says which probe did not run and why, since what it would have
+ * printed is missing. */
+static void pd_lock_gave_up(const char *pp, volatile uint32_t *word)
+{
+    __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+    if (!pd_is_launcher)
+        return;
+    uint32_t tid = __atomic_load_n(word, __ATOMIC_RELAXED) & PD_LOCK_TID_MASK;
+    int stopped = tid && pd_lock_holder_state_(tid) == PD_HOLDER_STOPPED;
+    pd_warn("probe %s skipped: the globals lock is held by thread %u, %s; what it would "
+            "read or print is missing", pp ? pp : "?", (unsigned)tid,
+            stopped ? "which is stopped" : "for longer than STUCK_CONTEXT_MS");
+}
+
 /* The reentrancy guard's address, found once (one TLS descriptor call). */
 #define PD_GUARD(g)                 \
     int *g = &pd_in_handler.busy;   \
@@ -506,8 +526,12 @@ static void pd_run(const struct pd_probe *p, const struct pd_site *site,
 
     if (p->locks & PD_PROBE_LOCKS) {
         int rc = pd_lock(&pd_hdr->globals_lock);
-        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
+        /* this thread already holds it (never wait on ourselves), or its holder is
+         * stopped or stuck: the probe is skipped, as stap skips one it cannot lock */
+        if (rc == PD_LOCK_DEADLOCK || rc == PD_LOCK_TIMEOUT) {
             __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            if (rc == PD_LOCK_TIMEOUT)
+                pd_lock_gave_up(p->pp, &pd_hdr->globals_lock);
             if (inside)
                 pd_quiesce_leave(tls);
             errno = saved_errno;
@@ -1094,8 +1118,14 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
  * (a fork+exec storm needs one entry per process, not two). */
 static struct pd_proc *pd_register(uint32_t state)
 {
-    if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
+    int rc = pd_lock(&pd_hdr->proctab_lock);
+    if (rc == PD_LOCK_RECOVERED)
         __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    if (rc == PD_LOCK_TIMEOUT) { /* a process stopped while registering: not listed */
+        __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
     pid_t pid = getpid();
     struct pd_proc *slot = NULL, *execed = NULL;
     for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {

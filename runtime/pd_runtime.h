@@ -374,8 +374,8 @@ void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off);
  * its pass lock, which -x attach and detach take too). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
-void pd_dl_tables_lock(void);
-void pd_dl_tables_unlock(void);
+int pd_dl_tables_lock(void);
+void pd_dl_tables_unlock(int taken);
 void *pd_dlopen_noload(const char *lib);
 /* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
  * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */
