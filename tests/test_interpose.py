@@ -74,3 +74,18 @@ def test_pam_programs(cache: Path, argv: list[str]) -> None:
                     "-c", cmd, timeout=TIMEOUT)
     assert (res.returncode, res.stdout) == (0, "hi\nn=0\n"), res.stdout + res.stderr
     assert "WARNING" not in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("abi", ["m64", "m32"])
+@pytest.mark.parametrize("mode", ["v", "l"])
+def test_exec_from_signal_handler_allocates_nothing(cache: Path, tmp_path: Path, abi: str,
+                                                    mode: str) -> None:
+    """execve/execle from a signal handler with a scrubbed environment: the runtime
+    puts its variables back without malloc, and the new image is followed."""
+    exe = build_c(PROGS / "exec_nomalloc.c", tmp_path / "exec_nomalloc", m32=abi == "m32")
+    bare = subprocess.run([str(exe), mode], capture_output=True, text=True, timeout=TIMEOUT)
+    assert (bare.returncode, bare.stdout) == (0, "child ok\n"), bare.stderr
+    script = (f'global n probe process("{exe}").mark("child") {{ n++ }}\n'
+              'probe end { printf("n=%d\\n", n) }')
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {mode}", timeout=TIMEOUT)
+    assert (res.returncode, res.stdout) == (0, "child ok\nn=1\n"), res.stdout + res.stderr
