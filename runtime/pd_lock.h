@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "pd_config.h" /* STUCK_CONTEXT_MS */
+
 #if defined(__x86_64__) && defined(__ILP32__)
 #error "pd_lock.h: x32 is not supported (its futex timeout is not two longs)"
 #endif
@@ -54,10 +56,6 @@
 #endif
 #ifndef PD_LOCK_SPINS
 #define PD_LOCK_SPINS 100 /* busy polls before sleeping: critical sections are short */
-#endif
-
-#ifndef STUCK_CONTEXT_MS
-#define STUCK_CONTEXT_MS 2000 /* -D STUCK_CONTEXT_MS=N: the longest wait for a lock or a handler */
 #endif
 
 /* pd_lock() / pd_trylock() results. */

@@ -13,7 +13,6 @@
  * left busy by a thread that died inside a handler (SIGKILL) is not waited for.
  */
 #include "pd_runtime.h"
-#include "pd_lock.h" /* STUCK_CONTEXT_MS */
 
 #include <errno.h>
 #include <fcntl.h>

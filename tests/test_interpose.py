@@ -24,11 +24,6 @@ PY_LINE = f'global n probe process("{PY}").mark("line") {{ n++ }}'
 ROLES = {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5}
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("interpose-cache")
-
-
 def build_reenter(d: Path, m32: bool) -> Path:
     for name, role in ROLES.items():
         build_c(PROGS / "dl_reenter_lib.c", d / f"libdlt_{name}.so", m32=m32,

@@ -8,12 +8,11 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, run_pydyn
+from cbuild import PROGS, build_c, run_pydyn, start_pydyn
 
 STUCK_MS = 500
 HITS = 20
@@ -26,11 +25,6 @@ def script(exe: Path) -> str:
             f'probe process("{exe}").mark("hold") {{ last = -1; stop_here() }}\n'
             f'probe process("{exe}").mark("work") {{ last = $arg1; works++ }}\n'
             'probe end { printf("works=%d last=%d\\n", works, last) }\n')
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("lock-holder-cache")
 
 
 def kill_stopped(stdout: str) -> None:
@@ -67,11 +61,8 @@ def test_stopped_holder_skips_the_others(cache: Path, tmp_path: Path, abi: str) 
 @pytest.mark.parametrize("abi", ["m64", "m32"])
 def test_sigterm_ends_the_session(cache: Path, tmp_path: Path, abi: str) -> None:
     exe = build_c(PROGS / "lock_holder.c", tmp_path / "lock_holder", m32=abi == "m32")
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-g", "-D",
-                             f"STUCK_CONTEXT_MS={STUCK_MS}", "-e", script(exe),
-                             "-c", f"{exe} 0 loop"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = start_pydyn(cache, "-g", "-D", f"STUCK_CONTEXT_MS={STUCK_MS}", "-e", script(exe),
+                       "-c", f"{exe} 0 loop")
     lines = []
     try:
         assert proc.stdout is not None

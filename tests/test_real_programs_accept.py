@@ -37,11 +37,6 @@ LIBC_END = ('probe end { foreach (p in m) printf("malloc %d %d\\n", p, m[p]); '
             'foreach (p in w) printf("write %d %d\\n", p, w[p]) }\n')
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("accept-cache")
-
-
 def need(*paths: str) -> None:
     for p in paths:
         if not (Path(p).exists() or shutil.which(p)):
