@@ -360,6 +360,7 @@ HEADER: Final = Struct("pd_header", (
     # count themselves here, atomically.
     Field("tslots_off", "u64", doc="offset of the pd_tslot array (1 + 64 entries)"),
     Field("inflight_unslotted", "u32", doc="handlers running in threads without a slot"),
+    Field("procs_unlisted", "u32", doc="processes that found no free pd_proc entry"),
     Field("lock_timeouts", "u32", doc="lock waits given up (holder stopped, or STUCK_CONTEXT_MS)"),
 ), size=512, doc="segment header, at offset 0")
 
