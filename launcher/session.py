@@ -177,6 +177,17 @@ def check_command_target(argv: Sequence[str]) -> None:
     check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
 
 
+def process_reaped(pid: int) -> bool:
+    """Whether pid no longer exists (one kill(pid, 0); a zombie still does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
 def process_gone(pid: int) -> bool:
     """Whether pid has exited (a zombie counts as exited)."""
     try:
@@ -353,8 +364,10 @@ class Session:
             proc.state = PD_PROC_FREE
         return alive
 
-    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
-        """A process killed by a signal never runs its destructor: mark it here."""
+    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None,
+                             quick: bool = False) -> None:
+        """A process killed by a signal never runs its destructor: mark it here.
+        `quick`: only processes already reaped (no /proc read for zombies)."""
         for _, proc in self.view.used_procs():
             if proc.state != PD_PROC_ALIVE:
                 continue
@@ -362,7 +375,7 @@ class Session:
             if child is not None and pid == child.pid and child.returncode is not None:
                 gone = True
             else:
-                gone = process_gone(pid)
+                gone = process_reaped(pid) if quick else process_gone(pid)
             if gone:
                 proc.state = PD_PROC_KILLED
 
@@ -547,11 +560,15 @@ class Session:
                 self._report_new_processes()
             # a forked child's _exit leaves its entry alive until marked: every round
             # once the table is half full, as a loop of short processes takes entries
+            # (between the half-second scans by kill(pid, 0) alone: no /proc read for each
+            # of many long-lived processes every round; zombies wait for the full scan)
             used = self._recycle_processes()
-            if used > self.options.proctab_count // 2 or time.monotonic() - last_scan > 0.5:
-                self._mark_dead_processes(child)
+            full = time.monotonic() - last_scan > 0.5
+            if full or used > self.options.proctab_count // 2:
+                self._mark_dead_processes(child, quick=not full)
                 self._recycle_processes()
-                last_scan = time.monotonic()
+                if full:
+                    last_scan = time.monotonic()
 
     def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
         h = self.view.header
