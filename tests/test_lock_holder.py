@@ -86,3 +86,32 @@ def test_sigterm_ends_the_session(cache: Path, tmp_path: Path, abi: str) -> None
     assert took < STUCK_MS / 1000 + 3, (took, err)
     assert "WARNING: Number of errors: 1, skipped probes:" in err, err
     assert "probe end skipped" in err, err
+
+
+def test_sigterm_ends_a_stopped_command(cache: Path, tmp_path: Path) -> None:
+    """The -c command stopped (SIGSTOP, ^Z from elsewhere): SIGTERM to pydyn still ends
+    it at once -- it is sent SIGCONT after SIGTERM, as a stopped process acts on
+    SIGTERM only once continued (else pydyn would wait its 5 s for the exit, then kill)."""
+    exe = build_c(PROGS / "lock_holder.c", tmp_path / "lock_holder")
+    proc = start_pydyn(cache, "-v", "-e", f'global n probe process("{exe}").mark("work") {{ n++ }}',
+                       "-c", "sleep 60")
+    try:
+        assert proc.stderr is not None
+        pid = 0
+        for line in proc.stderr:
+            if line.startswith("pydyn: started "):
+                pid = int(line.split()[-1])
+                break
+        assert pid, "no 'started' line"
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(0.2)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert took < 3, (took, err)
+    assert "Child process exited with signal 15 (SIGTERM)" in err, err
