@@ -32,12 +32,14 @@ from ..shmlayout import (
     PD_PROC_ALIVE,
     PD_PROC_EXECED,
     PD_PROC_EXITED,
+    PD_PROC_FREE,
     PD_PROC_KILLED,
     PD_PROC_REFUSED,
     PD_SESSION_RUNNING,
     PD_SESSION_STOPPED,
     PD_SESSION_STOPPING,
     SegmentView,
+    StructView,
     init_header,
     plan_segment,
 )
@@ -244,6 +246,17 @@ def _check_exec_header(path: str, header: ExecHeader) -> None:
                                 "for it")
 
 
+def process_reaped(pid: int) -> bool:
+    """Whether pid no longer exists (one kill(pid, 0); a zombie still does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
 def process_gone(pid: int) -> bool:
     """Whether pid has exited (a zombie counts as exited)."""
     try:
@@ -280,6 +293,9 @@ class Session:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
+        # Entries of processes that are gone, copied out before their entry was freed
+        # for a later process (_recycle_processes): the exit accounting reads them.
+        self._gone_procs: list[dict[str, Any]] = []
         self._stop_timers = threading.Event()
         self._drain_error: BaseException | None = None
         self._attached: Any = None   # attach.AttachedProcess under -x
@@ -401,8 +417,28 @@ class Session:
             del env["LD_PRELOAD"]
         return ["-E", f"LD_PRELOAD={ours}:{user}" if user else f"LD_PRELOAD={ours}"]
 
-    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
-        """A process killed by a signal never runs its destructor: mark it here."""
+    def _recycle_processes(self) -> int:
+        """Copy out the entries of processes that are gone (exited, killed, exec'd,
+        refused) and free them for later processes: a long session starts far more
+        processes than the table has entries.  Only the launcher writes an entry in
+        those states, and the runtime claims only free ones, so no lock is needed.
+        Returns the entries still in use."""
+        alive = 0
+        for i, proc in self.view.used_procs():
+            if proc.state in (PD_PROC_ALIVE, PD_PROC_FREE):
+                alive += 1
+                continue
+            if self.options.verbose:
+                self._report_process(i, proc)   # -v lists it even if it came and went
+            self._gone_procs.append(proc.as_dict())
+            self._seen_procs.discard((i, int(proc.pid), int(proc.start_ns)))
+            proc.state = PD_PROC_FREE
+        return alive
+
+    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None,
+                             quick: bool = False) -> None:
+        """A process killed by a signal never runs its destructor: mark it here.
+        `quick`: only processes already reaped (no /proc read for zombies)."""
         for _, proc in self.view.used_procs():
             if proc.state != PD_PROC_ALIVE:
                 continue
@@ -410,7 +446,7 @@ class Session:
             if child is not None and pid == child.pid and child.returncode is not None:
                 gone = True
             else:
-                gone = process_gone(pid)
+                gone = process_reaped(pid) if quick else process_gone(pid)
             if gone:
                 proc.state = PD_PROC_KILLED
 
@@ -492,6 +528,10 @@ class Session:
             # only ends the session; the target runs on with its probes inert.
             if child is not None and child.poll() is None and interrupted:
                 child.terminate()
+                try:   # a stopped command acts on SIGTERM only once continued
+                    os.kill(child.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
                 try:
                     child.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -587,9 +627,11 @@ class Session:
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
         for i, proc in self.view.used_procs():
-            key = (i, int(proc.pid), int(proc.start_ns))  # an exec'd entry may be reused
-            if proc.state == 0 or key in self._seen_procs:
-                continue
+            self._report_process(i, proc)
+
+    def _report_process(self, i: int, proc: StructView) -> None:
+        key = (i, int(proc.pid), int(proc.start_ns))  # entries are reused
+        if proc.state != PD_PROC_FREE and key not in self._seen_procs:
             self._seen_procs.add(key)
             abi = ABI_NAMES.get(proc.abi, "?")
             module = self.modules.get_module(abi)
@@ -659,9 +701,17 @@ class Session:
                 time.sleep(0.02)
             if self.options.verbose:
                 self._report_new_processes()
-            if time.monotonic() - last_scan > 0.5:
-                self._mark_dead_processes(child)
-                last_scan = time.monotonic()
+            # a forked child's _exit leaves its entry alive until marked: every round
+            # once the table is half full, as a loop of short processes takes entries
+            # (between the half-second scans by kill(pid, 0) alone: no /proc read for each
+            # of many long-lived processes every round; zombies wait for the full scan)
+            used = self._recycle_processes()
+            full = time.monotonic() - last_scan > 0.5
+            if full or used > self.options.proctab_count // 2:
+                self._mark_dead_processes(child, quick=not full)
+                self._recycle_processes()
+                if full:
+                    last_scan = time.monotonic()
 
     def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
         h = self.view.header
@@ -675,6 +725,10 @@ class Session:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
             for kind in sorted(self.sink.error_kinds):
                 self.log(f"hint: {kind}: {LIMIT_ADVICE[kind]}")
+        if h.lock_timeouts:
+            self.log(f"WARNING: {h.lock_timeouts} wait(s) for a segment lock given up: its "
+                     "holder was stopped (SIGSTOP, a debugger) or held it longer than "
+                     "STUCK_CONTEXT_MS; those probes were skipped")
         if h.lock_recoveries:
             self.log(f"WARNING: {h.lock_recoveries} segment lock(s) recovered from a process "
                      "that died holding them")
@@ -686,15 +740,14 @@ class Session:
         if status is not None and status < 0:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
-        procs = [p.as_dict() for _, p in self.view.used_procs()]
-        if skipped and len(procs) >= self.options.proctab_count and not any(
-                p["state"] == PD_PROC_EXECED for p in procs):
-            self.log(f"WARNING: the process table is full ({self.options.proctab_count} "
-                     "entries): processes started after it filled were not registered "
-                     "(their probes still ran; each is counted in skipped probes, and -v "
-                     "does not list them)")
-        if self.options.verbose and procs:
+        if self.options.verbose:
             self._report_new_processes()
+        procs = self._gone_procs + [p.as_dict() for _, p in self.view.used_procs()]
+        if h.procs_unlisted:
+            self.log(f"WARNING: {h.procs_unlisted} process(es) found the process table full "
+                     f"({self.options.proctab_count} entries alive at once): their probes "
+                     "ran, but they are not listed (-v) or counted as processes")
+        if self.options.verbose and procs:
             states: dict[str, int] = {}
             for p in procs:
                 name = PROC_STATE_NAMES.get(int(p["state"]), "?")

@@ -237,7 +237,7 @@ int pd_object_bias(uint32_t o, uintptr_t *bias)
     return 1;
 }
 
-/* After a dlopen (pd_dlopen.c, which serializes the calls): arms the objects that
+/* In a pass after a dlopen or dlclose (pd_dlopen.c, one pass at a time): arms the objects that
  * are new since the last pass. */
 void pd_arm_loaded(void)
 {
@@ -251,7 +251,7 @@ static int pd_find_bias(struct dl_phdr_info *info, size_t size, void *data)
     return (uintptr_t)info->dlpi_addr == *(uintptr_t *)data;
 }
 
-/* After a dlclose: forgets the sites of armed objects that are no longer loaded
+/* In the same passes: forgets the sites of armed objects that are no longer loaded
  * (their memory is gone: nothing is read or restored there) and frees their stubs. */
 void pd_disarm_unloaded(void)
 {

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pd_internal.h"
@@ -105,47 +106,62 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
     memset(dst + n, 0, cap - n);
 }
 
-/* An exec'd image re-registers under the same pid: its old entry is marked
- * EXECED, so the table keeps the history the launcher reports with -v.  That
- * history is the first to go: with no free entry left, an EXECED one is reused
- * (a fork+exec storm needs one entry per process, not two). */
+/* This process into a free entry of the table.  The launcher copies out the entry of
+ * every process that is gone and frees it (launcher/session.py), so a long session
+ * recycles the table; an entry is only ever claimed here, free, under the lock.  An
+ * exec'd image re-registers under the same pid: its old entry is marked EXECED for the
+ * launcher's accounting.  With no free entry (more processes alive at once than
+ * entries, or the launcher behind a burst) the process waits up to PD_REGISTER_WAIT_MS
+ * for one, then runs unlisted: its probes run as ever, and it is counted in
+ * procs_unlisted (not as skipped probes: none was skipped).  NULL then. */
+#define PD_REGISTER_WAIT_MS 200
 static struct pd_proc *pd_register(uint32_t state)
 {
-    if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
-        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
     pid_t pid = getpid();
-    struct pd_proc *slot = NULL, *execed = NULL;
-    for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
-        struct pd_proc *p = pd_proc_at(i);
-        if (p->state == PD_PROC_ALIVE && p->pid == pid)
-            p->state = PD_PROC_EXECED;
-        if (!slot && p->state == PD_PROC_FREE)
-            slot = p;
-        if (!execed && p->state == PD_PROC_EXECED)
-            execed = p;
+    for (int waited = 0;; waited += 5) {
+        int rc = pd_lock(&pd_hdr->proctab_lock);
+        if (rc == PD_LOCK_TIMEOUT || rc == PD_LOCK_DEADLOCK) { /* a process stopped in here */
+            if (rc == PD_LOCK_TIMEOUT)
+                __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        if (rc == PD_LOCK_RECOVERED)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+        struct pd_proc *slot = NULL;
+        for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
+            struct pd_proc *p = pd_proc_at(i);
+            if (p->state == PD_PROC_ALIVE && p->pid == pid)
+                p->state = PD_PROC_EXECED;
+            if (!slot && p->state == PD_PROC_FREE)
+                slot = p;
+        }
+        if (slot) {
+            memset(slot, 0, sizeof *slot);
+            slot->pid = pid;
+            slot->ppid = getppid();
+            slot->abi = PD_ARCH_ABI;
+            slot->start_ns = pd_now_ns();
+            char comm[17] = {0};
+            prctl_get_name(comm);
+            pd_copy_name(slot->comm, sizeof slot->comm, comm);
+            char exe[PATH_MAX];
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            exe[n > 0 ? n : 0] = 0;
+            pd_copy_name(slot->exe, sizeof slot->exe, exe);
+            __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
+            pd_unlock(&pd_hdr->proctab_lock);
+            return slot;
+        }
+        pd_unlock(&pd_hdr->proctab_lock);
+        if (waited >= PD_REGISTER_WAIT_MS ||
+            __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+            break; /* (nobody frees entries once the session stops) */
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    if (!slot)
-        slot = execed;
-    if (slot) {
-        memset(slot, 0, sizeof *slot);
-        slot->pid = pid;
-        slot->ppid = getppid();
-        slot->abi = PD_ARCH_ABI;
-        slot->start_ns = pd_now_ns();
-        char comm[17] = {0};
-        prctl_get_name(comm);
-        pd_copy_name(slot->comm, sizeof slot->comm, comm);
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        exe[n > 0 ? n : 0] = 0;
-        pd_copy_name(slot->exe, sizeof slot->exe, exe);
-        __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
-        __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
-    } else {
-        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
-    }
-    pd_unlock(&pd_hdr->proctab_lock);
-    return slot;
+    __atomic_add_fetch(&pd_hdr->procs_unlisted, 1, __ATOMIC_RELAXED);
+    return NULL;
 }
 
 static void pd_fire_process_probes(uint32_t kind)
@@ -269,5 +285,6 @@ __attribute__((destructor)) static void pd_target_fini(void)
     if (pd_self && pd_self->pid == getpid()) {
         pd_self->end_ns = pd_now_ns();
         __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+        pd_self = NULL; /* the launcher may free the entry for another process now */
     }
 }

@@ -351,9 +351,12 @@ void pd_shadow_rehook(uintptr_t cfa);
 uint32_t pd_shadow_unhook_all(void); /* every thread's, at a -x detach */
 extern int pd_ret_live; /* attached by -x: return probes keep the hijack (pd_ret_choose) */
 void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off);
-/* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
+/* Objects loaded and unloaded at run time (pd_dlopen.c's passes call these, under
+ * its pass lock, which -x attach and detach take too). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
+int pd_dl_tables_lock(void);
+void pd_dl_tables_unlock(int taken);
 void *pd_dlopen_noload(const char *lib);
 /* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
  * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */
