@@ -40,7 +40,6 @@ import json
 import os
 import pwd
 import stat
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -65,6 +64,7 @@ from .build import (
     which,
 )
 from .elf.notes import RawNote, iter_raw_notes
+from .elf.phdrs import PT_NOTE, read_program_headers
 from .errors import PydynError
 
 FORMAT_VERSION = 1
@@ -73,7 +73,6 @@ KEY_LEN = 32
 LAUNCHER_DIR = Path(__file__).resolve().parent
 NO_ELF_ENV = "PYDYN_DEBUG_NO_ELF"
 RUNTIME_STORE = "runtime"   # precompiled runtime objects (build.runtime_objects)
-_PT_NOTE = 4
 _NT_GNU_BUILD_ID = 3
 _MAX_NOTE_SEGMENT = 1 << 20
 
@@ -99,40 +98,18 @@ def read_build_id(path: str) -> str | None:
     """The GNU build-id of an ELF file from its PT_NOTE segments only; None if none/not ELF."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
-                    or head[5] not in (1, 2):
+            headers = read_program_headers(f)
+            if headers is None:
                 return None
-            end = "<" if head[5] == 1 else ">"
-            if head[4] == 2:
-                if len(head) < 64:
-                    return None
-                phoff, = struct.unpack_from(end + "Q", head, 32)
-                phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
-                phdr = struct.Struct(end + "IIQQQQQQ")   # type flags off vaddr paddr filesz ...
-            else:
-                phoff, = struct.unpack_from(end + "I", head, 28)
-                phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
-                phdr = struct.Struct(end + "IIIIIIII")   # type off vaddr paddr filesz ...
-            if phentsize < phdr.size or not 0 < phnum < 4096:
-                return None
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            for i in range(phnum):
-                if len(table) < (i + 1) * phentsize:
-                    return None
-                ent = phdr.unpack_from(table, i * phentsize)
-                if ent[0] != _PT_NOTE:
+            for seg in headers.segments:
+                if seg.type != PT_NOTE or seg.filesz > _MAX_NOTE_SEGMENT:
                     continue
-                off, size = (ent[2], ent[5]) if head[4] == 2 else (ent[1], ent[4])
-                if size > _MAX_NOTE_SEGMENT:
-                    continue
-                f.seek(off)
-                for note in iter_raw_notes(f.read(size), end == "<"):
+                f.seek(seg.offset)
+                for note in iter_raw_notes(f.read(seg.filesz), headers.little_endian):
                     if isinstance(note, RawNote) and note.name == b"GNU" \
                             and note.type == _NT_GNU_BUILD_ID and note.desc:
                         return note.desc.hex()
-    except (OSError, struct.error):
+    except OSError:
         return None
     return None
 
