@@ -31,12 +31,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from .errors import SessionError, TargetError
-
-if TYPE_CHECKING:
-    from .build import ModuleSet
 
 PTRACE_CONT = 7
 PTRACE_DETACH = 17
@@ -653,31 +650,14 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def share_with(target: Target, modules: ModuleSet, shm_name: str) -> ModuleSet:
+def share_segment(target: Target, shm_name: str) -> None:
     """Root attaching to another user's process: that user must open the segment (the
-    runtime trusts only a segment its own euid owns) and read the modules, which live
-    in the launcher's private cache.  The segment is given to the user; the modules
-    are copied, with their $LIB links, into a directory of theirs, removed at exit.
-    That user can then write the segment: a hostile process could falsify the session's
-    results and output, the price of tracing it."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from .build import ModuleSet, link_lib_dirs
-
+    runtime trusts only a segment its own euid, or root, owns, and opens it by name:
+    an attached process inherits no descriptor), so the segment is given to the user.
+    That user can then write the segment: a hostile process could falsify the
+    session's results and output, the price of tracing it.  The modules are staged
+    for it by share.stage_modules, as for a root session's -c command."""
     os.chown(f"/dev/shm{shm_name}", target.uid, target.gid)
-    stage = Path(tempfile.mkdtemp(prefix="pydyn-attach-"))
-    atexit.register(shutil.rmtree, stage, True)
-    copies = {}
-    for abi, path in modules.modules.items():
-        copies[abi] = stage / path.name
-        shutil.copyfile(path, copies[abi])
-    link_lib_dirs(stage, modules.checksum_hex, copies)
-    for root, dirs, files in os.walk(stage):
-        for name in [".", *dirs, *files]:
-            os.chown(os.path.join(root, name), target.uid, target.gid, follow_symlinks=False)
-    return ModuleSet(stage, modules.checksum_hex, copies, modules.from_cache)
 
 
 @dataclass(frozen=True)

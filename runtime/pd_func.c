@@ -20,7 +20,7 @@
  * switching (swapcontext) across a pending return is only tolerated when the
  * frame is found on the shadow stack.
  *
- * All of that is the hijack.  Where launcher/retplan.py patched the function's exits
+ * All of that is the hijack.  Where launcher/plan/returns.py patched the function's exits
  * instead, each exit is a PD_FX_EXIT row whose "entry" probes are the return probes,
  * run here (or, one FAST probe, as a mark's) with the registers at the exit; the
  * entry row then hooks nothing.  pd_ret_choose picks one mechanism per function.
@@ -58,7 +58,7 @@ struct pd_thread {
     uintptr_t alt_lo, alt_hi; /* the thread's sigaltstack (pd_unwind.c tracks it), or 0 */
     int *guard;               /* &pd_in_handler, kept here: one TLS descriptor call a hit */
     /* the context of a FAST probe (pd_func_fast): only the fields before errmsg, all it
-     * touches (launcher/fastprobe.py's whitelist); pd_in_handler keeps it unshared */
+     * touches (launcher/translate/fast.py: counter adds only); pd_in_handler keeps it unshared */
     _Alignas(16) unsigned char fctx[offsetof(struct pd_ctx, errmsg)];
 };
 static __thread struct pd_thread pd_thr;
@@ -249,9 +249,28 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
     *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
 }
 
+/* The rows sharing the address of `site` (pd_site.shared), each with its own argument
+ * descriptors, in script order; then the return of the function, if it is one.  Part
+ * of pd_func_fire: it runs before the vector registers are saved. */
+static inline __attribute__((always_inline)) void
+pd_fire_shared(struct pd_thread *t, uint8_t *globals, const struct pd_site *site,
+               const struct pd_regs *regs, uintptr_t bias)
+{
+    for (unsigned i = 0; i < site->nshared; i++) {
+        const struct pd_site *r = &pd_sites[site->shared[i]];
+        if (r->nentry + r->nreturn)
+            pd_func_run(t, globals, r, r->fprobes, r->nentry, regs, bias);
+        else
+            pd_func_run(t, globals, r, &r->probe, 1, regs, bias);
+    }
+    if (site->nreturn)
+        pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
+}
+
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (PD_UNLIKELY(!(site->nentry + site->nreturn))) { /* a one-probe row (PD_FX_ALT), trapped */
+    if (PD_UNLIKELY(!(site->nentry + site->nreturn + site->nshared))) {
+        /* a one-probe row (PD_FX_ALT), trapped */
         pd_run_probe(&pd_probes[site->probe], site, regs, bias);
         return;
     }
@@ -259,6 +278,10 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
     uint8_t *globals = pd_fast_globals();
     if (PD_UNLIKELY(!globals)) /* a session not running (yet, or any more) */
         return;
+    if (PD_UNLIKELY(site->nshared)) {
+        pd_fire_shared(t, globals, site, regs, bias);
+        return;
+    }
     const struct pd_probe *p = &pd_probes[site->fprobes[0]]; /* fprobes is never empty */
     if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST))) {
         /* hooked first (a FAST probe reads no register): after its handler nothing
@@ -302,7 +325,7 @@ void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintp
  * needs no pd_regs (pd_func_fire_sp). */
 const struct pd_probe *pd_func_fast_probe(const struct pd_site *site)
 {
-    if (site->nentry != 1)
+    if (site->nentry != 1 || site->nshared)
         return NULL;
     const struct pd_probe *p = &pd_probes[site->fprobes[0]];
     return p->locks & PD_PROBE_FAST ? p : NULL;

@@ -6,7 +6,7 @@
  *
  * Hidden, every one: the units are linked into one module, whose i386 code then
  * calls them directly, without a PLT (and so without a GOT register on the FAST path,
- * tests/test_fastpath.py). */
+ * tests/test_fast_handlers.py). */
 #ifndef PD_INTERNAL_H
 #define PD_INTERNAL_H
 

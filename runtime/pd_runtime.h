@@ -72,24 +72,12 @@ struct pd_argdesc {
     uint8_t rel;     /* MEM: displacement is a link-time address: add the load bias */
 };
 
-enum pd_probe_kind {
-    PD_PROBE_BEGIN = 1,
-    PD_PROBE_END = 2,
-    PD_PROBE_ERROR = 3,
-    PD_PROBE_MARK = 4,
-    PD_PROBE_PROCESS_BEGIN = 5,
-    PD_PROBE_PROCESS_END = 6,
-    PD_PROBE_TIMER = 7,
-};
-
 struct pd_ctx;
 typedef void (*pd_handler_fn)(struct pd_ctx *);
 
-/* pd_probe.locks bits.  FAST (issue 6): the translator proved the handler does only
- * atomic adds to globals (no calls) and compiled it PD_FAST_FN, so trampolines may run
- * it without saving the vector registers (pd_run_fast). */
-#define PD_PROBE_LOCKS 1u
-#define PD_PROBE_FAST 2u
+/* pd_probe.locks bits (PD_PROBE_LOCKS, PD_PROBE_FAST: pd_shm.h).  FAST: the translator
+ * proved the handler does only counter adds (no calls) and compiled it PD_FAST_FN, so
+ * trampolines may run it without saving the vector registers (pd_run_fast). */
 /* Code that runs from a trampoline before the vector registers are saved: gcc may use
  * no xmm (nor, on i386, x87) register in it. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -104,7 +92,7 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 #define PD_ERROR_DEFERRED 2
 
 struct pd_probe {
-    uint32_t kind;       /* enum pd_probe_kind */
+    uint32_t kind;       /* PD_PROBE_* (pd_shm.h) */
     uint32_t locks;      /* handler touches globals: run it under the globals lock */
     pd_handler_fn handler;
     const char *pp;      /* the probe point as the script wrote it */
@@ -120,7 +108,7 @@ struct pd_object {
     uint32_t abi;        /* PD_ABI_*: only a module of that ABI arms its sites */
 };
 
-/* How to patch a site: computed offline by launcher/patchplan.py (issue 6). */
+/* How to patch a site: computed offline by launcher/plan/x86.py (issue 6). */
 enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
 enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3, PD_FIX_B26 = 4 };
 
@@ -134,7 +122,7 @@ struct pd_fixup {
 };
 
 /* A direct branch elsewhere in the object landing inside a DISPLACE window: pointed at
- * the relocated copy of the instruction it reaches (patchplan.Redirect). */
+ * the relocated copy of the instruction it reaches (plan/x86.py Redirect). */
 struct pd_redirect {
     uint64_t field, anchor; /* link-time: its displacement, and what that is relative to */
     uint64_t island, hop;   /* size 1: `jmp rel32` at island (reached via `jmp rel8` at hop) */
@@ -176,15 +164,20 @@ struct pd_site {
     uint16_t nentry;
     uint16_t nreturn;
     uint8_t fx;          /* PD_FX_*: how a function's return probes are reached */
+    /* Several rows at one address (probes on one mark, a function entry that is a mark):
+     * the armed one lists them all, itself included, in script order; the others are
+     * PD_FX_SHARED and never armed themselves (pd_fire_shared). */
+    const uint32_t *shared;
+    uint16_t nshared;
 };
 
-/* A function whose exits are patched (launcher/retplan.py) has a PD_FX_HIJACK row (the
+/* A function whose exits are patched (launcher/plan/returns.py) has a PD_FX_HIJACK row (the
  * entry with nreturn return probes, as without exits) followed by PD_FX_ALT rows: the
  * entry without return probes (if it has entry probes) and one PD_FX_EXIT row per exit,
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -255,8 +248,8 @@ extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
 extern int pd_inert __attribute__((visibility("hidden")));
 /* The thread's FAST-path TLS block, found once per hit: the reentrancy guard, and the
  * context of a FAST mark probe (pd_fast_mark): only the fields before errmsg, all a FAST
- * handler touches (launcher/fastprobe.py's whitelist), kept between hits.  Its cslot is
- * the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
+ * handler touches (launcher/translate/fast.py: counter adds only), kept between hits.
+ * Its cslot is the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
  * reachable as `cslot`; its error is 0 between hits (the error path clears it). */
 struct pd_fast_tls {
     int busy;
@@ -334,7 +327,7 @@ static inline PD_FAST_FN void pd_slots_current(struct pd_fast_tls *t)
     if (PD_UNLIKELY(t->slots_epoch != epoch))
         pd_slots_rejoin(t, epoch);
 }
-/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist), for a
+/* Only the fields a FAST handler touches (launcher/translate/fast.py: counter adds only), for a
  * context outside pd_in_handler (pd_func.c's). */
 static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,
                                           const int *guard)
@@ -358,9 +351,12 @@ void pd_shadow_rehook(uintptr_t cfa);
 uint32_t pd_shadow_unhook_all(void); /* every thread's, at a -x detach */
 extern int pd_ret_live; /* attached by -x: return probes keep the hijack (pd_ret_choose) */
 void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off);
-/* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
+/* Objects loaded and unloaded at run time (pd_dlopen.c's passes call these, under
+ * its pass lock, which -x attach and detach take too). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
+int pd_dl_tables_lock(void);
+void pd_dl_tables_unlock(int taken);
 void *pd_dlopen_noload(const char *lib);
 /* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
  * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */
@@ -424,8 +420,6 @@ int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 
 enum pd_type { PD_T_LONG = 1, PD_T_STRING = 2, PD_T_STAT = 3 };
 #define PD_MAX_KEYS 9
-#define PD_HIST_LOG_BUCKETS 128
-#define PD_HIST_MAX_BUCKETS 128
 
 struct pd_mapdesc {
     const char *name;
@@ -441,13 +435,7 @@ struct pd_mapdesc {
     uint32_t wrap;         /* `global a%`: a full array drops its oldest entry */
 };
 
-/* Lives in the segment: only int64 members, so i386 and x86-64 agree. */
-struct pd_stat {
-    int64_t count, sum, min, max;
-    int64_t avg_s, m2, variance_s; /* stap's Welford state */
-    int64_t hist[PD_HIST_MAX_BUCKETS];
-};
-_Static_assert(sizeof(struct pd_stat) == 8 * (7 + PD_HIST_MAX_BUCKETS), "pd_stat is arch-neutral");
+/* struct pd_stat lives in the segment: pd_shm.h (shmlayout/globals.py). */
 
 struct pd_statdesc {
     uint8_t hist_log;
@@ -465,7 +453,7 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
 void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                      const uint8_t *key, int create, uint64_t *seq_src);
 uint8_t *pd_map_next(uint8_t *map, const struct pd_mapdesc *d, uint32_t *i);
-/* An entry is {u32 state, u32 hash, u64 seq, key, value}: the seq before a key blob. */
+/* An entry is a struct pd_map_ent (state, hash, seq), key, value: the seq before a key blob. */
 #define PD_MAP_KEY_SEQ(key) ((uint64_t *)((key) - 8))
 void pd_map_delete(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key);
 void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d);
@@ -485,10 +473,9 @@ void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct p
                        uint32_t fmt_id);
 
 /* Per-thread statistic slots (pd_pstat.c): a statistic only ever added to takes
- * 1 + PD_PSTAT_SLOTS slots of {u32 seq, u32 lock, struct pd_stat}; `<<<` writes the
- * thread's own slot without the globals lock, reads merge them. */
-#define PD_PSTAT_SLOTS 64
-#define PD_PSTAT_SLOT_SIZE (8 + 8 * (7 + PD_HIST_MAX_BUCKETS))
+ * 1 + PD_PSTAT_SLOTS slots of PD_PSTAT_SLOT_SIZE bytes, a struct pd_pslot_head then a
+ * struct pd_stat (pd_shm.h); `<<<` writes the thread's own slot without the globals lock,
+ * reads merge them. */
 void pd_pstat_setup(void);
 void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d);
 const struct pd_stat *pd_pstat_read(const uint8_t *area);

@@ -20,8 +20,8 @@ __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 __attribute__((visibility("hidden"), used)) void
 pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry (issue 7) */
-        pd_func_fire(regs, site, bias);
+    if (site->nentry + site->nreturn + site->nshared) /* a function entry, or rows sharing */
+        pd_func_fire(regs, site, bias);                   /* one address (pd_func.c) */
     else
         pd_run(&pd_probes[site->probe], site, regs, bias);
 }
@@ -163,7 +163,7 @@ int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
     return pd_patch(addr, 4, prot, pd_a64_write_b);
 }
 
-/* No exit sites here (retplan.py): the stub's start. */
+/* No exit sites here (plan/returns.py): the stub's start. */
 uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
 {
     (void)p;

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .elf.functions import FunctionSite
-from .patchplan import (
+from ..elf.functions import FunctionSite
+from .x86 import (
     MAX_WINDOW,
     PatchPlan,
     _plan_site,
@@ -125,13 +125,15 @@ class _Fallback(Exception):
 
 def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
                  entry_values: bool = False, return_value: bool = False,
-                 forced: bool = False) -> ReturnPlan:
+                 forced: bool = False, mark_at_entry: bool = False) -> ReturnPlan:
     """The return mechanism of the function at [func_addr, +func_size) whose entry site
     is `site`."""
     if site.machine not in ("x86_64", "i386"):
         return hijack(f"{site.machine} keeps the return-address swap")
     if forced:
         return hijack("-D PD_RETURN_HIJACK=1")
+    if mark_at_entry:
+        return hijack("a mark is at the entry: the one row there runs its probes too")
     if entry_values:
         return hijack("a return probe uses @entry or a parameter (saved per frame at the "
                       "entry)")
@@ -174,7 +176,7 @@ def _find_exits(obj: Any, img: _Image, lo: int, hi: int, ranges: list[tuple[int,
     part of the function made of `ranges`."""
     from capstone import x86
 
-    from .patchplan import _cs
+    from .x86 import _cs
     md = _cs(obj.bits, detail=True)
     insns = list(md.disasm(obj.read(lo, hi - lo), lo))
     end = insns[-1].address + insns[-1].size if insns else lo
