@@ -1,10 +1,12 @@
-"""DWARF for function probes (issue 7): functions with their declaration and
+"""DWARF for function probes: functions with their declaration and
 parameters, and where each parameter is at the function's entry.
 
-`get_dwarf(path)` reads `.debug_info` once per file version (pyelftools, imported
-only here and only when a script asks for `NAME@FILE`, `$param`, `$$parms` or
-`-L` of functions; a cache hit of the module cache never gets here).  Each
-concrete `DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
+`get_dwarf(path)` opens the DWARF once per file version, from the binary or its
+separate debug file (`debuginfo.py`), with pyelftools, imported only here and
+only when a script asks for `NAME@FILE`, `$param`, `$$parms` or `-L` of
+functions (a cache hit of the module cache never gets here).  Compilation units
+are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
+`DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
 
 A parameter's location at the entry pc becomes an ArgSpec the runtime already
 evaluates (registers are DWARF-numbered in `struct pd_regs`):
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -74,6 +76,8 @@ class DwarfFunction:
     decl_line: int
     low_pc: int
     params: tuple[DwarfParam, ...]
+    cu_offset: int = 0        # where its DIE is, for the target-variable model
+    die_offset: int = 0
 
     @property
     def where(self) -> str:
@@ -85,18 +89,73 @@ class DwarfFunction:
 
 
 class DwarfInfo:
-    def __init__(self, path: str, machine: str, functions: list[DwarfFunction]) -> None:
-        self.path = path
-        self.machine = machine
-        self.functions = functions
-        self.by_pc = {f.low_pc: f for f in functions}
+    """The DWARF of one binary, read a compilation unit at a time.
 
-    def match(self, name_pattern: str, file_pattern: str,
-              line: int | None = None) -> list[DwarfFunction]:
+    A function is looked up by its entry address: `.debug_aranges` names the CU
+    that covers it and only that CU is parsed (libc's debug file has 2,063 CUs
+    and 677,692 DIEs: a full walk takes seconds, one CU milliseconds; see
+    docs/dwarf.md).  Without aranges, or for a pc they do not cover, the CUs are
+    walked in order until one declares a function there, each remembered."""
+
+    def __init__(self, path: str, debug_path: str, machine: str, dwarf: Any) -> None:
+        self.path = path
+        self.debug_path = debug_path   # the file the DWARF came from
+        self.machine = machine
+        self.dwarf = dwarf
+        self._reader = _Reader(dwarf, machine, debug_path)
+        self._cus: dict[int, dict[int, DwarfFunction]] = {}   # CU offset -> low_pc -> function
+        self._aranges: Any = None
+        self._aranges_read = False
+        self._walked = False
+
+    def _cu_functions(self, cu: Any) -> dict[int, DwarfFunction]:
+        funcs = self._cus.get(cu.cu_offset)
+        if funcs is None:
+            funcs = {f.low_pc: f for f in self._reader.cu_functions(cu)}
+            self._cus[cu.cu_offset] = funcs
+        return funcs
+
+    def function_at(self, pc: int) -> DwarfFunction | None:
+        """The function whose entry is `pc`, None if DWARF declares none there."""
+        if not self._aranges_read:
+            self._aranges_read = True
+            try:
+                self._aranges = self.dwarf.get_aranges()
+            except (ValueError, KeyError, IndexError, AttributeError, TypeError):
+                self._aranges = None   # damaged: the walk below still finds it
+        if self._aranges is not None:
+            off = self._aranges.cu_offset_at_addr(pc)
+            if off is not None:
+                hit = self._cu_functions(self.dwarf.get_CU_at(off)).get(pc)
+                if hit is not None:
+                    return hit
+        for funcs in self._all_cus():
+            if pc in funcs:
+                return funcs[pc]
+        return None
+
+    def _all_cus(self) -> Iterator[dict[int, DwarfFunction]]:
+        if self._walked:
+            yield from self._cus.values()
+            return
+        for cu in self.dwarf.iter_CUs():
+            yield self._cu_functions(cu)
+        self._walked = True
+
+    @property
+    def functions(self) -> list[DwarfFunction]:
+        """Every function (walks every CU: for listings, not for lookups)."""
+        return [f for funcs in self._all_cus() for f in funcs.values()]
+
+    def match(self, name_pattern: str, file_pattern: str, line: int | None = None,
+              candidates: Iterable[int] | None = None) -> list[DwarfFunction]:
         """`NAME@FILE[:LINE]`: FILE matches the whole declaration path, its end
-        after a '/', or (a glob) its base name."""
+        after a '/', or (a glob) its base name.  `candidates`: the entry
+        addresses to look at (the symbol table's matches of NAME), else all."""
+        pool = self.functions if candidates is None else \
+            [f for f in (self.function_at(pc) for pc in candidates) if f is not None]
         out = []
-        for f in self.functions:
+        for f in pool:
             if not fnmatch.fnmatchcase(f.name, name_pattern):
                 continue
             if line is not None and f.decl_line != line:
@@ -108,7 +167,9 @@ class DwarfInfo:
         return out
 
 
-_cache: dict[tuple[str, int, int], DwarfInfo | TargetError] = {}
+_cache: dict[tuple[str, int, int, str], DwarfInfo | TargetError] = {}
+# the open debug files of the DwarfInfos above: pyelftools reads sections lazily
+_streams: list[Any] = []
 
 
 def no_dwarf(path: str) -> TargetError:
@@ -117,13 +178,16 @@ def no_dwarf(path: str) -> TargetError:
 
 
 def get_dwarf(path: str) -> DwarfInfo:
-    """The DWARF functions of the ELF file at `path`; TargetError if it has none."""
+    """The DWARF of the ELF file at `path`, from the file or its separate debug
+    file (elf/debuginfo.py); TargetError if there is none."""
+    from .debuginfo import search_path
+
     st = os.stat(path)
-    key = (path, st.st_mtime_ns, st.st_size)
+    key = (path, st.st_mtime_ns, st.st_size, search_path())
     info = _cache.get(key)
     if info is None:
         try:
-            info = _read(path)
+            info = _open(path)
         except TargetError as exc:   # remembered too: -L asks once per function
             info = exc
         _cache[key] = info
@@ -135,55 +199,66 @@ def get_dwarf(path: str) -> DwarfInfo:
 def function_at(path: str, low_pc: int) -> DwarfFunction | None:
     """The DWARF function entered at `low_pc` (None: no DWARF for it)."""
     try:
-        return get_dwarf(path).by_pc.get(low_pc)
+        return get_dwarf(path).function_at(low_pc)
     except TargetError:
         return None
 
 
-def functions_at(path: str, pattern: str) -> tuple[str, set[int]]:
-    """`NAME@FILE[:LINE]` -> (NAME, the entry addresses DWARF declares in FILE)."""
+def functions_at(path: str, pattern: str,
+                 candidates: Iterable[int] | None = None) -> tuple[str, set[int]]:
+    """`NAME@FILE[:LINE]` -> (NAME, the entry addresses DWARF declares in FILE),
+    looking only at `candidates` when given."""
     name, _, where = pattern.partition("@")
     file_pattern, _, line = where.rpartition(":") if ":" in where else (where, "", "")
     if line and not line.isdigit():
         raise TargetError(path, f"bad line number '{line}' in '{pattern}'")
     info = get_dwarf(path)
     return name, {f.low_pc for f in info.match(name, file_pattern,
-                                               int(line) if line else None)}
+                                               int(line) if line else None, candidates)}
 
 
 def iter_functions(path: str) -> Iterator[DwarfFunction]:
     yield from get_dwarf(path).functions
 
 
-def _read(path: str) -> DwarfInfo:
+def _open(path: str) -> DwarfInfo:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
+    from .debuginfo import find_debug_file, no_debug_info
+
+    lookup = find_debug_file(path)
+    if lookup.path is None:
+        raise no_debug_info(path, lookup)
     try:
-        with open(path, "rb") as stream:
-            elf = ELFFile(stream)
-            machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
-                       "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
-            if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
-                raise no_dwarf(path)
-            dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
-            return DwarfInfo(path, machine, list(_Reader(dwarf, machine).functions()))
+        stream = open(lookup.path, "rb")
+    except OSError as exc:
+        raise TargetError(lookup.path, exc.strerror or str(exc)) from None
+    try:
+        elf = ELFFile(stream)
+        machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
+                   "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
     except (ELFError, ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
-        raise TargetError(path, f"unreadable DWARF: {exc}") from exc
+        stream.close()
+        raise TargetError(lookup.path, f"unreadable DWARF: {exc}") from exc
+    _streams.append(stream)
+    return DwarfInfo(path, lookup.path, machine, dwarf)
 
 
 class _Reader:
-    def __init__(self, dwarf: Any, machine: str) -> None:
+    def __init__(self, dwarf: Any, machine: str, path: str) -> None:
         from elftools.dwarf.dwarf_expr import DWARFExprParser
         from elftools.dwarf.locationlists import LocationParser
 
         self.dwarf = dwarf
         self.machine = machine
+        self.path = path
         self.expr = DWARFExprParser(dwarf.structs)
         self.locs = LocationParser(dwarf.location_lists())
 
-    def functions(self) -> Iterator[DwarfFunction]:
-        for cu in self.dwarf.iter_CUs():
+    def cu_functions(self, cu: Any) -> Iterator[DwarfFunction]:
+        try:
             files = self._files(cu)
             top = cu.get_top_DIE()
             base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
@@ -199,7 +274,10 @@ class _Reader:
                 yield DwarfFunction(name.decode(errors="replace"), decl,
                                     int(_attr(die, "DW_AT_decl_line") or 0),
                                     die.attributes["DW_AT_low_pc"].value,
-                                    self._params(cu, die, base))
+                                    self._params(cu, die, base), cu.cu_offset, die.offset)
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            raise TargetError(self.path, f"unreadable DWARF in the unit at "
+                                         f"{cu.cu_offset:#x}: {exc}") from exc
 
     def _files(self, cu: Any) -> dict[int, str]:
         lp = self.dwarf.line_program_for_CU(cu)
@@ -458,7 +536,7 @@ def type_name(t: Any) -> str:
 
 def site_function(path: str, func_addr: int) -> DwarfFunction:
     """The DWARF of the function a site enters; TargetError naming the binary if none."""
-    func = get_dwarf(path).by_pc.get(func_addr)
+    func = get_dwarf(path).function_at(func_addr)
     if func is None:
         raise TargetError(path, f"no DWARF for the function at {func_addr:#x} "
                                 "(built without -g?)")

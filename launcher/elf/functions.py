@@ -265,7 +265,9 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     if "@" in pattern:   # NAME@FILE[:LINE]: the functions DWARF declares there
         from .dwarf import functions_at
         try:
-            name_pattern, at_pcs = functions_at(binary, pattern)
+            name_pattern = pattern.partition("@")[0]
+            _, at_pcs = functions_at(binary, pattern,
+                                     {f.addr for f in table.match(name_pattern)})
         except TargetError as exc:
             raise ScriptError(f"function(\"{pattern}\"): {exc}", point.loc) from exc
     found = unique_by_entry([f for f in table.match(name_pattern)
