@@ -266,13 +266,13 @@ class _Reader:
             for die in cu.iter_DIEs():
                 if die.tag != "DW_TAG_subprogram" or "DW_AT_low_pc" not in die.attributes:
                     continue
-                name = _attr(die, "DW_AT_name")
+                name = die_attr(die, "DW_AT_name")
                 if name is None:
                     continue
-                file_index = _attr(die, "DW_AT_decl_file")
+                file_index = die_attr(die, "DW_AT_decl_file")
                 decl = files.get(file_index, "??") if file_index is not None else "??"
                 yield DwarfFunction(name.decode(errors="replace"), decl,
-                                    int(_attr(die, "DW_AT_decl_line") or 0),
+                                    int(die_attr(die, "DW_AT_decl_line") or 0),
                                     die.attributes["DW_AT_low_pc"].value,
                                     self._params(cu, die, base), cu.cu_offset, die.offset)
         except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
@@ -308,16 +308,16 @@ class _Reader:
         low_pc = func.attributes["DW_AT_low_pc"].value
         cfa_base = self._frame_base_is_cfa(func)
         word = _WORD.get(self.machine, 8)
-        ret = _strip(_type_die(func))
+        ret = strip_type(type_die(func))
         # A struct returned in memory takes a hidden first argument.
         hidden = ret is not None and ret.tag in ("DW_TAG_structure_type", "DW_TAG_union_type") \
-            and (self.machine == "i386" or _size(ret, word) > 16)
+            and (self.machine == "i386" or type_size(ret, word) > 16)
         abi = _AbiCursor(self.machine, word, hidden)
         for child in func.iter_children():
             if child.tag != "DW_TAG_formal_parameter":
                 continue
-            name = _attr(child, "DW_AT_name")
-            tdie = _type_die(child)
+            name = die_attr(child, "DW_AT_name")
+            tdie = type_die(child)
             kind = _scalar(tdie, word)
             fallback = abi.next(kind)
             if name is None:
@@ -444,7 +444,7 @@ class _AbiCursor:
 
 # -- types ----------------------------------------------------------------------
 
-def _holder(die: Any, name: str) -> Any:
+def die_holder(die: Any, name: str) -> Any:
     """`die`, or the DIE it is an instance of (inline, declaration), that has `name`."""
     for _ in range(8):
         if name in die.attributes:
@@ -458,24 +458,24 @@ def _holder(die: Any, name: str) -> Any:
     return None
 
 
-def _attr(die: Any, name: str) -> Any:
-    holder = _holder(die, name)
+def die_attr(die: Any, name: str) -> Any:
+    holder = die_holder(die, name)
     return holder.attributes[name].value if holder is not None else None
 
 
-def _type_die(die: Any) -> Any:
-    holder = _holder(die, "DW_AT_type")
+def type_die(die: Any) -> Any:
+    holder = die_holder(die, "DW_AT_type")
     return holder.get_DIE_from_attribute("DW_AT_type") if holder is not None else None
 
 
-def _strip(t: Any) -> Any:
+def strip_type(t: Any) -> Any:
     """`t` without typedefs and qualifiers."""
     while t is not None and (t.tag == "DW_TAG_typedef" or t.tag in _QUALIFIERS):
-        t = _type_die(t)
+        t = type_die(t)
     return t
 
 
-def _size(t: Any, word: int) -> int:
+def type_size(t: Any, word: int) -> int:
     if t is None:
         return 0
     size = t.attributes.get("DW_AT_byte_size")
@@ -487,10 +487,10 @@ def _size(t: Any, word: int) -> int:
 
 def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
     """(size, signed, is_float, scalar) of a parameter's type."""
-    t = _strip(tdie)
+    t = strip_type(tdie)
     if t is None:
         return 0, False, False, False
-    size = _size(t, word)
+    size = type_size(t, word)
     if t.tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type",
                  "DW_TAG_rvalue_reference_type"):
         return size, False, False, True
@@ -500,7 +500,7 @@ def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
             return size, True, True, size in (4, 8)
         return size, enc in (_DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR), False, size in (1, 2, 4, 8)
     if t.tag == "DW_TAG_enumeration_type":
-        under = _strip(_type_die(t))
+        under = strip_type(type_die(t))
         signed = under is None or _scalar(under, word)[1]
         return size, signed, False, size in (1, 2, 4, 8)
     return size, False, False, False
@@ -515,20 +515,20 @@ def type_name(t: Any) -> str:
     if t.tag in ("DW_TAG_base_type", "DW_TAG_typedef"):
         return text or "?"
     if t.tag in _QUALIFIERS:
-        return f"{type_name(_type_die(t))} {_QUALIFIERS[t.tag]}"
+        return f"{type_name(type_die(t))} {_QUALIFIERS[t.tag]}"
     if t.tag == "DW_TAG_pointer_type":
-        target = _type_die(t)
+        target = type_die(t)
         if target is not None and target.tag == "DW_TAG_subroutine_type":
-            params = [type_name(_type_die(c)) for c in target.iter_children()
+            params = [type_name(type_die(c)) for c in target.iter_children()
                       if c.tag == "DW_TAG_formal_parameter"]
-            return f"{type_name(_type_die(target))} (*)({', '.join(params)})"
+            return f"{type_name(type_die(target))} (*)({', '.join(params)})"
         return f"{type_name(target)}*"
     if t.tag in ("DW_TAG_reference_type", "DW_TAG_rvalue_reference_type"):
-        return f"{type_name(_type_die(t))}&"
+        return f"{type_name(type_die(t))}&"
     if t.tag in _AGGREGATES:
         return f"{_AGGREGATES[t.tag]} {text or '{...}'}"
     if t.tag == "DW_TAG_array_type":
-        return f"{type_name(_type_die(t))}[]"
+        return f"{type_name(type_die(t))}[]"
     return text or "?"
 
 
