@@ -2,7 +2,8 @@
 
 Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases
 at one address are one function, named by the first global name, else the
-first name), with the size from the symbol or else from the `.eh_frame` FDE
+first name; a C++ symbol is also its demangled name without the signature,
+`ns::Foo::bar`, which names the site), with the size from the symbol or else from the `.eh_frame` FDE
 starting there; gcc's `.cold` parts are not functions.  A stripped binary keeps
 `.dynsym` (its exported functions) and `.eh_frame`: FDE ranges inside no named
 function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
@@ -33,6 +34,7 @@ from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
+from .demangle import function_name, is_mangled
 from .ehframe import fde_ranges
 from .reader import open_elf, read_elf_info
 from .stapsdt import ProbeSite
@@ -120,7 +122,8 @@ class FunctionTable:
 
     def sites(self, functions: list[Function], is_return: bool) -> tuple[FunctionSite, ...]:
         args = abi_args(self.machine)
-        return tuple(FunctionSite(self.path, "function", f.name, f.entry, 0, "", args, 0,
+        # a site probed by its mangled name is still named as a C++ user reads it
+        return tuple(FunctionSite(self.path, "function", function_name(f.name), f.entry, 0, "", args, 0,
                                   self.machine, self.elf_class, is_return, f.addr, f.size)
                      for f in functions)
 
@@ -173,10 +176,14 @@ def get_functions(path: str) -> FunctionTable:
                 entry = addr + 4
                 if head in A64_PAC_SP:
                     signed.add(addr)
-            functions.append(Function(name, addr, size, entry))
-            # aliases share the site: each name can be matched
-            for alias, _b, _s in names[1:]:
-                functions.append(Function(alias, addr, size, entry))
+            # aliases share the site: each name can be matched; a C++ symbol also by its
+            # demangled name, listed first so that a glob names the site by it
+            seen: set[str] = set()
+            for alias, _b, _s in names:
+                for n in (function_name(alias), alias) if is_mangled(alias) else (alias,):
+                    if n not in seen:
+                        seen.add(n)
+                        functions.append(Function(n, addr, size, entry))
     table = FunctionTable(info.path, info.machine, info.elf_class, functions)
     table.unnamed = _unnamed_ranges(fdes, by_addr)
     table.signed = signed
