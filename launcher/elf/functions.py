@@ -3,8 +3,8 @@
 Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases
 at one address are one function, named by the first global name, else the
 first name; a C++ symbol is also its demangled name without the signature,
-`ns::Foo::bar`, which names the site), with the size from the symbol or else from the `.eh_frame` FDE
-starting there; gcc's `.cold` parts are not functions.  A stripped binary keeps
+`ns::Foo::bar`, which names the site), with the size from the symbol or else
+from the `.eh_frame` FDE starting there; gcc's `.cold` parts are not functions.  A stripped binary keeps
 `.dynsym` (its exported functions) and `.eh_frame`: FDE ranges inside no named
 function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
 never probed: they have no name to match, and some (`.cold` parts) are entered
@@ -123,8 +123,9 @@ class FunctionTable:
     def sites(self, functions: list[Function], is_return: bool) -> tuple[FunctionSite, ...]:
         args = abi_args(self.machine)
         # a site probed by its mangled name is still named as a C++ user reads it
-        return tuple(FunctionSite(self.path, "function", function_name(f.name), f.entry, 0, "", args, 0,
-                                  self.machine, self.elf_class, is_return, f.addr, f.size)
+        return tuple(FunctionSite(self.path, "function", function_name(f.name), f.entry, 0,
+                                  "", args, 0, self.machine, self.elf_class, is_return,
+                                  f.addr, f.size)
                      for f in functions)
 
 
