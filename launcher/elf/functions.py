@@ -5,8 +5,8 @@ at one address are one function, named by the first global name, else the
 first name; a C++ symbol is also its demangled name without the signature,
 `ns::Foo::bar`, which names the site), with the size from the symbol or else
 from the `.eh_frame` FDE starting there; gcc's `.cold` parts are not functions.
-A stripped binary keeps `.dynsym` (its exported functions) and `.eh_frame`: FDE ranges inside no named
-function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
+A stripped binary keeps `.dynsym` (its exported functions) and `.eh_frame`: FDE
+ranges inside no named function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
 never probed: they have no name to match, and some (`.cold` parts) are entered
 by a jump, where a return probe would corrupt the stack.  The site of a function is its entry
 address, after an `endbr64`/`endbr32` if one is there (CET: the jump the
