@@ -1,16 +1,15 @@
 """Function probe sites: `process("PATH").function("NAME")` and `.return` (issue 7).
-
-Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases
-at one address are one function, named by the first global name, else the
-first name; a C++ symbol is also its demangled name without the signature,
-`ns::Foo::bar`, which names the site), with the size from the symbol or else
-from the `.eh_frame` FDE starting there; gcc's `.cold` parts are not functions.
-A stripped binary keeps `.dynsym` (its exported functions) and `.eh_frame`: FDE
-ranges inside no named function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
-never probed: they have no name to match, and some (`.cold` parts) are entered
-by a jump, where a return probe would corrupt the stack.  The site of a function is its entry
-address, after an `endbr64`/`endbr32` if one is there (CET: the jump the
-runtime installs must not replace the landing pad indirect calls need).
+Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases at one
+address are one function, named by the first global name, else the first name; a C++
+symbol is also its demangled name without the signature, `ns::Foo::bar`, which names the
+site), with the size from the symbol or else from the `.eh_frame` FDE starting there;
+gcc's `.cold` parts are not functions. A stripped binary keeps `.dynsym` (its exported
+functions) and `.eh_frame`: FDE ranges inside no named function are counted
+(`FunctionTable.unnamed`, named in the no-match hint) but never probed: they have no
+name to match, and some (`.cold` parts) are entered by a jump, where a return probe
+would corrupt the stack. The site of a function is its entry address, after an
+`endbr64`/`endbr32` if one is there (CET: the jump the runtime installs must not replace
+the landing pad indirect calls need).
 
 A FunctionSite is a ProbeSite with `nop_len == 0` (the patched instruction is
 not a nop: the runtime executes a relocated copy of it) whose `$argN` are the
