@@ -45,7 +45,7 @@ def _describe(node: object) -> str:
         return f"operator '{node.op}'"
     if isinstance(node, ast.Ternary):
         return "operator '?'"
-    if isinstance(node, ast.Symbol | ast.Call | ast.Function):
+    if isinstance(node, ast.Symbol | ast.Call | ast.Function | ast.TargetSymbol):
         return f"identifier '{node.name}'"
     if isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
         return f"identifier '{node.base.name}'"

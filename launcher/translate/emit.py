@@ -30,6 +30,7 @@ from ..guru import (
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name
+from . import tvars
 from .analysis import GlobalPlan, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import is_fast, where_table
@@ -368,6 +369,9 @@ class Emitter:
         if is_param_name(name):
             if not self.scope.in_entry and id(e) in self.tr.entry_index:
                 return f"ent_[{self.tr.entry_index[id(e)]}]"   # .return: as at the entry
+            if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
+                                          for s in self.sites):
+                return self.target_access(e)
             return f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
@@ -378,6 +382,21 @@ class Emitter:
             args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
         return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+
+    def target_access(self, e: ast.TargetSymbol) -> str:
+        """`$p->a`, `$arr[i]`, `&$x`, `$static_var`: the fault-safe reads of each site's
+        access (tvars.py), chosen by the site when they differ."""
+        subs = tvars.subscripts(e)
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites:
+            assert isinstance(site, FunctionSite)
+            acc = tvars.access(site, e)
+            root = (f"pd_fetch_arg(c, {self.tr.types.param_slot(acc.root.name)})"
+                    if acc.root.kind == "param" else
+                    f"(int64_t)(c->bias + {acc.root.address:#x}u)")
+            cases[(site.path, site.pc)] = tvars.access_c(
+                acc, root, lambda k: self.expr(subs[k]), _where(e))
+        return tvars.by_site(cases)
 
     def function_parms(self) -> str:
         """stap's `$$parms` of a function probe, "a=0x1 b=0x7ffc..." ("?": unreadable),
@@ -393,13 +412,7 @@ class Emitter:
             args = "".join(f", (unsigned long long)pd_fetch_arg(c, {k})" for k in slots)
             cases[(site.path, site.pc)] = f"pd_sprintf({t}, {_c_string(fmt)}{args})" \
                 if args else _c_string(fmt)
-        if len(cases) == 1:
-            return next(iter(cases.values()))
-        out = '""'
-        for (path, pc), value in cases.items():
-            out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
-                   f"{_c_string(path)}) ? (const char *){value} : {out})")
-        return out
+        return tvars.by_site(cases, "const char *")
 
     def usym_call(self, name: str, args: list[str]) -> str:
         self.tr.usym = True

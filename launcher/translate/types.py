@@ -16,6 +16,7 @@ from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name
+from . import tvars
 from .common import LONG, STAT, STRING, _err
 
 
@@ -453,12 +454,31 @@ class Types:
                 raise _err(f"'{e.name}': {exc}", e) from exc
         return LONG
 
+    def _dwarf_access(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        """`$p->a`, `$arr[i]`, `&$x`, `$static_var` in a function probe (tvars.py)."""
+        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+        if not scope.in_entry and any(returns) and not all(returns):
+            raise _err(f"'{e.name}' in a probe on both entries and returns", e,
+                       "use separate probes")
+        for site in scope.sites:
+            assert isinstance(site, FunctionSite)
+            tvars.access(site, e)
+        for index in tvars.subscripts(e):
+            self._expect(index, LONG, scope)
+        return LONG
+
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
         name = e.name
-        if e.components:
-            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         functions = scope.kind == "probe" and bool(scope.sites) and all(
             isinstance(s, FunctionSite) for s in scope.sites)
+        if functions and is_param_name(name) and any(
+                isinstance(c, ast.PrettyPrint) for c in e.components):
+            raise _err(f"pretty printing '{name}' ($var$, $var$$) is not supported yet", e)
+        if functions and is_param_name(name) and (tvars.has_suffix(e) or any(
+                isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in scope.sites)):
+            return self._dwarf_access(e, scope)
+        if e.components:
+            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         if functions and is_param_name(name):
             return self._dwarf_param(e, scope)
         if functions and name in ("$$parms", "$$vars") and not scope.in_entry and any(

@@ -1,0 +1,125 @@
+"""Target variables of function probes through DWARF types: `$p->a`,
+`$p->q->name`, `$arr[3]`, `$p->buf[i]`, `&$p->a`, `$global->x`, `$static_var`.
+
+`access(site, e)` gives the `elf.dwarf_types.Access` of a target symbol at one
+site: its root is the parameter of that name (its value at the entry, from the
+site's argument slot) or, if the function has none, a static variable its
+scope sees (a static local, a file-scope or extern global: in memory at its
+link-time address plus the load bias).  `access_c` turns the steps into C: each
+`Load` is `pd_user_read` (process_vm_readv on ourselves: a bad pointer is the
+handler's error, "user memory read fault at 0x...", never a crash; after a first
+fault the later reads of the chain add nothing).  A probe on several functions
+gets one expression per distinct access, chosen by the site.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..elf import dwarf
+from ..elf.dwarf_types import (
+    Access,
+    Bits,
+    DwarfAccessError,
+    Index,
+    Load,
+    Offset,
+    Root,
+    find_variable,
+    param_type,
+    resolve,
+)
+from ..elf.functions import FunctionSite
+from ..errors import ScriptError, TargetError
+from ..script import ast
+from .common import _c_string, _err
+
+
+def has_suffix(e: ast.TargetSymbol) -> bool:
+    """Whether `e` needs the type model: members, subscripts or `&`."""
+    return e.addressof or any(isinstance(c, ast.Member | ast.Subscript) for c in e.components)
+
+
+def _components(e: ast.TargetSymbol) -> tuple[list[tuple[str, object]], list[ast.Expr]]:
+    comps: list[tuple[str, object]] = []
+    subscripts: list[ast.Expr] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            comps.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            comps.append(("index", len(subscripts)))
+            subscripts.append(c.index)
+    return comps, subscripts
+
+
+def subscripts(e: ast.TargetSymbol) -> list[ast.Expr]:
+    return _components(e)[1]
+
+
+def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
+    """The access of `e` at `site`; ScriptError (at the component it is about)
+    when the DWARF cannot give it."""
+    name = e.name[1:]
+    try:
+        func = dwarf.site_function(site.path, site.func_addr)
+        info = dwarf.get_dwarf(site.path)
+        comps, _ = _components(e)
+        p = func.param(name)
+        if p is not None:
+            if p.location is None:
+                raise _err(f"'{e.name}': parameter '{name}' of {func.where} cannot be read "
+                           f"at the entry: {p.why}", e)
+            ptype = param_type(info, func.cu_offset, func.die_offset, name)
+            return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+        var = find_variable(info, func.cu_offset, func.die_offset, name)
+        if var is None:
+            have = " ".join(f"${q.name}" for q in func.params) or "none"
+            raise _err(f"'{e.name}': function {func.where} has no parameter or visible "
+                       f"static variable '{name}' (parameters: {have})", e)
+        vtype, addr = var
+        return resolve(info, Root("address", name, addr), vtype, True, comps, e.addressof)
+    except TargetError as exc:
+        raise _err(f"'{e.name}': {exc}", e) from exc
+    except DwarfAccessError as exc:
+        where: object = e
+        parts = [c for c in e.components if isinstance(c, ast.Member | ast.Subscript)]
+        if 0 <= exc.index < len(parts):
+            where = parts[exc.index]
+        raise ScriptError(str(exc), getattr(where, "loc", e.loc)) from None
+
+
+def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
+    """Whether `$name` at `site` names a static variable rather than a parameter."""
+    func = dwarf.function_at(site.path, site.func_addr)
+    return func is not None and func.param(e.name[1:]) is None
+
+
+def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str) -> str:
+    """C for the access: `root_c` is the root's value (a parameter) or address."""
+    v = root_c
+    for step in acc.steps:
+        if isinstance(step, Offset):
+            v = f"(int64_t)((uint64_t)({v}) + {step.offset}u)"
+        elif isinstance(step, Index):
+            v = f"(int64_t)((uint64_t)({v}) + (uint64_t)({index_c(step.which)}) * {step.stride}u)"
+        elif isinstance(step, Load):
+            v = f"(c->where = {where}, pd_user_read(c, {v}, {step.size}, {int(step.signed)}))"
+        elif isinstance(step, Bits):
+            if step.signed:
+                v = (f"((int64_t)((uint64_t)({v}) << {64 - step.shift - step.width}) "
+                     f">> {64 - step.width})")
+            else:
+                v = f"(int64_t)(((uint64_t)({v}) >> {step.shift}) & {(1 << step.width) - 1}ull)"
+    return v
+
+
+def by_site(cases: dict[tuple[str, int], str], ctype: str = "int64_t") -> str:
+    """One C expression choosing among per-site values (the same text once)."""
+    distinct = set(cases.values())
+    if len(distinct) == 1:
+        return next(iter(distinct))
+    out = "0" if ctype == "int64_t" else '""'
+    for (path, pc), value in cases.items():
+        out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
+               f"{_c_string(path)}) ? ({ctype})({value}) : {out})")
+    return out
