@@ -64,7 +64,7 @@ def expected(i: int) -> list[str]:
     color = {0: 1, 1: 2}.get(i, 7)
     return [f"v {100 + i} {-2 - i} {i & 1} {-3 + i} {1000000 + i} {color} {5000000 * (i + 1)}"
             f"|node-{i}|alias|t-alias|{11 * i} {10 * i + 3}|second-{i}"
-            f"|{0x01020304 + i} {4 + i} {-1 - i}|{100 + i} {40 + i}|4 -9",
+            f"|{0x00020304 + i} {4 + i} {-1 - i}|{100 + i} {40 + i}|4 -9",
             f"r {141 + 3 * i} {100 + i} {10 * i + 2}"]
 
 
@@ -102,7 +102,7 @@ def test_null_dereference_is_a_counted_error(progs: Progs, cache: Path, b: Build
     ("$n->nm", "'struct name' is being accessed instead of a member such as '->text'", "^~"),
     ("$n->a->b", "invalid access '->b' vs. int", "^"),
     ("$n->a[1]", "invalid access '[...]' vs. int", "^"),
-    ("$nosuch", "has no parameter or visible static variable 'nosuch' (parameters: $n $i)",
+    ("$nosuch", "has no parameter 'nosuch' (parameters: $n $i)",
      "^~~~~~~"),
 ])
 def test_errors_name_the_component(progs: Progs, cache: Path, expr: str, message: str,
@@ -114,3 +114,38 @@ def test_errors_name_the_component(progs: Progs, cache: Path, expr: str, message
     err = res.stderr.splitlines()
     assert err[0].startswith("<input>:1:") and message in err[0], res.stderr
     assert err[2].strip() == caret and "Traceback" not in res.stderr
+
+
+PRETTY = """probe process("{exe}").function("visit") {{
+  printf("P1 %s\\n", $n$)
+  printf("P2 %s\\n", $n$$)
+  printf("P3 %s\\n", $n->nm$)
+  printf("P4 %s\\n", $$parms)
+  printf("P5 %s\\n", $$parms$)
+  printf("P6 %s|%s\\n", $$locals, $$vars)
+}}
+"""
+
+
+@pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
+def test_pretty_printing_as_stap(progs: Progs, cache: Path, b: Build) -> None:
+    exe = progs(b)
+    res = pydyn(cache, "-e", PRETTY.format(exe=exe), "-c", f"{exe} 2")
+    assert res.returncode == 0, res.stderr
+    got = {ln[:2]: ln[3:] for ln in res.stdout.splitlines() if ln[:1] == "P"}   # the last hit
+    i = 1
+    ptr = r"0x[0-9a-f]+"
+    shallow = (f".a={100 + i}, .s={-2 - i}, .flag=1, .level={-3 + i}, .wide={1000000 + i}, "
+               f".color=2, .total={5000000 * (i + 1)}, ")
+    assert re.fullmatch(re.escape("{" + shallow + ".nm={...}, .next=") + ptr + re.escape(
+        ", .arr=[...], .names=[...], <union>={...}, .u={...}}"), got["P1"]), got
+    bytes_ = "".join(f"\\{b:03o}" for b in (0x04 + i, 0x03, 0x02))
+    assert re.fullmatch(re.escape("{" + shallow + f'.nm={{.text="node-{i}", .alias="alias"}}'
+                                  ", .next=") + ptr + re.escape(
+        f', .arr=[{10 * i}, ...], .names=[{{.text="", .alias=NULL}}, ...], '
+        f'<union>={{.as_int={0x00020304 + i}, .bytes="{bytes_}"}}, '
+        f".u={{.l={-1 - i}, .h=[{-1 - i}, ...]}}}}"), got["P2"]), got["P2"]
+    assert got["P3"] == '{.text=[...], .alias="alias"}'
+    assert re.fullmatch(f"n={ptr} i=0x1", got["P4"]), got
+    assert got["P5"] == "n=" + got["P1"] + " i=1"
+    assert got["P6"] == "|" + got["P4"]   # visit has no locals

@@ -67,6 +67,17 @@ class DwarfParam:
     location: ArgSpec | None  # where it is at the entry pc
     via_abi: bool = False     # location from the ABI, not from DWARF
     why: str = ""             # no location: why not
+    placeholder: str = ""     # `$$parms` of an aggregate, as stap: "{...}", "[...]"
+
+
+@dataclass(frozen=True)
+class DwarfLocal:
+    """A variable declared in the function's outermost scope."""
+
+    name: str
+    type_name: str
+    placeholder: str          # "{...}", "[...]" or ""
+    static: bool              # in memory at a fixed address (readable anywhere)
 
 
 @dataclass(frozen=True)
@@ -78,6 +89,7 @@ class DwarfFunction:
     params: tuple[DwarfParam, ...]
     cu_offset: int = 0        # where its DIE is, for the target-variable model
     die_offset: int = 0
+    locals: tuple[DwarfLocal, ...] = ()
 
     @property
     def where(self) -> str:
@@ -274,7 +286,8 @@ class _Reader:
                 yield DwarfFunction(name.decode(errors="replace"), decl,
                                     int(die_attr(die, "DW_AT_decl_line") or 0),
                                     die.attributes["DW_AT_low_pc"].value,
-                                    self._params(cu, die, base), cu.cu_offset, die.offset)
+                                    self._params(cu, die, base), cu.cu_offset, die.offset,
+                                    _locals(die))
         except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
             raise TargetError(self.path, f"unreadable DWARF in the unit at "
                                          f"{cu.cu_offset:#x}: {exc}") from exc
@@ -324,7 +337,8 @@ class _Reader:
                 continue
             size, signed, is_float, scalar = kind
             pname = name.decode(errors="replace")
-            p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None)
+            p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None,
+                           placeholder=_placeholder(tdie))
             if not scalar:
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
@@ -443,6 +457,32 @@ class _AbiCursor:
 
 
 # -- types ----------------------------------------------------------------------
+
+def _placeholder(t: Any) -> str:
+    """What stap's `$$parms` prints for an aggregate instead of its value."""
+    s = strip_type(t)
+    if s is not None and s.tag in ("DW_TAG_structure_type", "DW_TAG_union_type",
+                                   "DW_TAG_class_type"):
+        return "{...}"
+    return "[...]" if s is not None and s.tag == "DW_TAG_array_type" else ""
+
+
+def _locals(func: Any) -> tuple[DwarfLocal, ...]:
+    out = []
+    for c in func.iter_children():
+        if c.tag != "DW_TAG_variable":
+            continue
+        name = die_attr(c, "DW_AT_name")
+        if name is None:
+            continue
+        loc = c.attributes.get("DW_AT_location")
+        static = loc is not None and loc.form == "DW_FORM_exprloc" and bool(loc.value) \
+            and loc.value[0] == 0x03   # DW_OP_addr
+        t = type_die(c)
+        out.append(DwarfLocal(name.decode(errors="replace"), type_name(t), _placeholder(t),
+                              static))
+    return tuple(out)
+
 
 def die_holder(die: Any, name: str) -> Any:
     """`die`, or the DIE it is an instance of (inline, declaration), that has `name`."""

@@ -429,3 +429,146 @@ def find_type(info: DwarfInfo, spelled: str) -> Any:
             return c
     return fallback
 
+
+
+# -- pretty printing ($var$, $var$$) -------------------------------------------------------
+
+PrettyComp = tuple[str, object]     # ("member", NAME) or ("index", N): a literal index
+
+
+@dataclass(frozen=True)
+class PrettyArg:
+    """One value a pretty-printed string reads: the expression's components plus
+    `extra`, as a number or (`string`) through user_string_quoted."""
+
+    extra: tuple[PrettyComp, ...]
+    string: bool = False
+
+
+def pretty_plan(info: DwarfInfo, root_type: Any, full: bool
+                ) -> tuple[str, tuple[PrettyArg, ...]]:
+    """stap's `$var$` (`full`: `$var$$`) of a value of `root_type`: a format string
+    and its arguments, as tapsets.cxx's dwarf_pretty_print builds them (structs
+    as `{.a=1, .b=...}`, nested aggregates `{...}`/`[...]` unless full, char
+    arrays and pointers as quoted strings, other pointers `%p`, an array its
+    first element then `, ...`, floats `?`)."""
+    fmt: list[str] = []
+    args: list[PrettyArg] = []
+    word = 4 if info.machine == "i386" else 8
+
+    def push(f: str, extra: tuple[PrettyComp, ...], string: bool = False) -> None:
+        if len(args) >= 32:   # stap's limit on one sprintf's arguments
+            fmt.append("?")
+            return
+        fmt.append(f)
+        args.append(PrettyArg(extra, string))
+
+    def is_chars(t: Any) -> bool:
+        s = strip_type(t)
+        return s is not None and s.tag == "DW_TAG_base_type" and \
+            die_attr(s, "DW_AT_encoding") in (6, 8, 0x10) and type_size(s, word) == 1
+
+    def base(t: Any, extra: tuple[PrettyComp, ...], bitfield: bool = False) -> None:
+        enc = die_attr(t, "DW_AT_encoding") if t.tag == "DW_TAG_base_type" else None
+        if enc in (_DW_ATE_FLOAT, 3):   # float, complex float
+            fmt.append("?")
+        elif enc in (6, 8, 0x10) and not bitfield:   # chars
+            push("'%#c'", extra)
+        elif enc in (7, 8):   # unsigned, unsigned char
+            push("%u", extra)
+        else:
+            push("%d", extra)
+
+    def recurse(t_full: Any, extra: tuple[PrettyComp, ...], top: bool) -> None:
+        t = strip_type(t_full)
+        if t is None:
+            push("%p", extra)
+        elif t.tag in ("DW_TAG_base_type", "DW_TAG_enumeration_type"):
+            base(t, extra)
+        elif t.tag == "DW_TAG_array_type":
+            if not top and not full:
+                fmt.append("[...]")
+                return
+            elem = type_die(t)
+            if is_chars(elem):
+                push("%s", extra, True)
+                return
+            fmt.append("[")
+            recurse(elem, (*extra, ("index", 0)), False)
+            fmt.append(", ...]")
+        elif t.tag in _POINTERS:
+            pointee = type_die(t)
+            if strip_type(pointee) is not None:
+                if is_chars(pointee):
+                    push("%s", extra, True)
+                    return
+                if top:
+                    recurse(pointee, extra, top)
+                    return
+            push("%p", extra)
+        elif t.tag == "DW_TAG_subroutine_type":
+            push("<function>:%p", extra)
+        elif t.tag in _RECORDS:
+            t = _resolve_declaration(info, t)
+            if "DW_AT_declaration" in t.attributes:
+                fmt.append("{...}")
+                return
+            fmt.append("{")
+            if top or full:
+                members(t, extra)
+            else:
+                fmt.append("...")
+            fmt.append("}")
+        else:
+            fmt.append("?")
+
+    def members(t: Any, extra: tuple[PrettyComp, ...]) -> None:
+        count = 0
+        seen: set[str] = set()
+        queue = [t]
+        while queue:
+            rec = queue.pop(0)
+            for child in rec.iter_children():
+                if "DW_AT_declaration" in child.attributes:
+                    continue
+                if child.tag == "DW_TAG_inheritance":
+                    queue.append(strip_type(type_die(child)))
+                    continue
+                if child.tag != "DW_TAG_member":
+                    continue
+                raw = die_attr(child, "DW_AT_name")
+                name = raw.decode(errors="replace") if raw is not None else None
+                if name is not None and (name.startswith("_vptr.") or name in seen):
+                    continue
+                if name is not None:
+                    seen.add(name)
+                count += 1
+                if count > 1:
+                    fmt.append(", ")
+                if len(args) >= 32:
+                    fmt.append("...")
+                    return
+                ctype = type_die(child)
+                sub = extra
+                if name is not None:
+                    fmt.append(f".{name}")
+                    sub = (*extra, ("member", name))
+                else:
+                    # stap's own labels here, swapped as it has them
+                    ctag = strip_type(ctype).tag if strip_type(ctype) is not None else ""
+                    fmt.append({"DW_TAG_union_type": "<union>",
+                                "DW_TAG_structure_type": "<class>",
+                                "DW_TAG_class_type": "<struct>"}.get(ctag, ""))
+                fmt.append("=")
+                if "DW_AT_bit_size" in child.attributes:
+                    s = strip_type(ctype)
+                    if s is None or s.tag not in ("DW_TAG_base_type",
+                                                  "DW_TAG_enumeration_type"):
+                        fmt.append("?")
+                    else:
+                        base(s, sub, bitfield=True)
+                else:
+                    recurse(ctype, sub, False)
+
+    recurse(root_type, (), True)
+    return "".join(fmt), tuple(args)

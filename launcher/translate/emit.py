@@ -363,9 +363,11 @@ class Emitter:
         if name == "$$return":
             return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
                    "(unsigned long long)pd_func_return(c))"
-        if name in ("$$parms", "$$vars") and self.sites and \
-                all(isinstance(s, FunctionSite) for s in self.sites):
-            return self.function_parms()
+        functions = bool(self.sites) and all(isinstance(s, FunctionSite) for s in self.sites)
+        if functions and tvars.pretty_depth(e):
+            return self.target_pretty(e)
+        if name in ("$$parms", "$$vars", "$$locals") and functions:
+            return self.function_parms(e)
         if is_param_name(name):
             if not self.scope.in_entry and id(e) in self.tr.entry_index:
                 return f"ent_[{self.tr.entry_index[id(e)]}]"   # .return: as at the entry
@@ -383,12 +385,13 @@ class Emitter:
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
         return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
 
-    def target_access(self, e: ast.TargetSymbol) -> str:
+    def target_access(self, e: ast.TargetSymbol,
+                      sites: tuple[ProbeSite, ...] | None = None) -> str:
         """`$p->a`, `$arr[i]`, `&$x`, `$static_var`: the fault-safe reads of each site's
         access (tvars.py), chosen by the site when they differ."""
         subs = tvars.subscripts(e)
         cases: dict[tuple[str, int], str] = {}
-        for site in self.sites:
+        for site in self.sites if sites is None else sites:
             assert isinstance(site, FunctionSite)
             acc = tvars.access(site, e)
             root = (f"pd_fetch_arg(c, {self.tr.types.param_slot(acc.root.name)})"
@@ -398,20 +401,57 @@ class Emitter:
                 acc, root, lambda k: self.expr(subs[k]), _where(e))
         return tvars.by_site(cases)
 
-    def function_parms(self) -> str:
-        """stap's `$$parms` of a function probe, "a=0x1 b=0x7ffc..." ("?": unreadable),
-        chosen by the site when the probe covers several functions."""
+    def target_pretty(self, e: ast.TargetSymbol) -> str:
+        """`$var$`, `$var$$`, `$$parms$`...: stap's sprintf of the value's parts (tvars.py),
+        "ERROR" if a read faults, as stap's pretty printer catches it."""
+        plans = {(s.path, s.pc): tvars.pretty(s, e) for s in self.sites
+                 if isinstance(s, FunctionSite)}
+        if len(set(plans.values())) > 1:
+            raise _err(f"'{e.name}': the functions this probe covers print it differently",
+                       e, "use a probe per function")
+        fmt, values = next(iter(plans.values()))
+        nodes: list[ast.Expr] = []
+        for name, comps, string in values:
+            parts = tuple(ast.Member(str(v), e.loc) if k == "member" else
+                          ast.Subscript(ast.NumberLiteral(int(str(v)), e.loc), e.loc)
+                          for k, v in comps)
+            sym = ast.TargetSymbol(name, parts, False, e.loc)
+            nodes.append(ast.Call("user_string_quoted", (sym,), e.loc) if string else sym)
+        body = self.sprintf(parse_format(fmt), nodes, ast.Call("sprintf", (), e.loc))
+        return (f"({{ int e_ = c->error; const char *r_ = {body}; "
+                f"if (!e_ && c->error) {{ c->error = 0; r_ = \"ERROR\"; }} r_; }})")
+
+    def function_parms(self, e: ast.TargetSymbol) -> str:
+        """stap's `$$parms`, `$$locals`, `$$vars` of a function probe: "a=0x1 p={...}
+        buf=[...] x=?" (parameters at the entry; locals are not set yet there, "?",
+        except statics), chosen by the site when the probe covers several functions."""
+        name = e.name
         t = self.strtemp()
         cases: dict[tuple[str, int], str] = {}
         for site in self.sites:
             assert isinstance(site, FunctionSite)
             func = dwarf.function_at(site.path, site.func_addr)
-            params = func.params if func is not None else ()
-            fmt = " ".join(f"{p.name}=0x%llx" if p.location else f"{p.name}=?" for p in params)
-            slots = [self.tr.types.param_slot(p.name) for p in params if p.location]
-            args = "".join(f", (unsigned long long)pd_fetch_arg(c, {k})" for k in slots)
-            cases[(site.path, site.pc)] = f"pd_sprintf({t}, {_c_string(fmt)}{args})" \
-                if args else _c_string(fmt)
+            parts: list[str] = []
+            args: list[str] = []
+            for p in func.params if func is not None and name != "$$locals" else ():
+                if p.placeholder:
+                    parts.append(f"{p.name}={p.placeholder}")
+                elif p.location is None:
+                    parts.append(f"{p.name}=?")
+                else:
+                    parts.append(f"{p.name}=0x%llx")
+                    args.append(f"(unsigned long long)pd_fetch_arg(c, "
+                                f"{self.tr.types.param_slot(p.name)})")
+            for v in func.locals if func is not None and name != "$$parms" else ():
+                if v.placeholder or not v.static:
+                    parts.append(f"{v.name}={v.placeholder or '?'}")
+                    continue
+                sym = ast.TargetSymbol(f"${v.name}", (), False, e.loc)
+                parts.append(f"{v.name}=0x%llx")
+                args.append(f"(unsigned long long){self.target_access(sym, (site,))}")
+            fmt = _c_string(" ".join(parts))
+            cases[(site.path, site.pc)] = \
+                f"pd_sprintf({t}, {fmt}{''.join(', ' + a for a in args)})" if args else fmt
         return tvars.by_site(cases, "const char *")
 
     def usym_call(self, name: str, args: list[str]) -> str:

@@ -27,6 +27,7 @@ from ..elf.dwarf_types import (
     Root,
     find_variable,
     param_type,
+    pretty_plan,
     resolve,
 )
 from ..elf.functions import FunctionSite
@@ -91,7 +92,10 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
 def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
     """Whether `$name` at `site` names a static variable rather than a parameter."""
     func = dwarf.function_at(site.path, site.func_addr)
-    return func is not None and func.param(e.name[1:]) is None
+    if func is None or func.param(e.name[1:]) is not None:
+        return False
+    info = dwarf.get_dwarf(site.path)
+    return find_variable(info, func.cu_offset, func.die_offset, e.name[1:]) is not None
 
 
 def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str) -> str:
@@ -123,3 +127,82 @@ def by_site(cases: dict[tuple[str, int], str], ctype: str = "int64_t") -> str:
         out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
                f"{_c_string(path)}) ? ({ctype})({value}) : {out})")
     return out
+
+
+# -- pretty printing -----------------------------------------------------------------------
+
+PrettyValue = tuple[str, tuple[tuple[str, object], ...], bool]   # ($name, components, string)
+
+
+def pretty_depth(e: ast.TargetSymbol) -> int:
+    """2 for `$var$$`, 1 for `$var$`, 0 if `e` is not pretty-printed."""
+    last = e.components[-1] if e.components else None
+    return len(last.dollars) if isinstance(last, ast.PrettyPrint) else 0
+
+
+def _base_comps(e: ast.TargetSymbol) -> list[tuple[str, object]]:
+    """The components before the `$`: members and literal subscripts only."""
+    out: list[tuple[str, object]] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            out.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            if not isinstance(c.index, ast.NumberLiteral):
+                raise _err("a pretty-printed value takes literal subscripts only", c)
+            out.append(("index", c.index.value))
+    return out
+
+
+def _type_at(site: FunctionSite, name: str, comps: list[tuple[str, object]],
+             node: ast.TargetSymbol) -> object:
+    """The DWARF type DIE at the end of `$name` + comps (literal indexes)."""
+    func = dwarf.site_function(site.path, site.func_addr)
+    info = dwarf.get_dwarf(site.path)
+    p = func.param(name)
+    if p is not None:
+        if p.location is None:
+            raise _err(f"'${name}': not readable at the entry: {p.why}", node)
+        root, root_t, memory = Root("param", name), \
+            param_type(info, func.cu_offset, func.die_offset, name), False
+    else:
+        var = find_variable(info, func.cu_offset, func.die_offset, name)
+        if var is None:
+            raise _err(f"'${name}': function {func.where} has no parameter or visible "
+                       f"static variable '{name}'", node)
+        root, root_t, memory = Root("address", name, var[1]), var[0], True
+    if not comps:
+        return root_t
+    # resolve() numbers subscripts; the pretty printer's are literals
+    numbered = [(k, sum(1 for kk, _ in comps[:i] if kk == "index") if k == "index" else v)
+                for i, (k, v) in enumerate(comps)]
+    try:
+        acc = resolve(info, root, root_t, memory, numbered, whole=True)
+    except DwarfAccessError as exc:
+        raise _err(str(exc), node) from None
+    return info.dwarf.get_DIE_from_refaddr(acc.type_offset) if acc.type_offset >= 0 else None
+
+
+def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyValue, ...]]:
+    """`$var$`, `$var->m$$`, `$$parms$`, `$$vars$`, `$$locals$` at `site`: the format
+    string and the values it reads, as stap's pretty printer spells them."""
+    full = pretty_depth(e) > 1
+    info = dwarf.get_dwarf(site.path)
+    if e.name.startswith("$$"):
+        func = dwarf.site_function(site.path, site.func_addr)
+        names = [] if e.name == "$$locals" else [p.name for p in func.params]
+        fmt_parts: list[str] = []
+        values: list[PrettyValue] = []
+        for name in names:
+            try:
+                t = _type_at(site, name, [], e)
+            except ScriptError:
+                fmt_parts.append(f"{name}=?")
+                continue
+            f, args = pretty_plan(info, t, full)
+            fmt_parts.append(f"{name}={f}")
+            values.extend((f"${name}", a.extra, a.string) for a in args)
+        return " ".join(fmt_parts), tuple(values)
+    base = _base_comps(e)
+    t = _type_at(site, e.name[1:], base, e)
+    f, args = pretty_plan(info, t, full)
+    return f, tuple((e.name, (*base, *a.extra), a.string) for a in args)

@@ -471,9 +471,15 @@ class Types:
         name = e.name
         functions = scope.kind == "probe" and bool(scope.sites) and all(
             isinstance(s, FunctionSite) for s in scope.sites)
-        if functions and is_param_name(name) and any(
-                isinstance(c, ast.PrettyPrint) for c in e.components):
-            raise _err(f"pretty printing '{name}' ($var$, $var$$) is not supported yet", e)
+        if functions and tvars.pretty_depth(e) and (
+                is_param_name(name) or name in ("$$parms", "$$vars", "$$locals")):
+            returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+            if any(returns) and not scope.in_entry:
+                raise _err(f"'{name}' pretty printing is not available in .return probes", e)
+            for site in scope.sites:
+                assert isinstance(site, FunctionSite)
+                tvars.pretty(site, e)
+            return STRING
         if functions and is_param_name(name) and (tvars.has_suffix(e) or any(
                 isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in scope.sites)):
             return self._dwarf_access(e, scope)
@@ -481,11 +487,11 @@ class Types:
             raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         if functions and is_param_name(name):
             return self._dwarf_param(e, scope)
-        if functions and name in ("$$parms", "$$vars") and not scope.in_entry and any(
+        if functions and name in ("$$parms", "$$vars", "$$locals") and not scope.in_entry and any(
                 isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
             raise _err(f"'{name}' is not available in .return probes", e,
                        "name the parameters: $x there is its value at the entry")
-        if functions and name in ("$$parms", "$$vars"):
+        if functions and name in ("$$parms", "$$vars", "$$locals"):
             # a glob may match functions without DWARF (the C runtime's): "" for them
             errors: list[TargetError] = []
             for site in scope.sites:
@@ -496,7 +502,8 @@ class Types:
                     errors.append(exc)
             if len(errors) == len(scope.sites):
                 raise _err(f"'{name}': {errors[0]}", e)
-        if name in ("$$name", "$$provider", "$$parms", "$$vars"):
+        if name in ("$$name", "$$provider", "$$parms", "$$vars") or (
+                functions and name == "$$locals"):
             if scope.kind != "probe" or not scope.sites:
                 raise _err(f"'{name}' is only available in process mark probes", e)
             return STRING

@@ -71,7 +71,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < 4; k++)
             head.arr[k] = 10 * i + k;
         snprintf(head.names[1].text, sizeof head.names[1].text, "second-%d", i);
-        head.as_int = 0x01020304 + i;
+        head.as_int = 0x00020304 + i;   /* a NUL byte ends .bytes as a string */
         head.u.l = -1L - i;
         sum += visit(&head, i);
         counter_static++;
