@@ -149,3 +149,30 @@ def test_pretty_printing_as_stap(progs: Progs, cache: Path, b: Build) -> None:
     assert re.fullmatch(f"n={ptr} i=0x1", got["P4"]), got
     assert got["P5"] == "n=" + got["P1"] + " i=1"
     assert got["P6"] == "|" + got["P4"]   # visit has no locals
+
+
+CASTS = """probe process("{exe}").function("visit") {{
+  printf("c %d|%s|%d|%d|%s|%d %d\\n", @cast($n, "struct node")->a,
+    user_string(@cast($n, "struct node", "{exe}")->nm->text), @var("counter_static"),
+    @var("global_head@dwarf_tvars.c")->arr[$i],
+    user_string(@cast(@var("global_head"), "struct node")->next->nm->alias),
+    @defined(@cast($n, "struct node")->zz), @defined(@var("global_head")->s))
+}}
+"""
+
+
+@pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
+def test_cast_and_var(progs: Progs, cache: Path, b: Build) -> None:
+    exe = progs(b)
+    res = pydyn(cache, "-e", CASTS.format(exe=exe), "-c", f"{exe} {ROUNDS}")
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("c ")] == [
+        f"c {100 + i}|node-{i}|{40 + i}|{11 * i}|t-alias|0 1" for i in range(ROUNDS)]
+
+
+def test_cast_of_an_unknown_type(progs: Progs, cache: Path) -> None:
+    exe = progs(BUILDS[1])
+    script = f'probe process("{exe}").function("visit") {{ println(@cast($n, "struct nope")->a) }}'
+    res = pydyn(cache, "-e", script, "-c", f"{exe} 1")
+    assert res.returncode == 1
+    assert f"error: type 'struct nope' not found in the DWARF of {exe}" in res.stderr

@@ -572,3 +572,27 @@ def pretty_plan(info: DwarfInfo, root_type: Any, full: bool
 
     recurse(root_type, (), True)
     return "".join(fmt), tuple(args)
+
+
+def find_global(info: DwarfInfo, name: str, cu_pattern: str | None) -> tuple[Any, int] | None:
+    """(type DIE, link-time address) of the file-scope variable `name` defined with a
+    static address in a CU whose name matches `cu_pattern` (its whole path, its end
+    after a '/', or a glob of its base name; None: any CU)."""
+    import fnmatch
+    import os
+
+    for cu in info.dwarf.iter_CUs():
+        top = cu.get_top_DIE()
+        if cu_pattern is not None:
+            raw = die_attr(top, "DW_AT_name")
+            cu_name = raw.decode(errors="replace") if raw is not None else ""
+            if not (cu_name == cu_pattern or cu_name.endswith("/" + cu_pattern)
+                    or fnmatch.fnmatchcase(os.path.basename(cu_name), cu_pattern)
+                    or fnmatch.fnmatchcase(cu_name, cu_pattern)):
+                continue
+        for c in top.iter_children():
+            if c.tag == "DW_TAG_variable" and die_attr(c, "DW_AT_name") == name.encode():
+                addr = _static_address(c)
+                if addr is not None:
+                    return type_die(c), addr
+    return None

@@ -205,6 +205,8 @@ class Emitter:
             return f"({{ int64_t *p_ = {p}; p_ ? *p_ : 0; }})"
         if isinstance(e, ast.TargetSymbol):
             return self.target(e)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return self.cast(e)
         if isinstance(e, ast.BinaryOp):
             return self.binary(e)
         if isinstance(e, ast.Comparison):
@@ -258,7 +260,24 @@ class Emitter:
             return f"ent_[{self.tr.entry_index[id(e)]}]"
         raise _err(f"{type(e).__name__} is not supported here", e)
 
+    def cast(self, e: ast.Cast | ast.AtVar) -> str:
+        """@cast / @var: the fault-safe reads from the pointer or the global's address."""
+        subs = tvars.cast_subscripts(e)
+        if isinstance(e, ast.Cast):
+            acc = tvars.cast_access(self.sites, e)
+            root = self.expr(e.operand)
+        else:
+            acc = tvars.atvar_access(self.sites, e)
+            root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+        return tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+
     def _defined(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.Cast | ast.AtVar):
+            try:
+                self.tr.types._cast_type(e, self.scope)
+                return True
+            except ScriptError:
+                return False
         if isinstance(e, ast.TargetSymbol):
             try:
                 self.tr.types._target_type(e, self.scope)

@@ -14,6 +14,7 @@ gets one expression per distinct access, chosen by the site.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from ..elf import dwarf
@@ -25,12 +26,15 @@ from ..elf.dwarf_types import (
     Load,
     Offset,
     Root,
+    find_global,
+    find_type,
     find_variable,
     param_type,
     pretty_plan,
     resolve,
 )
 from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, TargetError
 from ..script import ast
 from .common import _c_string, _err
@@ -206,3 +210,81 @@ def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyVa
     t = _type_at(site, e.name[1:], base, e)
     f, args = pretty_plan(info, t, full)
     return f, tuple((e.name, (*base, *a.extra), a.string) for a in args)
+
+
+# -- @cast and @var ------------------------------------------------------------------------
+
+def _module(sites: tuple[ProbeSite, ...], module: str | None, node: ast.Expr) -> str:
+    """The binary whose DWARF a @cast/@var reads: its module argument, else the one
+    binary the probe's sites are in."""
+    if module is not None:
+        if module.startswith("<") or module.startswith("kernel"):
+            raise _err(f"'{module}': pydyn reads types from the DWARF of a binary, not "
+                       "from headers or the kernel", node)
+        return module
+    paths = {s.path for s in sites}
+    if len(paths) != 1:
+        raise _err("name the binary: this probe is not in exactly one", node,
+                   'e.g. @cast(p, "struct foo", "/path/to/prog")')
+    return paths.pop()
+
+
+def cast_access(sites: tuple[ProbeSite, ...], e: ast.Cast) -> Access:
+    """`@cast(ptr, "struct foo"[, "PATH"])->m...`: the type from PATH's DWARF (or
+    the probe's binary), its object in memory at `ptr`."""
+    path = _module(sites, e.module, e)
+    try:
+        info = dwarf.get_dwarf(path)
+        t = find_type(info, e.type_name)
+        if t is None:
+            raise _err(f"type '{e.type_name}' not found in the DWARF of {path}", e)
+        return resolve(info, Root("value"), t, True, _components_of(e), e.addressof)
+    except TargetError as exc:
+        raise _err(f"@cast: {exc}", e) from exc
+    except DwarfAccessError as exc:
+        raise _err(str(exc), _component_node(e, exc.index)) from None
+
+
+def atvar_access(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> Access:
+    """`@var("name[@file.c]"[, "PATH"])->m...`: a global in memory at its address
+    plus the load bias of the probe's own binary (PATH must be that binary)."""
+    path = _module(sites, None, e)
+    if e.module is not None and os.path.realpath(e.module) != os.path.realpath(path):
+        raise _err(f"@var of another binary ({e.module}) than the probe's ({path}) is "
+                   "not supported: its load address is not known here", e)
+    name, _, cu = e.name.partition("@")
+    try:
+        info = dwarf.get_dwarf(path)
+        var = find_global(info, name, cu or None)
+        if var is None:
+            where = f" in a compilation unit matching '{cu}'" if cu else ""
+            raise _err(f"@var: no global '{name}'{where} in the DWARF of {path}", e)
+        return resolve(info, Root("address", name, var[1]), var[0], True, _components_of(e),
+                       e.addressof)
+    except TargetError as exc:
+        raise _err(f"@var: {exc}", e) from exc
+    except DwarfAccessError as exc:
+        raise _err(str(exc), _component_node(e, exc.index)) from None
+
+
+def _components_of(e: ast.Cast | ast.AtVar) -> list[tuple[str, object]]:
+    if any(isinstance(c, ast.PrettyPrint) for c in e.components):
+        raise _err("pretty printing a @cast or @var value is not supported yet", e)
+    comps: list[tuple[str, object]] = []
+    n = 0
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            comps.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            comps.append(("index", n))
+            n += 1
+    return comps
+
+
+def _component_node(e: ast.Cast | ast.AtVar, index: int) -> object:
+    parts = [c for c in e.components if isinstance(c, ast.Member | ast.Subscript)]
+    return parts[index] if 0 <= index < len(parts) else e
+
+
+def cast_subscripts(e: ast.Cast | ast.AtVar) -> list[ast.Expr]:
+    return [c.index for c in e.components if isinstance(c, ast.Subscript)]

@@ -296,6 +296,8 @@ class Types:
             return self._index_type(e, scope, want)
         if isinstance(e, ast.TargetSymbol):
             return self._target_type(e, scope)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return self._cast_type(e, scope)
         if isinstance(e, ast.BinaryOp):
             t = STRING if e.op == "." else LONG
             self._expect(e.left, t, scope)
@@ -464,6 +466,20 @@ class Types:
             assert isinstance(site, FunctionSite)
             tvars.access(site, e)
         for index in tvars.subscripts(e):
+            self._expect(index, LONG, scope)
+        return LONG
+
+    def _cast_type(self, e: ast.Cast | ast.AtVar, scope: Scope) -> str:
+        """`@cast(ptr, "struct foo", "PATH")->m`, `@var("g@file.c")->m` (tvars.py)."""
+        if scope.kind != "probe" or not scope.sites:
+            raise _err(f"{'@cast' if isinstance(e, ast.Cast) else '@var'} needs a process "
+                       "probe: its binary gives the DWARF and the load address", e)
+        if isinstance(e, ast.Cast):
+            self._expect(e.operand, LONG, scope)
+            tvars.cast_access(scope.sites, e)
+        else:
+            tvars.atvar_access(scope.sites, e)
+        for index in tvars.cast_subscripts(e):
             self._expect(index, LONG, scope)
         return LONG
 
