@@ -147,3 +147,56 @@ def test_nothing_found_names_where_it_looked(tmp_path: Path,
     err = res.stderr
     assert "no DWARF debug information" in err and str(root / ".build-id") in err, err
     assert "SYSTEMTAP_DEBUGINFO_PATH" in err and "Traceback" not in err
+
+
+LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
+FOPEN_C = r"""
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        FILE *f = fopen(argv[i], "r");
+        if (f)
+            fclose(f);
+    }
+    return 0;
+}
+"""
+
+
+def libc_debug_file() -> str | None:
+    if not os.path.exists(LIBC):
+        return None
+    return find_debug_file(LIBC, "+:/usr/lib/debug").path
+
+
+def test_libc_parameters_from_its_dbg_package(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Debian's libc6-dbg: the build-id layout under /usr/lib/debug; a probe on fopen
+    reads `$filename` and `$mode`, and the lookup parses one compilation unit of the
+    2,000 there (docs/dwarf.md has the times)."""
+    monkeypatch.delenv("SYSTEMTAP_DEBUGINFO_PATH", raising=False)
+    dbg = libc_debug_file()
+    if dbg is None:
+        pytest.skip("libc6-dbg is not installed")
+    assert "/.build-id/" in dbg
+    from pydyn.launcher.elf.dwarf import get_dwarf
+    from pydyn.launcher.elf.functions import get_functions
+
+    fopen = next(f for f in get_functions(LIBC).match("fopen"))
+    info = get_dwarf(LIBC)
+    func = info.function_at(fopen.addr)
+    assert func is not None and [p.name for p in func.params] == ["filename", "mode"]
+    assert info.units_read == 1
+    src = tmp_path / "fopen.c"
+    src.write_text(FOPEN_C)
+    exe = build_c(src, tmp_path / "fopen")
+    files = [tmp_path / "one", tmp_path / "missing"]
+    files[0].write_text("x")
+    script = (f'probe process("{LIBC}").function("fopen") {{ '
+              'printf("fopen %s %s\\n", user_string($filename), user_string($mode)) }')
+    res = run_pydyn(tmp_path / "cache", "-e", script, "-c", f"{exe} {files[0]} {files[1]}",
+                    timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("fopen ")] == [
+        f"fopen {f} r" for f in files], res.stdout

@@ -127,6 +127,11 @@ class DwarfInfo:
             self._cus[cu.cu_offset] = funcs
         return funcs
 
+    @property
+    def units_read(self) -> int:
+        """How many compilation units have been parsed so far."""
+        return len(self._cus)
+
     def function_at(self, pc: int) -> DwarfFunction | None:
         """The function whose entry is `pc`, None if DWARF declares none there."""
         if not self._aranges_read:
