@@ -68,6 +68,7 @@ class DwarfParam:
     via_abi: bool = False     # location from the ABI, not from DWARF
     why: str = ""             # no location: why not
     placeholder: str = ""     # `$$parms` of an aggregate, as stap: "{...}", "[...]"
+    type_offset: int = -1     # its type's DIE, for the target-variable model
 
 
 @dataclass(frozen=True)
@@ -114,16 +115,17 @@ class DwarfInfo:
         self.debug_path = debug_path   # the file the DWARF came from
         self.machine = machine
         self.dwarf = dwarf
-        self._reader = _Reader(dwarf, machine, debug_path)
+        self.reader = _Reader(dwarf, machine, debug_path)
         self._cus: dict[int, dict[int, DwarfFunction]] = {}   # CU offset -> low_pc -> function
         self._aranges: Any = None
         self._aranges_read = False
+        self._vars: dict[tuple[int, int], tuple[DwarfParam, ...]] = {}
         self._walked = False
 
     def _cu_functions(self, cu: Any) -> dict[int, DwarfFunction]:
         funcs = self._cus.get(cu.cu_offset)
         if funcs is None:
-            funcs = {f.low_pc: f for f in self._reader.cu_functions(cu)}
+            funcs = {f.low_pc: f for f in self.reader.cu_functions(cu)}
             self._cus[cu.cu_offset] = funcs
         return funcs
 
@@ -150,6 +152,17 @@ class DwarfInfo:
             if pc in funcs:
                 return funcs[pc]
         return None
+
+    def variables_at(self, func: DwarfFunction, pc: int) -> tuple[DwarfParam, ...]:
+        """`func`'s parameters and locals in scope at `pc` inside it, located there."""
+        key = (func.low_pc, pc)
+        hit = self._vars.get(key)
+        if hit is None:
+            cu = self.dwarf.get_CU_at(func.cu_offset)
+            die = self.dwarf.get_DIE_from_refaddr(func.die_offset, cu)
+            hit = self.reader.vars_at(cu, die, pc, _cfa_rule(self.path, pc))
+            self._vars[key] = hit
+        return hit
 
     def _all_cus(self) -> Iterator[dict[int, DwarfFunction]]:
         if self._walked:
@@ -276,7 +289,7 @@ class _Reader:
 
     def cu_functions(self, cu: Any) -> Iterator[DwarfFunction]:
         try:
-            files = self._files(cu)
+            files = self.files(cu)
             top = cu.get_top_DIE()
             base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
                 else 0
@@ -297,7 +310,7 @@ class _Reader:
             raise TargetError(self.path, f"unreadable DWARF in the unit at "
                                          f"{cu.cu_offset:#x}: {exc}") from exc
 
-    def _files(self, cu: Any) -> dict[int, str]:
+    def files(self, cu: Any) -> dict[int, str]:
         lp = self.dwarf.line_program_for_CU(cu)
         if lp is None:
             return {}
@@ -343,7 +356,8 @@ class _Reader:
             size, signed, is_float, scalar = kind
             pname = name.decode(errors="replace")
             p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None,
-                           placeholder=_placeholder(tdie))
+                           placeholder=_placeholder(tdie),
+                           type_offset=tdie.offset if tdie is not None else -1)
             if not scalar:
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
@@ -368,8 +382,72 @@ class _Reader:
         ops = self.expr.parse_expr(attr.value)
         return len(ops) == 1 and ops[0].op_name == "DW_OP_call_frame_cfa"
 
+    # -- variables at a pc inside the function (statement probes) --------------------
+    def vars_at(self, cu: Any, func: Any, pc: int, cfa_rule: tuple[int, int] | None
+                ) -> tuple[DwarfParam, ...]:
+        """The parameters and the locals in scope at `pc` (innermost scope wins a
+        name), each with its location there: a location list's entry covering `pc`,
+        or the single expression (an `fbreg` from the CFA rule at `pc`).  Statics
+        are left out: they are addressed as globals (dwarf_types.find_variable)."""
+        top = cu.get_top_DIE()
+        base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
+            else 0
+        cfa_base = self._frame_base_is_cfa(func)
+        word = _WORD.get(self.machine, 8)
+        found: dict[str, DwarfParam] = {}
+
+        def scope(die: Any) -> None:
+            for child in die.iter_children():
+                if child.tag == "DW_TAG_lexical_block":
+                    if self._contains(cu, child, pc, base):
+                        scope(child)
+                    continue
+                if child.tag not in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                    continue
+                name = die_attr(child, "DW_AT_name")
+                loc = child.attributes.get("DW_AT_location")
+                if name is None or (loc is not None and loc.form == "DW_FORM_exprloc"
+                                    and loc.value and loc.value[0] == 0x03):
+                    continue
+                tdie = type_die(child)
+                size, signed, is_float, scalar = _scalar(tdie, word)
+                p = DwarfParam(name.decode(errors="replace"), type_name(tdie), size, signed,
+                               is_float, scalar, None, placeholder=_placeholder(tdie),
+                               type_offset=tdie.offset if tdie is not None else -1)
+                if not scalar:
+                    found[p.name] = replace(p, why=f"'{p.type_name}' is not a scalar")
+                    continue
+                where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
+                                            cfa_rule)
+                found[p.name] = replace(p, location=where, why=why)
+        scope(func)
+        return tuple(found.values())
+
+    def _contains(self, cu: Any, die: Any, pc: int, base: int) -> bool:
+        lo = die.attributes.get("DW_AT_low_pc")
+        hi = die.attributes.get("DW_AT_high_pc")
+        if lo is not None and hi is not None:
+            end = hi.value if hi.form == "DW_FORM_addr" else lo.value + hi.value
+            return bool(lo.value <= pc < end)
+        if "DW_AT_ranges" in die.attributes:
+            try:
+                ranges = self.dwarf.range_lists().get_range_list_at_offset(
+                    die.attributes["DW_AT_ranges"].value, cu=cu)
+            except (AttributeError, KeyError, ValueError, TypeError):
+                return False
+            for r in ranges or ():
+                if hasattr(r, "begin_offset"):
+                    lo_r = r.begin_offset + (0 if getattr(r, "is_absolute", False) else base)
+                    hi_r = r.end_offset + (0 if getattr(r, "is_absolute", False) else base)
+                    if lo_r <= pc < hi_r:
+                        return True
+                elif hasattr(r, "base_address"):
+                    base = r.base_address
+        return False
+
     def _location(self, cu: Any, die: Any, pc: int, base: int, cfa_base: bool, size: int,
-                  signed: bool) -> tuple[ArgSpec | None, str]:
+                  signed: bool, cfa_rule: tuple[int, int] | None = None
+                  ) -> tuple[ArgSpec | None, str]:
         from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
 
         attr = die.attributes.get("DW_AT_location")
@@ -386,12 +464,21 @@ class _Reader:
                     hi = entry.end_offset + (0 if getattr(entry, "is_absolute", False)
                                              else base)
                     if lo <= pc < hi:
-                        return self._expr(entry.loc_expr, cfa_base, size, signed, True)
+                        return self._expr(entry.loc_expr, cfa_base, size, signed, True,
+                                          cfa_rule)
+            if cfa_rule is not None:
+                return None, f"not accessible at this address (pc: {pc:#x})"
             return None, "not available at the entry (location list)"
-        return self._expr(parsed.loc_expr, cfa_base, size, signed, False)
+        return self._expr(parsed.loc_expr, cfa_base, size, signed, cfa_rule is not None,
+                          cfa_rule)
 
     def _expr(self, code: Any, cfa_base: bool, size: int, signed: bool,
-              at_entry: bool) -> tuple[ArgSpec | None, str]:
+              at_entry: bool, cfa_rule: tuple[int, int] | None = None
+              ) -> tuple[ArgSpec | None, str]:
+        """`at_entry`: the expression is valid at the pc (a location list's entry, or
+        any expression inside the function when `cfa_rule` gives the CFA there as
+        (DWARF register, offset)); else it is the one expression of the whole
+        function, which the entry may precede."""
         ops = self.expr.parse_expr(code)
         names = self._reg_names()
         sp, word = _SP.get(self.machine, 7), _WORD.get(self.machine, 8)
@@ -414,6 +501,11 @@ class _Reader:
                              ": written by the prologue, not yet at the entry"
             return ArgSpec(f"{off}({names[base_reg]})", size, signed, False, ArgKind.MEM,
                            base=base_reg, disp=off, machine=self.machine), ""
+        if n == "DW_OP_fbreg" and cfa_base and cfa_rule is not None:
+            creg, coff = cfa_rule
+            off = coff + int(op.args[0])
+            return ArgSpec(f"{off}({names[creg]})", size, signed, False, ArgKind.MEM,
+                           base=creg, disp=off, machine=self.machine), ""
         if n == "DW_OP_fbreg" and cfa_base:
             off = cfa + int(op.args[0])
             if not at_entry and off < cfa:   # below the CFA: the callee's frame
@@ -588,30 +680,73 @@ def site_function(path: str, func_addr: int) -> DwarfFunction:
     return func
 
 
-def readable_param(path: str, func_addr: int, name: str) -> DwarfParam:
-    """Parameter `name` of the function at `func_addr`, if probes can read it at the
-    entry; TargetError (binary, function and parameter named) if not."""
+def readable_param(path: str, func_addr: int, name: str, pc: int | None = None
+                   ) -> DwarfParam:
+    """Parameter (or, inside the function, local) `name` at the site, if probes can
+    read it there; TargetError (binary, function and variable named) if not."""
     func = site_function(path, func_addr)
-    p = func.param(name)
+    params = site_params(path, func_addr, pc)
+    p = next((q for q in params if q.name == name), None)
+    inside = params is not func.params
     if p is None:
-        have = " ".join(f"${q.name}" for q in func.params) or "none"
-        raise TargetError(path, f"function {func.where} has no parameter '{name}' "
-                                f"(parameters: {have})")
+        have = " ".join(f"${q.name}" for q in params) or "none"
+        what = "variable" if inside else "parameter"
+        raise TargetError(path, f"function {func.where} has no {what} '{name}' "
+                                + (f"at {pc:#x} " if inside and pc is not None else "")
+                                + f"({what}s: {have})")
     if p.location is None:
-        raise TargetError(path, f"parameter '{name}' of {func.where} cannot be read at "
-                                f"the entry: {p.why}")
+        where = f"at {pc:#x}" if inside and pc is not None else "at the entry"
+        raise TargetError(path, f"{'variable' if inside else 'parameter'} '{name}' of "
+                                f"{func.where} cannot be read {where}: {p.why}")
     return p
 
 
 UNUSED_ARG = ArgSpec("unused", 8, False, False, ArgKind.CONST)   # a slot never read
 
+# A site this far past the function's address is inside it (a statement probe), not
+# at its entry: an entry is the address itself or after a 4-byte endbr/bti, and no
+# line of a function starts within its first 4 bytes but the first.
+_ENTRY_SLACK = 4
 
-def param_locations(path: str, func_addr: int) -> dict[str, ArgSpec]:
-    """Where each readable parameter of the function entered at `func_addr` is at the
-    entry, by name (the first of a name)."""
-    func = function_at(path, func_addr)
+
+def _cfa_rule(path: str, pc: int) -> tuple[int, int] | None:
+    """The CFA at `pc` as (DWARF register, offset), from `.eh_frame` (elf/unwind.py)."""
+    import bisect
+
+    from .unwind import KIND_FP, KIND_SP, SP_FP_RA, unwind_table
+
+    try:
+        table = unwind_table(path)
+    except TargetError:
+        return None
+    i = bisect.bisect_right(table.rows, (pc, 99, 0, 0, 0)) - 1
+    if i < 0:
+        return None
+    _, kind, cfa_off, _, _ = table.rows[i]
+    sp, fp, _ = SP_FP_RA.get(get_dwarf(path).machine, (-1, -1, -1))
+    if kind == KIND_SP:
+        return sp, cfa_off
+    return (fp, cfa_off) if kind == KIND_FP else None
+
+
+def site_params(path: str, func_addr: int, pc: int | None = None) -> tuple[DwarfParam, ...]:
+    """What `$name` can be at a site: the parameters at the entry, or (a statement
+    inside the function) the parameters and locals in scope there."""
+    func = site_function(path, func_addr)
+    if pc is None or pc - func_addr <= _ENTRY_SLACK:
+        return func.params
+    return get_dwarf(path).variables_at(func, pc)
+
+
+def param_locations(path: str, func_addr: int, pc: int | None = None) -> dict[str, ArgSpec]:
+    """Where each readable parameter (and, inside the function, local) is at the site,
+    by name (the first of a name)."""
+    try:
+        params = site_params(path, func_addr, pc)
+    except TargetError:
+        return {}
     out: dict[str, ArgSpec] = {}
-    for p in func.params if func is not None else ():
+    for p in params:
         if p.location is not None:
             out.setdefault(p.name, p.location)
     return out

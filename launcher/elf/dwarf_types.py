@@ -356,15 +356,6 @@ def function_die(info: DwarfInfo, cu_offset: int, die_offset: int) -> Any:
     return info.dwarf.get_DIE_from_refaddr(die_offset, cu)
 
 
-def param_type(info: DwarfInfo, cu_offset: int, die_offset: int, name: str) -> Any:
-    """The type DIE of parameter `name` of the function DIE (None: no such one)."""
-    func = function_die(info, cu_offset, die_offset)
-    for c in func.iter_children():
-        if c.tag == "DW_TAG_formal_parameter" and die_attr(c, "DW_AT_name") == name.encode():
-            return type_die(c)
-    return None
-
-
 def _static_address(die: Any) -> int | None:
     """The link-time address of a variable whose location is `DW_OP_addr A`."""
     loc = die.attributes.get("DW_AT_location")

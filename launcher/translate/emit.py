@@ -441,9 +441,10 @@ class Emitter:
                 f"if (!e_ && c->error) {{ c->error = 0; r_ = \"ERROR\"; }} r_; }})")
 
     def function_parms(self, e: ast.TargetSymbol) -> str:
-        """stap's `$$parms`, `$$locals`, `$$vars` of a function probe: "a=0x1 p={...}
-        buf=[...] x=?" (parameters at the entry; locals are not set yet there, "?",
-        except statics), chosen by the site when the probe covers several functions."""
+        """stap's `$$parms`, `$$locals`, `$$vars` of a function or statement probe:
+        "a=0x1 p={...} buf=[...] x=?" (at an entry the locals are not set yet, "?",
+        except statics; inside the function each is read where it is there), chosen
+        by the site when the probe covers several functions."""
         name = e.name
         t = self.strtemp()
         cases: dict[tuple[str, int], str] = {}
@@ -452,7 +453,9 @@ class Emitter:
             func = dwarf.function_at(site.path, site.func_addr)
             parts: list[str] = []
             args: list[str] = []
-            for p in func.params if func is not None and name != "$$locals" else ():
+            inside = func is not None and \
+                dwarf.site_params(site.path, site.func_addr, site.pc) is not func.params
+            for p in tvars.site_vars(site, name) if func is not None else ():
                 if p.placeholder:
                     parts.append(f"{p.name}={p.placeholder}")
                 elif p.location is None:
@@ -462,6 +465,8 @@ class Emitter:
                     args.append(f"(unsigned long long)pd_fetch_arg(c, "
                                 f"{self.tr.types.param_slot(p.name)})")
             for v in func.locals if func is not None and name != "$$parms" else ():
+                if inside and not v.static:
+                    continue   # site_vars had it, located here
                 if v.placeholder or not v.static:
                     parts.append(f"{v.name}={v.placeholder or '?'}")
                     continue

@@ -29,7 +29,6 @@ from ..elf.dwarf_types import (
     find_global,
     find_type,
     find_variable,
-    param_type,
     pretty_plan,
     resolve,
 )
@@ -61,6 +60,30 @@ def subscripts(e: ast.TargetSymbol) -> list[ast.Expr]:
     return _components(e)[1]
 
 
+def _site_var(site: FunctionSite, name: str) -> dwarf.DwarfParam | None:
+    return next((p for p in dwarf.site_params(site.path, site.func_addr, site.pc)
+                 if p.name == name), None)
+
+
+def _type_of(info: dwarf.DwarfInfo, p: dwarf.DwarfParam) -> object:
+    return info.dwarf.get_DIE_from_refaddr(p.type_offset) if p.type_offset >= 0 else None
+
+
+def _where_at(site: FunctionSite) -> str:
+    inside = dwarf.site_params(site.path, site.func_addr, site.pc) is not \
+        dwarf.site_function(site.path, site.func_addr).params
+    return f"at {site.pc:#x}" if inside else "at the entry"
+
+
+def site_vars(site: FunctionSite, which: str) -> list[dwarf.DwarfParam]:
+    """`$$parms`, `$$locals` or `$$vars` at the site (not the statics of `$$locals`):
+    the parameters at an entry; inside the function, those in scope there."""
+    func = dwarf.site_function(site.path, site.func_addr)
+    params = {p.name for p in func.params}
+    return [p for p in dwarf.site_params(site.path, site.func_addr, site.pc)
+            if which == "$$vars" or (which == "$$parms") == (p.name in params)]
+
+
 def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
     """The access of `e` at `site`; ScriptError (at the component it is about)
     when the DWARF cannot give it."""
@@ -69,12 +92,12 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
         func = dwarf.site_function(site.path, site.func_addr)
         info = dwarf.get_dwarf(site.path)
         comps, _ = _components(e)
-        p = func.param(name)
+        p = _site_var(site, name)
         if p is not None:
             if p.location is None:
-                raise _err(f"'{e.name}': parameter '{name}' of {func.where} cannot be read "
-                           f"at the entry: {p.why}", e)
-            ptype = param_type(info, func.cu_offset, func.die_offset, name)
+                raise _err(f"'{e.name}': '{name}' of {func.where} cannot be read "
+                           f"{_where_at(site)}: {p.why}", e)
+            ptype = _type_of(info, p)
             return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
         var = find_variable(info, func.cu_offset, func.die_offset, name)
         if var is None:
@@ -96,7 +119,7 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
 def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
     """Whether `$name` at `site` names a static variable rather than a parameter."""
     func = dwarf.function_at(site.path, site.func_addr)
-    if func is None or func.param(e.name[1:]) is not None:
+    if func is None or _site_var(site, e.name[1:]) is not None:
         return False
     info = dwarf.get_dwarf(site.path)
     return find_variable(info, func.cu_offset, func.die_offset, e.name[1:]) is not None
@@ -162,12 +185,11 @@ def _type_at(site: FunctionSite, name: str, comps: list[tuple[str, object]],
     """The DWARF type DIE at the end of `$name` + comps (literal indexes)."""
     func = dwarf.site_function(site.path, site.func_addr)
     info = dwarf.get_dwarf(site.path)
-    p = func.param(name)
+    p = _site_var(site, name)
     if p is not None:
         if p.location is None:
             raise _err(f"'${name}': not readable at the entry: {p.why}", node)
-        root, root_t, memory = Root("param", name), \
-            param_type(info, func.cu_offset, func.die_offset, name), False
+        root, root_t, memory = Root("param", name), _type_of(info, p), False
     else:
         var = find_variable(info, func.cu_offset, func.die_offset, name)
         if var is None:
@@ -192,8 +214,7 @@ def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyVa
     full = pretty_depth(e) > 1
     info = dwarf.get_dwarf(site.path)
     if e.name.startswith("$$"):
-        func = dwarf.site_function(site.path, site.func_addr)
-        names = [] if e.name == "$$locals" else [p.name for p in func.params]
+        names = [p.name for p in site_vars(site, e.name)]
         fmt_parts: list[str] = []
         values: list[PrettyValue] = []
         for name in names:

@@ -451,7 +451,7 @@ class Types:
         for site in scope.sites:
             assert isinstance(site, FunctionSite)
             try:
-                dwarf.readable_param(site.path, site.func_addr, e.name[1:])
+                dwarf.readable_param(site.path, site.func_addr, e.name[1:], site.pc)
             except TargetError as exc:
                 raise _err(f"'{e.name}': {exc}", e) from exc
         return LONG
