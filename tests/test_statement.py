@@ -1,5 +1,5 @@
-"""Statement probes: `.statement("FUNC@FILE:LINE")`, `"*@FILE:N-M"` ranges and
-`.statement(ADDR).absolute`, with the function's parameters and the locals in
+"""Statement and label probes: `.statement("FUNC@FILE:LINE")`, `"*@FILE:N-M"` ranges,
+`.statement(ADDR).absolute` and `.function("F").label("L")`, with the parameters and locals in
 scope read at that pc (`$i`, `$acc`, `$n`, `$$locals`, `$$vars`), on
 tests/progs/dwarf_stmt.c at -O0 and -O2, m64 and m32; every value is checked
 against the loop's iteration.
@@ -95,3 +95,16 @@ def test_bad_statements(progs: Progs, cache: Path, point: str, message: str) -> 
     assert res.returncode == 1
     assert message in res.stderr.splitlines()[0], res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
+def test_label(progs: Progs, cache: Path, b: Build) -> None:
+    exe = progs(b)
+    script = (f'probe process("{exe}").function("sum_to").label("do*") {{ '
+              'printf("l %s acc=%d n=%d\\n", ppfunc(), $acc, $n) }')
+    res = pydyn(cache, "-e", script, "-c", f"{exe} {N}")
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("l ")] == [
+        f"l sum_to acc={acc_before(N)} n={N}"]
+    res = pydyn(cache, "-e", f'probe process("{exe}").function("main").label("done") {{ }}')
+    assert res.returncode == 1 and "matches no label" in res.stderr

@@ -128,3 +128,50 @@ def _site(table: FunctionTable, f: Any, pc: int) -> FunctionSite:
     return FunctionSite(table.path, "function", function_name(f.name), pc, 0, "",
                         abi_args(table.machine), 0, table.machine, table.elf_class, False,
                         f.addr, f.size)
+
+
+def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
+    """`.function("FUNC").label("NAME")`: the address of each C label NAME (a glob)
+    in the functions FUNC matches, from their DWARF `DW_TAG_label`s."""
+    from .dwarf import die_attr, get_dwarf
+
+    func_pattern, label = rest[0].arg, rest[1].arg
+    if not isinstance(func_pattern, str) or not isinstance(label, str) or len(rest) != 2:
+        raise ScriptError('label probes are .function("FUNC").label("NAME")', point.loc)
+    table = _table(point, binary)
+    try:
+        info = get_dwarf(binary)
+    except TargetError as exc:
+        raise ScriptError(f'label("{label}"): {exc}', point.loc) from exc
+    sites: list[FunctionSite] = []
+    unplaced: list[str] = []
+    seen: set[int] = set()
+    for f in table.match(func_pattern):
+        func = info.function_at(f.addr)
+        if func is None or f.addr in seen:
+            continue
+        seen.add(f.addr)
+        cu = info.dwarf.get_CU_at(func.cu_offset)
+        todo = [info.dwarf.get_DIE_from_refaddr(func.die_offset, cu)]
+        while todo:
+            for child in todo.pop().iter_children():
+                if child.tag == "DW_TAG_lexical_block":
+                    todo.append(child)
+                    continue
+                if child.tag != "DW_TAG_label":
+                    continue
+                name = die_attr(child, "DW_AT_name")
+                if name is None or not fnmatch.fnmatchcase(name.decode(errors="replace"),
+                                                           label):
+                    continue
+                low = child.attributes.get("DW_AT_low_pc")
+                if low is None:
+                    unplaced.append(f"{name.decode(errors='replace')} in {func.name}")
+                    continue
+                sites.append(_site(table, table.aliases(f.addr)[0], int(low.value)))
+    if not sites:
+        why = (f"label(s) {', '.join(unplaced)} have no address (optimized out)"
+               if unplaced else None)
+        raise ScriptError(f'function("{func_pattern}").label("{label}") matches no label '
+                          f"in {binary}", point.loc, why)
+    return tuple(sites)
