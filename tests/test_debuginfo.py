@@ -200,3 +200,49 @@ def test_libc_parameters_from_its_dbg_package(tmp_path: Path,
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("fopen ")] == [
         f"fopen {f} r" for f in files], res.stdout
+
+
+STRLEN_C = r"""
+#include <stdio.h>
+#include <string.h>
+int main(int argc, char **argv)
+{
+    size_t total = 0;
+    for (int i = 1; i < argc; i++)
+        total += strlen(argv[i]);
+    printf("total=%zu\n", total);
+    return 0;
+}
+"""
+
+
+def test_ifunc_probes_the_selected_implementation(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """libc's strlen is an IFUNC: the probe goes on the implementation this machine's
+    loader selects (named by the debug file's .symtab, e.g. __strlen_avx2), and sees
+    the program's calls."""
+    monkeypatch.delenv("SYSTEMTAP_DEBUGINFO_PATH", raising=False)
+    if libc_debug_file() is None:
+        pytest.skip("libc6-dbg is not installed (the implementations' names are in it)")
+    from pydyn.launcher.elf.functions import get_functions
+    from pydyn.launcher.elf.ifunc import selected_implementation
+
+    table = get_functions(LIBC)
+    assert "strlen" in table.ifuncs
+    addr, why = selected_implementation(LIBC, "strlen")
+    assert addr is not None, why
+    impl = table.aliases(addr)[0].name
+    assert impl.startswith("__strlen_"), impl
+    src = tmp_path / "strlen.c"
+    src.write_text(STRLEN_C)
+    exe = build_c(src, tmp_path / "strlen")
+    words = ["pydyn-one", "pydyn-three"]
+    script = (f'probe process("{LIBC}").function("strlen") {{ '
+              's = user_string($arg1) if (substr(s, 0, 6) == "pydyn-") '
+              'printf("hit %s %s\\n", ppfunc(), s) }')
+    res = run_pydyn(tmp_path / "cache", "-e", script, "-c", f"{exe} {' '.join(words)}",
+                    timeout=180)
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("hit ")] == [
+        f"hit {impl} {w}" for w in words], res.stdout
+    assert "total=20" in res.stdout

@@ -107,6 +107,7 @@ class FunctionTable:
         self.functions = functions
         self.unnamed = 0   # .eh_frame ranges that no symbol names (stripped): never probed
         self.signed: set[int] = set()   # aarch64: entries after a paciasp (BTI objects)
+        self.ifuncs: dict[str, int] = {}   # IFUNC name -> its resolver (elf/ifunc.py)
         self._by_addr: dict[int, list[Function]] | None = None
 
     def aliases(self, addr: int) -> list[Function]:
@@ -151,10 +152,16 @@ def get_functions(path: str) -> FunctionTable:
         by_addr: dict[int, list[tuple[str, str, int]]] = {}
         symbols = SymbolTable.from_handle(h)
         symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
+        if not any(s["sh_type"] == "SHT_SYMTAB" for s in h.elffile.iter_sections()):
+            for sym in _debug_file_functions(path):   # stripped: its debug file's .symtab
+                symbols._by_name.setdefault(sym.name, []).append(sym)  # noqa: SLF001
         fdes = fde_ranges(h)
         fde_size = dict(fdes)
+        ifuncs: dict[str, int] = {}
         for name, syms in symbols._by_name.items():  # noqa: SLF001
             for sym in syms:
+                if sym.type == "GNU_IFUNC" and sym.section not in ("ABS", "COMMON"):
+                    ifuncs.setdefault(name, sym.value)
                 if sym.type != "FUNC" or sym.section in ("ABS", "COMMON") or _COLD.search(name):
                     continue
                 # an assembler function without .size: its FDE knows the length
@@ -187,9 +194,28 @@ def get_functions(path: str) -> FunctionTable:
                         functions.append(Function(n, addr, size, entry))
     table = FunctionTable(info.path, info.machine, info.elf_class, functions)
     table.unnamed = _unnamed_ranges(fdes, by_addr)
+    # an IFUNC's resolver is a function too, but the name means what it resolves to
+    table.functions = [f for f in functions if f.name not in ifuncs]
+    table.ifuncs = ifuncs
     table.signed = signed
     _cache[key] = table
     return table
+
+
+def _debug_file_functions(path: str) -> list[Any]:
+    """The STT_FUNC symbols of the separate debug file of a stripped binary (its
+    `.symtab` names the static functions, libc's `__strlen_evex` among them)."""
+    from .debuginfo import find_debug_file
+
+    debug = find_debug_file(path).path
+    if debug is None or debug == path:
+        return []
+    try:
+        with open_elf(debug) as dh:
+            table = SymbolTable.from_handle(dh)
+            return [s for s in table.all_symbols() if s.type == "FUNC"]
+    except TargetError:
+        return []
 
 
 def _marked_bti(h: Any) -> bool:
@@ -278,7 +304,8 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
                                      {f.addr for f in table.match(name_pattern)})
         except TargetError as exc:
             raise ScriptError(f"function(\"{pattern}\"): {exc}", point.loc) from exc
-    found = unique_by_entry([f for f in table.match(name_pattern)
+    found = unique_by_entry([f for f in table.match(name_pattern) + _ifunc_targets(
+                                 point, table, binary, name_pattern, pattern)
                              if at_pcs is None or f.addr in at_pcs])
     if is_return:
         entry_point = _entry_point(binary)
@@ -300,6 +327,28 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
         raise ScriptError(f"function(\"{pattern}\") matches no function in {binary}",
                           point.loc, hint)
     return table.sites(found, is_return)
+
+
+def _ifunc_targets(point: Any, table: FunctionTable, binary: str, name_pattern: str,
+                   pattern: str) -> list[Function]:
+    """The implementations the loader selects for the IFUNCs `name_pattern` names
+    (elf/ifunc.py), each named by its own symbol.  An IFUNC that cannot be resolved
+    here is an error when named exactly, skipped by a glob."""
+    from ..errors import ScriptError
+    from .ifunc import selected_implementation
+
+    out = []
+    for name in sorted(n for n in table.ifuncs if fnmatch.fnmatchcase(n, name_pattern)):
+        addr, why = selected_implementation(binary, name)
+        impl = table.aliases(addr)[:1] if addr is not None else []
+        if not impl:
+            if any(c in pattern for c in "*?["):
+                continue
+            raise ScriptError(f"function(\"{pattern}\"): cannot probe {name}: "
+                              + (why or f"its implementation at {addr:#x} is no function of "
+                                        f"{binary}"), point.loc)
+        out.extend(impl)
+    return out
 
 
 def _entry_point(path: str) -> int:
