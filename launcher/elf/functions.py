@@ -335,10 +335,10 @@ def _ifunc_targets(point: Any, table: FunctionTable, binary: str, name_pattern: 
     (elf/ifunc.py), each named by its own symbol.  An IFUNC that cannot be resolved
     here is an error when named exactly, skipped by a glob."""
     from ..errors import ScriptError
-    from .ifunc import selected_implementation
 
     out = []
     for name in sorted(n for n in table.ifuncs if fnmatch.fnmatchcase(n, name_pattern)):
+        from .ifunc import selected_implementation  # ctypes: only for an IFUNC
         addr, why = selected_implementation(binary, name)
         impl = table.aliases(addr)[:1] if addr is not None else []
         if not impl:
