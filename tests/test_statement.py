@@ -108,3 +108,19 @@ def test_label(progs: Progs, cache: Path, b: Build) -> None:
         f"l sum_to acc={acc_before(N)} n={N}"]
     res = pydyn(cache, "-e", f'probe process("{exe}").function("main").label("done") {{ }}')
     assert res.returncode == 1 and "matches no label" in res.stderr
+
+
+@pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
+def test_listing_variables_with_types(progs: Progs, cache: Path, b: Build) -> None:
+    exe = progs(b)
+    res = pydyn(cache, "-L", f'process("{exe}").statement("sum_to@dwarf_stmt.c:{LOOP}")')
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        f'process("{exe}").statement("sum_to@{SRC}:{LOOP}") $n:long int $acc:long int '
+        "$i:long int"]
+    res = pydyn(cache, "-L", f'process("{exe}").function("sum_to")')
+    decl = next(i for i, ln in enumerate(SRC.read_text().splitlines(), 1)
+                if ln.startswith("PROBED long sum_to("))
+    assert res.stdout.splitlines() == [
+        f'process("{exe}").function("sum_to@{SRC}:{decl}") $n:long int $acc:long int'], \
+        res.stdout

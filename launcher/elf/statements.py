@@ -175,3 +175,22 @@ def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite,
         raise ScriptError(f'function("{func_pattern}").label("{label}") matches no label '
                           f"in {binary}", point.loc, why)
     return tuple(sites)
+
+
+def line_at(binary: str, pc: int) -> tuple[str, int] | None:
+    """(file, line) of the statement the line table starts at `pc`, None if none."""
+    from .dwarf import get_dwarf
+
+    info = get_dwarf(binary)
+    func = info.function_at(next((f.addr for f in get_functions(binary).functions
+                                  if f.addr <= pc < f.addr + f.size), -1))
+    if func is None:
+        return None
+    cu = info.dwarf.get_CU_at(func.cu_offset)
+    files = info.reader.files(cu)
+    lp = info.dwarf.line_program_for_CU(cu)
+    for entry in lp.get_entries() if lp is not None else ():
+        st: Any = entry.state
+        if st is not None and not st.end_sequence and st.is_stmt and st.address == pc:
+            return files.get(st.file, "??"), st.line
+    return None
