@@ -108,6 +108,7 @@ class FunctionTable:
         self.unnamed = 0   # .eh_frame ranges that no symbol names (stripped): never probed
         self.signed: set[int] = set()   # aarch64: entries after a paciasp (BTI objects)
         self.ifuncs: dict[str, int] = {}   # IFUNC name -> its resolver (elf/ifunc.py)
+        self.exported: set[int] = set()    # addresses .dynsym exports (GLOBAL/WEAK)
         self._by_addr: dict[int, list[Function]] | None = None
 
     def aliases(self, addr: int) -> list[Function]:
@@ -158,6 +159,7 @@ def get_functions(path: str) -> FunctionTable:
         fdes = fde_ranges(h)
         fde_size = dict(fdes)
         ifuncs: dict[str, int] = {}
+        exported = _exported(h)
         for name, syms in symbols._by_name.items():  # noqa: SLF001
             for sym in syms:
                 if sym.type == "GNU_IFUNC" and sym.section not in ("ABS", "COMMON"):
@@ -197,9 +199,31 @@ def get_functions(path: str) -> FunctionTable:
     # an IFUNC's resolver is a function too, but the name means what it resolves to
     table.functions = [f for f in functions if f.name not in ifuncs]
     table.ifuncs = ifuncs
+    table.exported = exported
     table.signed = signed
     _cache[key] = table
     return table
+
+
+def _exported(h: Any) -> set[int]:
+    """The addresses of the functions `.dynsym` exports (GLOBAL or WEAK, default or
+    protected visibility)."""
+    from .symbols import decode_symbols
+
+    elf = h.elffile
+    dynsym = elf.get_section_by_name(".dynsym")
+    if dynsym is None:
+        return set()
+    sections = list(elf.iter_sections())
+    link = dynsym["sh_link"]
+    syms = h.read(dynsym["sh_offset"], dynsym["sh_size"])
+    strs = h.read(sections[link]["sh_offset"], sections[link]["sh_size"]) \
+        if 0 <= link < len(sections) else None
+    if syms is None or strs is None:
+        return set()
+    return {s.value for s in decode_symbols(syms, strs, [s.name for s in sections],
+                                            elf.elfclass == 64, elf.little_endian)
+            if s.type in ("FUNC", "GNU_IFUNC") and s.bind in ("GLOBAL", "WEAK")}
 
 
 def _debug_file_functions(path: str) -> list[Any]:
@@ -286,10 +310,12 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     if not isinstance(pattern, str) or not pattern:
         raise ScriptError("function() takes a name or glob string", point.loc)
     tail = [c.name for c in rest[1:]]
+    exported = "exported" in tail   # stap: only what the dynamic symbol table exports
+    tail = [t for t in tail if t != "exported"]
     if tail not in ([], ["call"], ["return"]) or any(c.arg is not None for c in rest[1:]):
         raise ScriptError(f"unsupported function probe point component(s) "
                           f"'.{'.'.join(tail)}'", point.loc,
-                          "supported: .function(\"NAME\"), .call, .return")
+                          "supported: .function(\"NAME\"), .call, .return, .exported")
     is_return = tail == ["return"]
     try:
         table = get_functions(binary)
@@ -306,7 +332,8 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
             raise ScriptError(f"function(\"{pattern}\"): {exc}", point.loc) from exc
     found = unique_by_entry([f for f in table.match(name_pattern) + _ifunc_targets(
                                  point, table, binary, name_pattern, pattern)
-                             if at_pcs is None or f.addr in at_pcs])
+                             if (at_pcs is None or f.addr in at_pcs)
+                             and (not exported or f.addr in table.exported)])
     if is_return:
         entry_point = _entry_point(binary)
         kept = []
