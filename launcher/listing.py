@@ -46,7 +46,8 @@ def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
     name = func.where if func is not None else site.name
     kind = "function"
     variables = list(func.params) if func is not None and not site.is_return else []
-    extra = [f"${v.name}:{v.type_name}" for v in func.locals] \
+    # stap's -L: the locals DWARF locates at the entry (or gives a constant)
+    extra = [f"${v.name}:{v.type_name}" for v in func.locals if v.at_entry] \
         if func is not None and not site.is_return else []
     if func is not None and not site.is_return:
         inside = site_params(site.path, site.func_addr, site.pc)

@@ -151,7 +151,10 @@ def listing(b: Build, exe: Path) -> list[str]:
     return [
         line("add", "$a:int $b:long int"),
         line("fill", "$buf:char* $n:short unsigned int $name:char const*"),
-        line("main", "$argc:int $argv:char**"),
+        # stap's -L adds the locals DWARF locates at the entry: at -O2 the stack ones
+        line("main", "$argc:int $argv:char** " + (
+            "$n:int $total:long int $buf:char[] $len:int $pr:struct pair $v:int $word:char[]"
+            if b.opt == "-O0" else "$buf:char[] $v:int $word:char[]")),
         line("mixed", "$x:double $p:struct pair $z:long int"),
         line("shout", "$s:char*"),
         line("show", "$p:int*"),

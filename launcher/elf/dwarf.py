@@ -79,6 +79,7 @@ class DwarfLocal:
     type_name: str
     placeholder: str          # "{...}", "[...]" or ""
     static: bool              # in memory at a fixed address (readable anywhere)
+    at_entry: bool = False    # DWARF gives it a location (or a constant) at the entry
 
 
 @dataclass(frozen=True)
@@ -305,7 +306,7 @@ class _Reader:
                                     int(die_attr(die, "DW_AT_decl_line") or 0),
                                     die.attributes["DW_AT_low_pc"].value,
                                     self._params(cu, die, base), cu.cu_offset, die.offset,
-                                    _locals(die))
+                                    self._locals(cu, die, base))
         except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
             raise TargetError(self.path, f"unreadable DWARF in the unit at "
                                          f"{cu.cu_offset:#x}: {exc}") from exc
@@ -381,6 +382,39 @@ class _Reader:
             return False
         ops = self.expr.parse_expr(attr.value)
         return len(ops) == 1 and ops[0].op_name == "DW_OP_call_frame_cfa"
+
+    def _locals(self, cu: Any, func: Any, base: int) -> tuple[DwarfLocal, ...]:
+        """The variables of the function's outermost scope, in DIE order."""
+        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
+
+        low_pc = func.attributes["DW_AT_low_pc"].value
+        out = []
+        for c in func.iter_children():
+            if c.tag != "DW_TAG_variable":
+                continue
+            name = die_attr(c, "DW_AT_name")
+            if name is None:
+                continue
+            loc = c.attributes.get("DW_AT_location")
+            static = loc is not None and loc.form == "DW_FORM_exprloc" and bool(loc.value) \
+                and loc.value[0] == 0x03   # DW_OP_addr
+            # stap's -L rule: a constant, one expression, or a list entry at the entry
+            at_entry = "DW_AT_const_value" in c.attributes or (
+                loc is not None and loc.form == "DW_FORM_exprloc")
+            if loc is not None and not at_entry:
+                b = base
+                for entry in self.locs.parse_from_attribute(loc, cu["version"], c):
+                    if isinstance(entry, BaseAddressEntry):
+                        b = entry.base_address
+                    elif isinstance(entry, LocationEntry):
+                        rel = 0 if getattr(entry, "is_absolute", False) else b
+                        if entry.begin_offset + rel <= low_pc < entry.end_offset + rel:
+                            at_entry = True
+                            break
+            t = type_die(c)
+            out.append(DwarfLocal(name.decode(errors="replace"), type_name(t),
+                                  _placeholder(t), static, at_entry))
+        return tuple(out)
 
     # -- variables at a pc inside the function (statement probes) --------------------
     def vars_at(self, cu: Any, func: Any, pc: int, cfa_rule: tuple[int, int] | None
@@ -562,23 +596,6 @@ def _placeholder(t: Any) -> str:
                                    "DW_TAG_class_type"):
         return "{...}"
     return "[...]" if s is not None and s.tag == "DW_TAG_array_type" else ""
-
-
-def _locals(func: Any) -> tuple[DwarfLocal, ...]:
-    out = []
-    for c in func.iter_children():
-        if c.tag != "DW_TAG_variable":
-            continue
-        name = die_attr(c, "DW_AT_name")
-        if name is None:
-            continue
-        loc = c.attributes.get("DW_AT_location")
-        static = loc is not None and loc.form == "DW_FORM_exprloc" and bool(loc.value) \
-            and loc.value[0] == 0x03   # DW_OP_addr
-        t = type_die(c)
-        out.append(DwarfLocal(name.decode(errors="replace"), type_name(t), _placeholder(t),
-                              static))
-    return tuple(out)
 
 
 def die_holder(die: Any, name: str) -> Any:
