@@ -176,3 +176,19 @@ def test_cast_of_an_unknown_type(progs: Progs, cache: Path) -> None:
     res = pydyn(cache, "-e", script, "-c", f"{exe} 1")
     assert res.returncode == 1
     assert f"error: type 'struct nope' not found in the DWARF of {exe}" in res.stderr
+
+
+def test_skip_badvars(progs: Progs, cache: Path) -> None:
+    """--skip-badvars: a variable that cannot be read is 0, with a warning naming it;
+    the others are read as usual."""
+    exe = progs(BUILDS[1])
+    script = (f'probe process("{exe}").function("visit") {{ '
+              'printf("b %d %d %d\\n", $nosuch, $n->nope, $n->a) }')
+    res = pydyn(cache, "-e", script, "-c", f"{exe} 2")
+    assert res.returncode == 1 and "has no parameter 'nosuch'" in res.stderr
+    res = pydyn(cache, "--skip-badvars", "-e", script, "-c", f"{exe} 2")
+    assert res.returncode == 0, res.stderr
+    assert [ln for ln in res.stdout.splitlines() if ln.startswith("b ")] == [
+        "b 0 0 100", "b 0 0 101"]
+    warnings = [ln for ln in res.stderr.splitlines() if "--skip-badvars" in ln]
+    assert len(warnings) == 2 and "unable to find member 'nope'" in warnings[1], res.stderr

@@ -373,6 +373,8 @@ class Emitter:
 
     def target(self, e: ast.TargetSymbol) -> str:
         name = e.name
+        if id(e) in self.tr.types.badvars:   # --skip-badvars
+            return "INT64_C(0)"
         if name == "$$name":
             return "c->site->name"
         if name == "$$provider":

@@ -10,7 +10,7 @@ from ..elf import dwarf
 from ..elf.argspec import ArgKind
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
-from ..errors import TargetError
+from ..errors import ScriptError, TargetError
 from ..format import parse_format
 from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
@@ -129,6 +129,9 @@ class Types:
         self.funcs: dict[str, FuncInfo] = {}
         self.changed = False
         self.warnings: list[str] = []
+        # --skip-badvars: target variables that cannot be read where probed read as 0
+        self.skip_badvars = False
+        self.badvars: set[int] = set()   # id() of each such TargetSymbol
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
         for g in script.globals:
@@ -484,6 +487,22 @@ class Types:
         return LONG
 
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        if id(e) in self.badvars:
+            return LONG
+        try:
+            return self._target_type_checked(e, scope)
+        except ScriptError as exc:
+            if not self.skip_badvars or not is_param_name(e.name) or not scope.sites or \
+                    not all(isinstance(s, FunctionSite) for s in scope.sites) or \
+                    tvars.pretty_depth(e):
+                raise
+            self.badvars.add(id(e))
+            loc = e.loc
+            self.warnings.append(f"WARNING: {exc.message}: read as 0 (--skip-badvars) at "
+                                 f"{loc.file}:{loc.line}:{loc.column}")
+            return LONG
+
+    def _target_type_checked(self, e: ast.TargetSymbol, scope: Scope) -> str:
         name = e.name
         functions = scope.kind == "probe" and bool(scope.sites) and all(
             isinstance(s, FunctionSite) for s in scope.sites)
@@ -706,8 +725,10 @@ class Types:
     # ----------------------------------------------------------------- layout
 
 
-def infer_types(script: ast.Script, resolution: Resolution) -> Types:
+def infer_types(script: ast.Script, resolution: Resolution,
+                skip_badvars: bool = False) -> Types:
     """Pass 3a: the script's symbols with their types."""
     types = Types(script, resolution)
+    types.skip_badvars = skip_badvars
     types.infer()
     return types
