@@ -37,7 +37,9 @@ def main() -> None:
     lookup = find_debug_file(binary)
     t1 = time.perf_counter()
     print(f"debug file {lookup.path}: found in {t1 - t0:.3f} s")
+    t2 = time.perf_counter()
     info = get_dwarf(binary)
+    print(f"open (sections decompressed, DWARF set up): {time.perf_counter() - t2:.3f} s")
     for name in names:
         t = time.perf_counter()
         func = info.function_at(addrs[name])
