@@ -344,8 +344,13 @@ def run(argv: Sequence[str]) -> int:
             target_path = os.path.realpath(exe)
     # A cache hit (key from cheap facts: launcher/cache.py) skips resolve, translate and build.
     cache = None
+    facts_root: Path | None = None
     if not opts.disable_cache and (opts.pass_ is None or opts.pass_ >= 4):
         cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
+    elif not opts.disable_cache:   # -p2/-p3 plan sites too: the binaries' facts are shared
+        cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
+        facts_root = cache.root if cache is not None else None
+        cache = None
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
                                     argv_cmd[0] if argv_cmd else None,
@@ -366,6 +371,10 @@ def run(argv: Sequence[str]) -> int:
         script = parse()
         if lookup is not None:
             lookup.bind_script(script)
+        if cache is not None:
+            facts_root = cache.root
+        from .objfacts import set_cache_root
+        set_cache_root(facts_root)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
         if compiled is None:
             return 0   # -p2, -p3

@@ -27,6 +27,7 @@ import bisect
 import os
 import re
 import struct
+from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ from functools import lru_cache
 from typing import Any
 
 from .elf.stapsdt import ProbeSite, iter_stapsdt_notes
+from .objfacts import BranchSources, SortedInts
 
 JMP_LEN = 5
 MAX_WINDOW = 16          # bytes of instructions the runtime's stub reserves for them
@@ -109,14 +111,16 @@ class _Object:
     bits: int
     machine: str
     text: list[tuple[int, bytes]]            # executable sections: (vaddr, bytes)
-    targets: set[int] = field(default_factory=set)   # hard: branches, immediates, relocs
+    # hard: branches, immediates, relocations, landing pads
+    targets: SortedInts = field(default_factory=SortedInts)
     # weak: words of data that fall in the text (a real code pointer is an instruction
     # start, so one landing inside an instruction decoded from the site is no pointer)
-    weak: set[int] = field(default_factory=set)
+    weak: SortedInts = field(default_factory=SortedInts)
     # target -> (field address, 4 or 1) of the direct jmp/jcc/call rel32 and jmp/jcc rel8
     # reaching it: such a branch can be retargeted into the stub (a rel8 one through an
     # island of dead padding), so its target may lie inside the window
-    branch_src: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
+    branch_src: BranchSources = field(
+        default_factory=lambda: BranchSources(array("q"), array("q"), array("q")))
     claimed: dict[int, tuple[int, int]] = field(default_factory=dict)  # byte -> owner
     # runs of >= 2 padding bytes (nop/int3) after an instruction that does not fall
     # through, in address order, as the sweep decoded them: (start, length)
@@ -136,16 +140,12 @@ class _Object:
         return any(va <= addr < va + len(data) for va, data in self.text)
 
 
-_HEX = re.compile(r"0x[0-9a-f]+")
-_RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|[0-9]+))?\]")  # capstone: decimal below 10
-_BRANCHES = ("j", "call", "loop", "xbegin")
 _PADDING = ("nop", "int3")
 _SAME_REG = re.compile(r"(\w+), \[?\1\]?")   # i386 gcc pads with `lea 0(%esi),%esi` & co.
 
 
 def _is_pad(mnem: str, ops: str) -> bool:
     return mnem in _PADDING or (mnem in ("lea", "mov") and bool(_SAME_REG.fullmatch(ops)))
-_NO_FALLTHROUGH = ("jmp", "ret", "ud2", "hlt", "int3")
 
 
 def _cs(bits: int, detail: bool = False) -> Any:
@@ -157,162 +157,117 @@ def _cs(bits: int, detail: bool = False) -> Any:
     return md
 
 
-def _branch_field(data: bytes, at: int, size: int) -> tuple[int, int] | None:
-    """(offset, size) of the displacement of a direct `jmp/call rel32`, `jcc rel32`,
-    `jmp rel8` or `jcc rel8` of `size` bytes at data[at:]; None for another form (loop)."""
-    if size >= 5:
-        op = data[at + size - 5]
-        if op in (0xE8, 0xE9) or (size >= 6 and data[at + size - 6] == 0x0F and
-                                  0x80 <= op <= 0x8F):
-            return size - 4, 4
-    op = data[at + size - 2]
-    if 2 <= size <= 3 and (op == 0xEB or 0x70 <= op <= 0x7F):
-        return size - 1, 1
-    return None
+def _sections(elf: Any) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]], int]:
+    """(executable sections, allocated data sections, the GOT base or 0) of an ELF file:
+    (vaddr, file offset, size) each."""
+    text: list[tuple[int, int, int]] = []
+    blobs: list[tuple[int, int, int]] = []
+    got = 0
+    for s in elf.iter_sections():
+        if s.name in (".got.plt", ".got") and not got:
+            got = s["sh_addr"]
+        if s["sh_type"] == "SHT_NOBITS" or not s["sh_addr"]:
+            continue
+        where = (s["sh_addr"], s["sh_offset"], s["sh_size"])
+        if s["sh_flags"] & 0x4:
+            text.append(where)
+        elif s["sh_flags"] & 0x2 and s["sh_type"] != "SHT_NOTE":
+            blobs.append(where)
+    return text, blobs, got
 
 
-def _sweep(obj: _Object, lo: int, hi: int, data_refs: set[int]) -> None:
-    """Linear sweep: direct branch targets and code addresses named by instructions."""
-    md = _cs(obj.bits)
-    targets = obj.targets
-    pads = obj.pads
-    for va, data in obj.text:
-        pos = 0
-        while pos < len(data):
-            end = pos
-            dead = False
-            run = (0, 0)
-            for addr, size, mnem, ops in md.disasm_lite(data[pos:], va + pos):
-                end = addr + size - va
-                if (dead or run[1]) and _is_pad(mnem, ops):
-                    run = (run[0] or addr, run[1] + size)
-                    continue
-                if run[1] >= 2:
-                    pads.append(run)
-                run = (0, 0)
-                dead = mnem.split()[-1] in _NO_FALLTHROUGH
-                if "0x" not in ops and "rip" not in ops:
-                    continue
-                m = _RIP.search(ops)
-                if m:
-                    disp = int(m.group(2), 0) if m.group(2) else 0
-                    t = addr + size + (disp if m.group(1) == "+" else -disp)
-                    if lo <= t < hi:
-                        targets.add(t)
+def _relocation_targets(elf: Any, lo: int, hi: int) -> set[int]:
+    """Code addresses named by relocations (RELA addends, symbol values + addends, RELR
+    offsets), read with `struct` (pyelftools parses each entry, ~25 us apiece)."""
+    bits = elf.elfclass
+    mask = (1 << bits) - 1
+    e = "<" if elf.little_endian else ">"
+    out: set[int] = set()
+    symvals: dict[int, list[int]] = {}
+
+    def values(index: int) -> list[int]:
+        if index not in symvals:
+            vals: list[int] = []
+            try:
+                sec = elf.get_section(index)
+                if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM"):
+                    raw = sec.data()
+                    if bits == 64:
+                        vals = [v for _n, _i, _o, _s, v, _z in
+                                struct.iter_unpack(e + "IBBHQQ", raw[:len(raw) // 24 * 24])]
                     else:
-                        data_refs.add(t)
-                    continue
-                if mnem.startswith(_BRANCHES) and _HEX.fullmatch(ops):
-                    fld = _branch_field(data, addr - va, size)
-                    if fld is not None:
-                        obj.branch_src.setdefault(int(ops, 16), []).append(
-                            (addr + fld[0], fld[1]))
-                        continue
-                for h in _HEX.findall(ops):
-                    t = int(h, 16)
-                    if lo <= t < hi:
-                        targets.add(t)
-                    elif mnem.startswith(_BRANCHES):
-                        targets.add(t)
-                    else:
-                        data_refs.add(t)
-            # capstone stops at an undecodable byte: resume after it (data in code)
-            pos = max(end, pos) + (1 if end <= pos or end < len(data) else 0)
+                        vals = [v for _n, v, _z, _i, _o, _s in
+                                struct.iter_unpack(e + "IIIBBH", raw[:len(raw) // 16 * 16])]
+            except Exception:  # noqa: BLE001 - a malformed link: no symbol values
+                vals = []
+            symvals[index] = vals
+        return symvals[index]
+
+    for s in elf.iter_sections():
+        kind = s["sh_type"]
+        if kind in ("SHT_RELA", "SHT_REL"):
+            rela = kind == "SHT_RELA"
+            size = (24 if rela else 16) if bits == 64 else (12 if rela else 8)
+            raw = s.data()
+            fmt = e + ("QQq" if rela else "QQ") if bits == 64 else e + ("IIi" if rela else "II")
+            syms = values(s["sh_link"]) if s["sh_link"] else []
+            for ent in struct.iter_unpack(fmt, raw[:len(raw) // size * size]):
+                info = ent[1]
+                addend = ent[2] if rela else 0
+                sym = info >> 32 if bits == 64 else info >> 8
+                if rela:
+                    c = addend & mask
+                    if lo <= c < hi:
+                        out.add(c)
+                if sym and sym < len(syms):
+                    c = syms[sym] + addend
+                    if lo <= c < hi:
+                        out.add(c)
+        elif kind == "SHT_RELR":
+            word = bits // 8
+            raw = s.data()
+            base = 0
+            for (w,) in struct.iter_unpack(e + ("Q" if bits == 64 else "I"),
+                                           raw[:len(raw) // word * word]):
+                if not w & 1:
+                    out.add(w)      # the word there was scanned as data
+                    base = w + word
+                else:
+                    for i in range(bits - 1):
+                        if (w >> (i + 1)) & 1:
+                            out.add(base + i * word)
+                    base += (bits - 1) * word
+    return out
 
 
-def _analyse(path: str) -> _Object:
+def _compute(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The object's facts (objfacts.py): a JSON-able header and int64 arrays."""
+    from array import array
+
     from elftools.elf.elffile import ELFFile
-    from elftools.elf.relocation import RelocationSection
-    from elftools.elf.sections import SymbolTableSection
+
+    from .objfacts import run_sweep
 
     with open(path, "rb") as f:
         elf = ELFFile(f)
         bits = elf.elfclass
         machine = "x86_64" if elf["e_machine"] == "EM_X86_64" else "i386"
-        obj = _Object(bits, machine, [])
-        sections = list(elf.iter_sections())
-        for s in sections:
-            if s["sh_flags"] & 0x4 and s["sh_type"] != "SHT_NOBITS" and s["sh_addr"]:
-                obj.text.append((s["sh_addr"], s.data()))
-        if not obj.text:
-            obj.error = "no executable sections"
-            return obj
-        lo = min(va for va, _ in obj.text)
-        hi = max(va + len(d) for va, d in obj.text)
-        word = 8 if bits == 64 else 4
-        fmt = "<Q" if bits == 64 else "<I"
-        data_refs: set[int] = set()
-        _sweep(obj, lo, hi, data_refs)
-        targets = obj.targets
-        # data: absolute code pointers and jump-table entries
-        got = None
-        for s in sections:
-            if s.name in (".got.plt", ".got") and got is None:
-                got = s["sh_addr"]
-        blobs: list[tuple[int, bytes]] = []
-        for s in sections:
-            if (s["sh_flags"] & 0x2) and not (s["sh_flags"] & 0x4) and \
-                    s["sh_type"] not in ("SHT_NOBITS", "SHT_NOTE") and s["sh_addr"]:
-                blobs.append((s["sh_addr"], s.data()))
-        weak = obj.weak
-        for _va, data in blobs:
-            n = len(data) // word * word
-            for (w,) in struct.iter_unpack(fmt, data[:n]):
-                if lo <= w < hi:
-                    weak.add(w)
-            n4 = len(data) // 4 * 4
-            if got is not None and bits == 32:
-                for (w,) in struct.iter_unpack("<i", data[:n4]):
-                    t = (got + w) & 0xFFFFFFFF
-                    if lo <= t < hi:
-                        weak.add(t)
-        # jump tables relative to their own start (x86-64 PIC): lea tbl(%rip) in the sweep
-        for va, data in blobs:
-            for ref in data_refs:
-                off = ref - va
-                if not 0 <= off < len(data):
-                    continue
-                for k in range(4096):
-                    o = off + 4 * k
-                    if o + 4 > len(data):
-                        break
-                    (e,) = struct.unpack_from("<i", data, o)
-                    t = (ref + e) & ((1 << bits) - 1)
-                    if not lo <= t < hi:
-                        break
-                    weak.add(t)
-        # relocations
-        for s in sections:
-            if isinstance(s, RelocationSection):
-                symtab = None
-                if s["sh_link"]:
-                    try:
-                        symtab = elf.get_section(s["sh_link"])
-                    except Exception:
-                        symtab = None
-                for r in s.iter_relocations():
-                    cands = []
-                    if r.is_RELA():
-                        cands.append(r["r_addend"] & ((1 << bits) - 1))
-                    if isinstance(symtab, SymbolTableSection) and r["r_info_sym"]:
-                        try:
-                            sym = symtab.get_symbol(r["r_info_sym"])
-                            cands.append(sym["st_value"] + (r["r_addend"] if r.is_RELA() else 0))
-                        except Exception:
-                            pass
-                    for c in cands:
-                        if lo <= c < hi:
-                            targets.add(c)
-            elif s["sh_type"] == "SHT_RELR":
-                try:
-                    relr: Any = s
-                    for r in relr.iter_relocations():
-                        targets.add(r["r_offset"])  # the word there was scanned as data
-                except Exception:
-                    pass
+        header: dict[str, Any] = {"bits": bits, "machine": machine, "error": "",
+                                  "eh_ranges": [], "marks": []}
+        text, blobs, got = _sections(elf)
+        header["text"] = text
+        if not text:
+            header["error"] = "no executable sections"
+            return header, {}
+        lo = min(va for va, _o, _n in text)
+        hi = max(va + n for va, _o, n in text)
+        targets, weak, src, pads = run_sweep(path, bits, lo, hi, got if bits == 32 else 0,
+                                             text, blobs)
+        extra = _relocation_targets(elf, lo, hi)
         # C++ landing pads are entered by the unwinder: each is a target; a function
         # whose LSDA cannot be read is refused whole
-        gcc_except = next((s for s in sections if s.name == ".gcc_except_table"), None)
+        landing: set[int] = set()
+        gcc_except = elf.get_section_by_name(".gcc_except_table")
         if gcc_except is not None and elf.has_dwarf_info():
             table = (gcc_except["sh_addr"], gcc_except.data())
             try:
@@ -323,19 +278,45 @@ def _analyse(path: str) -> _Object:
                         if getattr(fde, "lsda_pointer", None) is not None and "initial_location" \
                                 in fde.header:
                             start = fde.header["initial_location"]
-                            pads = _landing_pads(table, fde.lsda_pointer, start, bits)
-                            if pads is None:
-                                obj.eh_ranges.append((start, start + fde.header["address_range"]))
+                            found = _landing_pads(table, fde.lsda_pointer, start, bits)
+                            if found is None:
+                                header["eh_ranges"].append(
+                                    (start, start + fde.header["address_range"]))
                             else:
-                                obj.landing_pads.update(pads)
-                                targets.update(pads)
-            except Exception:
-                obj.eh_ranges.append((lo, hi))
-        del word
+                                landing.update(found)
+            except Exception:  # noqa: BLE001 - pyelftools raises many kinds
+                header["eh_ranges"].append((lo, hi))
+        if extra or landing:
+            targets = array("q", sorted(set(targets) | extra | landing))
     try:
-        obj.marks = {n.pc for n in iter_stapsdt_notes(path)}
+        header["marks"] = sorted({n.pc for n in iter_stapsdt_notes(path)})
     except Exception:  # noqa: BLE001 - the notes were read once already by resolve
-        obj.marks = set()
+        header["marks"] = []
+    return header, {"targets": targets, "weak": weak, "src": src, "pads": pads,
+                    "landing": array("q", sorted(landing))}
+
+
+def _analyse(path: str) -> _Object:
+    from .objfacts import load_or_compute
+
+    header, arrays = load_or_compute(path, lambda: _compute(path))
+    obj = _Object(header["bits"], header["machine"], [])
+    obj.error = header["error"]
+    if obj.error:
+        return obj
+    with open(path, "rb") as f:
+        for va, off, size in header["text"]:
+            f.seek(off)
+            obj.text.append((va, f.read(size)))
+    src = arrays["src"]
+    obj.targets = SortedInts(arrays["targets"])
+    obj.weak = SortedInts(arrays["weak"])
+    obj.branch_src = BranchSources(src[0::3], src[1::3], src[2::3])
+    pads = arrays["pads"]
+    obj.pads = list(zip(pads[0::2], pads[1::2], strict=True))
+    obj.landing_pads = set(arrays["landing"])
+    obj.eh_ranges = [(lo, hi) for lo, hi in header["eh_ranges"]]
+    obj.marks = set(header["marks"])
     return obj
 
 
