@@ -205,7 +205,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .patchplan import coverage, plan_site
+    from .patchplan import coverage, plan_site, prepare
     from .resolve import Resolver
     from .retplan import return_plan
     from .session import check_command_target
@@ -222,6 +222,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
+    prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     if opts.pass_ == 2:
         for sites in resolution.points.values():

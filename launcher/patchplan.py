@@ -9,10 +9,12 @@ The launcher decides, the runtime only applies.  For each site, in order:
   rel8/rel32 jumps and branches, a final call emulated with its original
   return address, i386 ``get_pc_thunk`` calls turned into immediates).  Only
   where no branch can land inside the overwritten bytes: direct branch and
-  call targets of a linear sweep of every executable section, code addresses
-  named by instructions, relocations (RELA/REL/RELR) and data words (absolute,
-  and relative entries of jump tables), and C++ landing pads (read from each
+  call targets of every instruction of the object, code addresses named by
+  instructions, relocations (RELA/REL/RELR) and data words (absolute, and
+  relative entries of jump tables), and C++ landing pads (read from each
   function's LSDA; a function whose LSDA cannot be read is refused whole).
+  objfacts.py finds them once per binary (the instructions that name a site's
+  neighbourhood by a byte scan of the whole code, then a decode of those alone).
   Direct branches into the window are retargeted to the stub instead (rel8 ones
   through an island of dead padding); a window that ends in ret/jmp short of 5
   bytes takes the dead padding after it, or jumps (rel8) to an island.
@@ -24,18 +26,17 @@ Every plan carries the reason it got its tactic (``pydyn -p2`` prints it).
 from __future__ import annotations
 
 import bisect
-import os
-import re
-import struct
-from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
-from .elf.stapsdt import ProbeSite, iter_stapsdt_notes
-from .objfacts import BranchSources, SortedInts
+from .elf.functions import FunctionSite
+from .elf.stapsdt import ProbeSite
+from .objfacts import ObjectFacts as _Object
+from .objfacts import analyse
+from .objfacts import cs as _cs
+from .objfacts import is_pad as _is_pad
 
 JMP_LEN = 5
 MAX_WINDOW = 16          # bytes of instructions the runtime's stub reserves for them
@@ -104,290 +105,25 @@ def trap(reason: str) -> PatchPlan:
     return PatchPlan("trap", reason)
 
 
-# --- object analysis ------------------------------------------------------------------
+# --- object analysis (objfacts.py) ----------------------------------------------------
 
-@dataclass
-class _Object:
-    bits: int
-    machine: str
-    text: list[tuple[int, bytes]]            # executable sections: (vaddr, bytes)
-    # hard: branches, immediates, relocations, landing pads
-    targets: SortedInts = field(default_factory=SortedInts)
-    # weak: words of data that fall in the text (a real code pointer is an instruction
-    # start, so one landing inside an instruction decoded from the site is no pointer)
-    weak: SortedInts = field(default_factory=SortedInts)
-    # target -> (field address, 4 or 1) of the direct jmp/jcc/call rel32 and jmp/jcc rel8
-    # reaching it: such a branch can be retargeted into the stub (a rel8 one through an
-    # island of dead padding), so its target may lie inside the window
-    branch_src: BranchSources = field(
-        default_factory=lambda: BranchSources(array("q"), array("q"), array("q")))
-    claimed: dict[int, tuple[int, int]] = field(default_factory=dict)  # byte -> owner
-    # runs of >= 2 padding bytes (nop/int3) after an instruction that does not fall
-    # through, in address order, as the sweep decoded them: (start, length)
-    pads: list[tuple[int, int]] = field(default_factory=list)
-    landing_pads: set[int] = field(default_factory=set)   # C++, from the LSDAs (in targets)
-    eh_ranges: list[tuple[int, int]] = field(default_factory=list)   # FDEs with an LSDA
-    marks: set[int] = field(default_factory=set)   # every USDT site of the object
-    error: str = ""
-
-    def read(self, addr: int, n: int) -> bytes:
-        for va, data in self.text:
-            if va <= addr < va + len(data):
-                return data[addr - va:addr - va + n]
-        return b""
-
-    def in_text(self, addr: int) -> bool:
-        return any(va <= addr < va + len(data) for va, data in self.text)
-
-
-_PADDING = ("nop", "int3")
-_SAME_REG = re.compile(r"(\w+), \[?\1\]?")   # i386 gcc pads with `lea 0(%esi),%esi` & co.
-
-
-def _is_pad(mnem: str, ops: str) -> bool:
-    return mnem in _PADDING or (mnem in ("lea", "mov") and bool(_SAME_REG.fullmatch(ops)))
-
-
-def _cs(bits: int, detail: bool = False) -> Any:
-    import capstone
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64 if bits == 64
-                     else capstone.CS_MODE_32)
-    md.detail = detail
-    md.skipdata = False
-    return md
-
-
-def _sections(elf: Any) -> tuple[list[tuple[int, int, int]], list[tuple[int, int, int]], int]:
-    """(executable sections, allocated data sections, the GOT base or 0) of an ELF file:
-    (vaddr, file offset, size) each."""
-    text: list[tuple[int, int, int]] = []
-    blobs: list[tuple[int, int, int]] = []
-    got = 0
-    for s in elf.iter_sections():
-        if s.name in (".got.plt", ".got") and not got:
-            got = s["sh_addr"]
-        if s["sh_type"] == "SHT_NOBITS" or not s["sh_addr"]:
+def prepare(sites: Iterable[ProbeSite]) -> None:
+    """Analyse the neighbourhoods of every site (and of every function a `.return`
+    site exits) at once: one scan per object, not one per site."""
+    pcs: dict[str, list[int]] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for site in sites:
+        if site.machine not in ("x86_64", "i386") or site.nop_len >= JMP_LEN:
             continue
-        where = (s["sh_addr"], s["sh_offset"], s["sh_size"])
-        if s["sh_flags"] & 0x4:
-            text.append(where)
-        elif s["sh_flags"] & 0x2 and s["sh_type"] != "SHT_NOTE":
-            blobs.append(where)
-    return text, blobs, got
-
-
-def _relocation_targets(elf: Any, lo: int, hi: int) -> set[int]:
-    """Code addresses named by relocations (RELA addends, symbol values + addends, RELR
-    offsets), read with `struct` (pyelftools parses each entry, ~25 us apiece)."""
-    bits = elf.elfclass
-    mask = (1 << bits) - 1
-    e = "<" if elf.little_endian else ">"
-    out: set[int] = set()
-    symvals: dict[int, list[int]] = {}
-
-    def values(index: int) -> list[int]:
-        if index not in symvals:
-            vals: list[int] = []
-            try:
-                sec = elf.get_section(index)
-                if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM"):
-                    raw = sec.data()
-                    if bits == 64:
-                        vals = [v for _n, _i, _o, _s, v, _z in
-                                struct.iter_unpack(e + "IBBHQQ", raw[:len(raw) // 24 * 24])]
-                    else:
-                        vals = [v for _n, v, _z, _i, _o, _s in
-                                struct.iter_unpack(e + "IIIBBH", raw[:len(raw) // 16 * 16])]
-            except Exception:  # noqa: BLE001 - a malformed link: no symbol values
-                vals = []
-            symvals[index] = vals
-        return symvals[index]
-
-    for s in elf.iter_sections():
-        kind = s["sh_type"]
-        if kind in ("SHT_RELA", "SHT_REL"):
-            rela = kind == "SHT_RELA"
-            size = (24 if rela else 16) if bits == 64 else (12 if rela else 8)
-            raw = s.data()
-            fmt = e + ("QQq" if rela else "QQ") if bits == 64 else e + ("IIi" if rela else "II")
-            syms = values(s["sh_link"]) if s["sh_link"] else []
-            for ent in struct.iter_unpack(fmt, raw[:len(raw) // size * size]):
-                info = ent[1]
-                addend = ent[2] if rela else 0
-                sym = info >> 32 if bits == 64 else info >> 8
-                if rela:
-                    c = addend & mask
-                    if lo <= c < hi:
-                        out.add(c)
-                if sym and sym < len(syms):
-                    c = syms[sym] + addend
-                    if lo <= c < hi:
-                        out.add(c)
-        elif kind == "SHT_RELR":
-            word = bits // 8
-            raw = s.data()
-            base = 0
-            for (w,) in struct.iter_unpack(e + ("Q" if bits == 64 else "I"),
-                                           raw[:len(raw) // word * word]):
-                if not w & 1:
-                    out.add(w)      # the word there was scanned as data
-                    base = w + word
-                else:
-                    for i in range(bits - 1):
-                        if (w >> (i + 1)) & 1:
-                            out.add(base + i * word)
-                    base += (bits - 1) * word
-    return out
-
-
-def _compute(path: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The object's facts (objfacts.py): a JSON-able header and int64 arrays."""
-    from array import array
-
-    from elftools.elf.elffile import ELFFile
-
-    from .objfacts import run_sweep
-
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        bits = elf.elfclass
-        machine = "x86_64" if elf["e_machine"] == "EM_X86_64" else "i386"
-        header: dict[str, Any] = {"bits": bits, "machine": machine, "error": "",
-                                  "eh_ranges": [], "marks": []}
-        text, blobs, got = _sections(elf)
-        header["text"] = text
-        if not text:
-            header["error"] = "no executable sections"
-            return header, {}
-        lo = min(va for va, _o, _n in text)
-        hi = max(va + n for va, _o, n in text)
-        targets, weak, src, pads = run_sweep(path, bits, lo, hi, got if bits == 32 else 0,
-                                             text, blobs)
-        extra = _relocation_targets(elf, lo, hi)
-        # C++ landing pads are entered by the unwinder: each is a target; a function
-        # whose LSDA cannot be read is refused whole
-        landing: set[int] = set()
-        gcc_except = elf.get_section_by_name(".gcc_except_table")
-        if gcc_except is not None and elf.has_dwarf_info():
-            table = (gcc_except["sh_addr"], gcc_except.data())
-            try:
-                dwarf = elf.get_dwarf_info(follow_links=False)
-                if dwarf.has_EH_CFI():
-                    for entry in dwarf.EH_CFI_entries():
-                        fde: Any = entry
-                        if getattr(fde, "lsda_pointer", None) is not None and "initial_location" \
-                                in fde.header:
-                            start = fde.header["initial_location"]
-                            found = _landing_pads(table, fde.lsda_pointer, start, bits)
-                            if found is None:
-                                header["eh_ranges"].append(
-                                    (start, start + fde.header["address_range"]))
-                            else:
-                                landing.update(found)
-            except Exception:  # noqa: BLE001 - pyelftools raises many kinds
-                header["eh_ranges"].append((lo, hi))
-        if extra or landing:
-            targets = array("q", sorted(set(targets) | extra | landing))
-    try:
-        header["marks"] = sorted({n.pc for n in iter_stapsdt_notes(path)})
-    except Exception:  # noqa: BLE001 - the notes were read once already by resolve
-        header["marks"] = []
-    return header, {"targets": targets, "weak": weak, "src": src, "pads": pads,
-                    "landing": array("q", sorted(landing))}
-
-
-def _analyse(path: str) -> _Object:
-    from .objfacts import load_or_compute
-
-    header, arrays = load_or_compute(path, lambda: _compute(path))
-    obj = _Object(header["bits"], header["machine"], [])
-    obj.error = header["error"]
-    if obj.error:
-        return obj
-    with open(path, "rb") as f:
-        for va, off, size in header["text"]:
-            f.seek(off)
-            obj.text.append((va, f.read(size)))
-    src = arrays["src"]
-    obj.targets = SortedInts(arrays["targets"])
-    obj.weak = SortedInts(arrays["weak"])
-    obj.branch_src = BranchSources(src[0::3], src[1::3], src[2::3])
-    pads = arrays["pads"]
-    obj.pads = list(zip(pads[0::2], pads[1::2], strict=True))
-    obj.landing_pads = set(arrays["landing"])
-    obj.eh_ranges = [(lo, hi) for lo, hi in header["eh_ranges"]]
-    obj.marks = set(header["marks"])
-    return obj
-
-
-def _landing_pads(table: tuple[int, bytes], lsda: int, func: int, bits: int) -> list[int] | None:
-    """The landing pads of the LSDA at `lsda` (in .gcc_except_table, `table` = (address,
-    bytes)) of the function at `func`; None if its encodings are not the plain ones gcc
-    and clang emit."""
-    base, data = table
-    pos = lsda - base
-
-    def uleb() -> int:
-        nonlocal pos
-        v = shift = 0
-        while True:
-            b = data[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return v
-
-    def enc(e: int) -> int | None:
-        nonlocal pos
-        if e == 0x01:                       # DW_EH_PE_uleb128
-            return uleb()
-        size = {0x02: 2, 0x03: 4, 0x04: 8, 0x00: bits // 8}.get(e)
-        if size is None:
-            return None
-        v = int.from_bytes(data[pos:pos + size], "little")
-        pos += size
-        return v
-
-    try:
-        if not 0 <= pos < len(data):
-            return None
-        lp_enc = data[pos]
-        pos += 1
-        lpstart = func
-        if lp_enc != 0xFF:
-            v = enc(lp_enc)
-            if v is None:
-                return None
-            lpstart = v
-        tt_enc = data[pos]
-        pos += 1
-        if tt_enc != 0xFF:
-            uleb()
-        cs_enc = data[pos]
-        pos += 1
-        end = uleb() + pos
-        pads = []
-        while pos < end:
-            fields = [enc(cs_enc), enc(cs_enc), enc(cs_enc)]
-            if None in fields:
-                return None
-            uleb()                          # action
-            if fields[2]:
-                pads.append(lpstart + int(fields[2] or 0))
-        return pads
-    except IndexError:
-        return None
-
-
-@lru_cache(maxsize=32)
-def _analyse_cached(path: str, mtime: int, size: int) -> _Object:
-    return _analyse(path)
-
-
-def analyse(path: str) -> _Object:
-    st = os.stat(path)
-    return _analyse_cached(path, st.st_mtime_ns, st.st_size)
+        pcs.setdefault(site.path, []).append(site.pc)
+        if isinstance(site, FunctionSite) and site.is_return and site.func_size > 0:
+            spans.setdefault(site.path, []).append(
+                (site.func_addr, site.func_addr + site.func_size))
+    for path, at in pcs.items():
+        try:
+            analyse(path).cover_sites(at, spans.get(path, []))
+        except (OSError, Exception):  # noqa: B014, BLE001 - each plan reports it
+            pass
 
 
 # --- relocation -----------------------------------------------------------------------
@@ -644,6 +380,7 @@ def _island(obj: _Object, anchor: int, owner: tuple[int, int]) -> tuple[int, int
     through, reached by nothing) for a `jmp rel32`, within rel8 reach of `anchor` or of
     a 2-byte `jmp rel8` hop in other dead padding (hop 0: none); claimed for `owner`.
     (0, 0) if there is none."""
+    obj.ensure_pads(anchor)
     mine = [b for b, who in obj.claimed.items() if who == owner]
     if mine:     # planned before (the launcher may plan a site twice)
         return mine[0], (mine[JMP_LEN] if len(mine) > JMP_LEN else 0)
@@ -666,6 +403,7 @@ def _island(obj: _Object, anchor: int, owner: tuple[int, int]) -> tuple[int, int
 def _free_pad(obj: _Object, anchor: int, n: int, owner: tuple[int, int],
               exclude: int = -1) -> int:
     """`n` unclaimed dead padding bytes within rel8 reach of `anchor`, claimed; 0 if none."""
+    obj.ensure_pads(anchor)
     i = bisect.bisect_left(obj.pads, (anchor - 128 - 256,))
     for start, size in obj.pads[i:]:
         if start > anchor + 127:

@@ -1,29 +1,28 @@
-/* pd_sweep: the whole-object facts an x86 patch plan needs (launcher/patchplan.py),
- * computed once per binary (build-id) and kept in the module cache.
+/* pd_sweep: byte scans of a whole binary for x86 patch planning (launcher/patchplan.py,
+ * launcher/objfacts.py).  No instruction is decoded here: that is done in Python, with
+ * capstone, for the few places a scan points at.
  *
- * A linear sweep of every executable section with capstone (the library the Python
- * binding ships, so the decoder and the text of each instruction are the binding's:
- * the facts are those patchplan's plans were designed on), then the data words that
- * point into the code and the entries of the jump tables that instructions name.  The
- * sweep decodes ~1.3 M instructions for PostgreSQL's `postgres`: seconds in Python,
- * a fraction of one here.
+ * usage: pd_sweep FILE BITS LO HI GOT [r:A:B]... x:VA:OFF:SIZE... d:VA:OFF:SIZE...
+ *   x: an executable section, d: an allocated data section (vaddr, file offset, size);
+ *   [LO, HI) bounds the code; GOT is the i386 GOT base (0: none); numbers in hex.
  *
- * usage: pd_sweep LIBCAPSTONE FILE BITS LO HI GOT x:VA:OFF:SIZE... d:VA:OFF:SIZE...
- *   LIBCAPSTONE: the binding's shared library, loaded with dlopen (the wheel ships it
- *   without the file its soname names, so it cannot be a link-time dependency);
- *   x: an executable section, d: an allocated data section (file offsets and sizes);
- *   LO/HI bound the code, GOT is the i386 GOT base (0: none); numbers in hex.
- * stdout: four arrays (targets and weak sorted, without repeats), each a little-endian uint64 count then int64 records:
- *   targets (1 word: hard branch targets and code addresses named by instructions),
- *   weak (1 word: data words and jump-table entries in the code),
- *   branch sources (3 words: target, address of the rel field, its size 4 or 1;
- *   sorted by target, then field),
- *   padding runs (2 words: start, length).
- * Exit 2 with one line on stderr when the file or capstone cannot be used.
+ * Without r: ranges (once per binary): the words of data that point into the code --
+ * absolute words, i386 GOT-relative words, and the entries of every table that a
+ * RIP-relative operand or an absolute value in the code may name, read as int32 offsets
+ * from the table's start while they land in the code (x86-64 PIC jump tables).  The
+ * "may name" is a superset (every byte offset read as either): more words than a sweep
+ * finds, never fewer.  stdout: a uint64 count, then the words (int64, sorted, unique).
+ *
+ * With r: ranges (per run, the sites' neighbourhoods): every byte offset of the code at
+ * which some encoding would name an address inside a range -- the opcode of a rel8 or
+ * rel16/rel32 jmp, jcc, call, loop, jcxz or xbegin, a ModRM byte of a RIP-relative
+ * operand (whatever immediate follows it), or an 8/16/32/64-bit field whose value (as
+ * is or sign-extended) lies in a range.  Every instruction that names such an address
+ * has one of these inside it: the caller decodes the instructions holding them and
+ * keeps the real ones.  stdout: a uint64 count, then the offsets as addresses (int64).
+ *
+ * Exit 2 with one line on stderr when the file cannot be used.
  */
-#include <capstone/capstone.h>
-#include <ctype.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,31 +31,6 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static cs_err (*p_open)(cs_arch, cs_mode, csh *);
-static cs_insn *(*p_malloc)(csh);
-static bool (*p_disasm_iter)(csh, const uint8_t **, size_t *, uint64_t *, cs_insn *);
-static void (*p_free)(cs_insn *, size_t);
-static cs_err (*p_close)(csh *);
-
-static int load_capstone(const char *lib)
-{
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        fprintf(stderr, "pd_sweep: %s\n", dlerror());
-        return -1;
-    }
-    *(void **)&p_open = dlsym(h, "cs_open");
-    *(void **)&p_malloc = dlsym(h, "cs_malloc");
-    *(void **)&p_disasm_iter = dlsym(h, "cs_disasm_iter");
-    *(void **)&p_free = dlsym(h, "cs_free");
-    *(void **)&p_close = dlsym(h, "cs_close");
-    if (!p_open || !p_malloc || !p_disasm_iter || !p_free || !p_close) {
-        fprintf(stderr, "pd_sweep: %s lacks the capstone functions\n", lib);
-        return -1;
-    }
-    return 0;
-}
 
 struct vec { int64_t *v; size_t n, cap; };
 
@@ -70,178 +44,13 @@ static void push(struct vec *a, int64_t x)
     a->v[a->n++] = x;
 }
 
-struct area { uint64_t va, off, size; const uint8_t *data; };
+struct area { uint64_t va, size; const uint8_t *data; };
 
-static int64_t lo, hi;
-static struct vec targets, weak, branch_src, pads, data_refs;
-
-static int ends_with_word(const char *mnem, const char *word)
-{
-    const char *last = strrchr(mnem, ' ');
-    return strcmp(last ? last + 1 : mnem, word) == 0;
-}
-
-static int no_fallthrough(const char *mnem)
-{
-    static const char *const w[] = {"jmp", "ret", "ud2", "hlt", "int3"};
-    for (size_t i = 0; i < sizeof w / sizeof *w; i++)
-        if (ends_with_word(mnem, w[i]))
-            return 1;
-    return 0;
-}
-
-static int is_word(char c) { return isalnum((unsigned char)c) || c == '_'; }
-
-/* patchplan._is_pad: nop/int3, or i386 gcc's `lea esi, [esi]` & co. (`X, [?X]?`) */
-static int is_pad(const char *mnem, const char *ops)
-{
-    if (!strcmp(mnem, "nop") || !strcmp(mnem, "int3"))
-        return 1;
-    if (strcmp(mnem, "lea") && strcmp(mnem, "mov"))
-        return 0;
-    size_t n = 0;
-    while (is_word(ops[n]))
-        n++;
-    if (!n || strncmp(ops + n, ", ", 2))
-        return 0;
-    const char *r = ops + n + 2;
-    int open = *r == '[';
-    r += open;
-    if (strncmp(r, ops, n))
-        return 0;
-    r += n;
-    if (*r == ']')
-        r++;
-    return *r == 0;
-}
-
-static int is_hex_digit(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }
-
-/* `0x[0-9a-f]+` at s: its length, 0 if none */
-static size_t hex_at(const char *s)
-{
-    if (s[0] != '0' || s[1] != 'x' || !is_hex_digit(s[2]))
-        return 0;
-    size_t n = 2;
-    while (is_hex_digit(s[n]))
-        n++;
-    return n;
-}
-
-/* `\[rip(?: ([+-]) (0x[0-9a-f]+|[0-9]+))?\]`, the first match: 1 and its displacement */
-static int rip_operand(const char *ops, int64_t *disp)
-{
-    for (const char *p = strstr(ops, "[rip"); p; p = strstr(p + 1, "[rip")) {
-        const char *q = p + 4;
-        if (*q == ']') { *disp = 0; return 1; }
-        if (q[0] != ' ' || (q[1] != '+' && q[1] != '-') || q[2] != ' ')
-            continue;
-        int neg = q[1] == '-';
-        q += 3;
-        size_t n = hex_at(q);
-        int64_t v;
-        if (n) {
-            v = (int64_t)strtoull(q, NULL, 16);
-        } else {
-            while (q[n] >= '0' && q[n] <= '9')
-                n++;
-            if (!n)
-                continue;
-            v = (int64_t)strtoull(q, NULL, 10);
-        }
-        if (q[n] != ']')
-            continue;
-        *disp = neg ? -v : v;
-        return 1;
-    }
-    return 0;
-}
-
-static int is_branch_mnem(const char *m)
-{
-    return m[0] == 'j' || !strncmp(m, "call", 4) || !strncmp(m, "loop", 4) ||
-           !strncmp(m, "xbegin", 6);
-}
-
-/* patchplan._branch_field: (offset, size) of the displacement of a direct jmp/call/jcc */
-static int branch_field(const uint8_t *d, size_t size, int *off, int *fsize)
-{
-    if (size >= 5) {
-        uint8_t op = d[size - 5];
-        if (op == 0xE8 || op == 0xE9 || (size >= 6 && d[size - 6] == 0x0F && op >= 0x80 &&
-                                         op <= 0x8F)) {
-            *off = (int)size - 4;
-            *fsize = 4;
-            return 1;
-        }
-    }
-    if (size >= 2 && size <= 3 && (d[size - 2] == 0xEB || (d[size - 2] >= 0x70 &&
-                                                          d[size - 2] <= 0x7F))) {
-        *off = (int)size - 1;
-        *fsize = 1;
-        return 1;
-    }
-    return 0;
-}
-
-static void sweep(csh h, const struct area *a)
-{
-    cs_insn *insn = p_malloc(h);
-    size_t pos = 0;
-    while (pos < a->size) {
-        const uint8_t *code = a->data + pos;
-        size_t left = a->size - pos;
-        uint64_t addr = a->va + pos;
-        size_t end = pos;
-        int dead = 0;
-        int64_t run_start = 0, run_len = 0;
-        while (p_disasm_iter(h, &code, &left, &addr, insn)) {
-            int64_t at = (int64_t)insn->address;
-            end = (size_t)(at + insn->size - (int64_t)a->va);
-            const char *mnem = insn->mnemonic, *ops = insn->op_str;
-            if ((dead || run_len) && is_pad(mnem, ops)) {
-                if (!run_start)
-                    run_start = at;
-                run_len += insn->size;
-                continue;
-            }
-            if (run_len >= 2) {
-                push(&pads, run_start);
-                push(&pads, run_len);
-            }
-            run_start = run_len = 0;
-            dead = no_fallthrough(mnem);
-            if (!strstr(ops, "0x") && !strstr(ops, "rip"))
-                continue;
-            int64_t disp;
-            if (rip_operand(ops, &disp)) {
-                int64_t t = at + insn->size + disp;
-                push(lo <= t && t < hi ? &targets : &data_refs, t);
-                continue;
-            }
-            int branch = is_branch_mnem(mnem);
-            size_t n = hex_at(ops);
-            int off, fsize;
-            if (branch && n && ops[n] == 0 &&
-                branch_field(a->data + (at - (int64_t)a->va), insn->size, &off, &fsize)) {
-                push(&branch_src, (int64_t)strtoull(ops, NULL, 16));
-                push(&branch_src, at + off);
-                push(&branch_src, fsize);
-                continue;
-            }
-            for (const char *p = ops; *p; ) {
-                size_t k = hex_at(p);
-                if (!k) { p++; continue; }
-                int64_t t = (int64_t)strtoull(p, NULL, 16);
-                push(lo <= t && t < hi ? &targets : branch ? &targets : &data_refs, t);
-                p += k;
-            }
-        }
-        /* capstone stops at an undecodable byte: resume after it (data in code) */
-        pos = (end > pos ? end : pos) + ((end <= pos || end < a->size) ? 1 : 0);
-    }
-    p_free(insn, 1);
-}
+static uint64_t lo, hi;
+static uint64_t rlo = ~0ULL, rhi;   /* ranges mode: the bounds of all ranges */
+static uint64_t blo = ~0ULL, bhi;   /* the bounds of the data sections */
+static int bits;
+static uint8_t *marked;       /* ranges mode: a bit per code byte inside some range */
 
 static int cmp64(const void *x, const void *y)
 {
@@ -261,55 +70,149 @@ static void sort_unique(struct vec *a)
     a->n = k;
 }
 
-static void data_words(const struct area *blobs, size_t nblobs, int bits, int64_t got)
+static int32_t rd32(const uint8_t *p) { int32_t v; memcpy(&v, p, 4); return v; }
+static int16_t rd16(const uint8_t *p) { int16_t v; memcpy(&v, p, 2); return v; }
+static uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+
+static inline int hit(uint64_t t)
+{
+    if (bits == 32)
+        t &= 0xFFFFFFFFULL;
+    if (t < rlo || t >= rhi)
+        return 0;
+    uint64_t i = t - lo;
+    return marked[i >> 3] >> (i & 7) & 1;
+}
+
+/* Whether some encoding at p (n bytes left) names an address in a range. */
+static int names_range(const uint8_t *d, size_t n, uint64_t p)
+{
+    uint8_t b = d[0];
+    /* fields: the value as is and sign-extended from each width */
+    if (hit(b) || hit((uint64_t)(int64_t)(int8_t)b) || hit((uint16_t)(int16_t)(int8_t)b) ||
+        hit((uint32_t)(int32_t)(int8_t)b))
+        return 1;
+    if (n >= 2) {
+        int16_t w = rd16(d);
+        if (hit((uint16_t)w) || hit((uint64_t)(int64_t)w) || hit((uint32_t)(int32_t)w))
+            return 1;
+        /* rel8: jcc, jmp, loop*, jcxz (the opcode's byte) */
+        if (((b >= 0x70 && b <= 0x7F) || b == 0xEB || (b >= 0xE0 && b <= 0xE3)) &&
+            hit(p + 2 + (int8_t)d[1]))
+            return 1;
+    }
+    if (n >= 4) {
+        int32_t v = rd32(d);
+        if (hit((uint32_t)v) || hit((uint64_t)(int64_t)v))
+            return 1;
+        /* rel16 after an operand-size prefix (and 16-bit wrap-around in 32-bit code) */
+        if (b == 0x66) {
+            uint64_t end = 0;
+            int16_t rel = 0;
+            if (d[1] == 0xE8 || d[1] == 0xE9)
+                end = p + 4, rel = rd16(d + 2);
+            else if (n >= 5 && ((d[1] == 0x0F && d[2] >= 0x80 && d[2] <= 0x8F) ||
+                                (d[1] == 0xC7 && d[2] == 0xF8)))
+                end = p + 5, rel = rd16(d + 3);
+            if (end && (hit(end + rel) || hit((end + rel) & 0xFFFF)))
+                return 1;
+        }
+    }
+    if (n >= 5) {
+        /* rel32: call, jmp; a RIP-relative ModRM byte, whatever immediate follows */
+        if ((b == 0xE8 || b == 0xE9) && hit(p + 5 + rd32(d + 1)))
+            return 1;
+        if (bits == 64 && (b & 0xC7) == 0x05) {
+            int32_t disp = rd32(d + 1);
+            static const int imm[] = {0, 1, 2, 4};
+            for (int k = 0; k < 4; k++)
+                if (hit(p + 5 + imm[k] + disp))
+                    return 1;
+        }
+    }
+    if (n >= 6 && ((b == 0x0F && d[1] >= 0x80 && d[1] <= 0x8F) || (b == 0xC7 && d[1] == 0xF8))
+        && hit(p + 6 + rd32(d + 2)))
+        return 1;
+    if (n >= 8 && hit(rd64(d)))
+        return 1;
+    return 0;
+}
+
+static void scan_ranges(const struct area *a, struct vec *out)
+{
+    for (size_t i = 0; i < a->size; i++)
+        if (names_range(a->data + i, a->size - i, a->va + i))
+            push(out, (int64_t)(a->va + i));
+}
+
+static const struct area *blob_of(const struct area *blobs, size_t nblobs, uint64_t addr)
+{
+    if (addr < blo || addr >= bhi)
+        return NULL;
+    for (size_t b = 0; b < nblobs; b++)
+        if (addr >= blobs[b].va && addr < blobs[b].va + blobs[b].size)
+            return &blobs[b];
+    return NULL;
+}
+
+static void data_words(const struct area *text, size_t ntext, const struct area *blobs,
+                       size_t nblobs, uint64_t got, struct vec *weak)
 {
     uint64_t mask = bits == 64 ? ~0ULL : 0xFFFFFFFFULL;
+    size_t word = bits == 64 ? 8 : 4;
     for (size_t b = 0; b < nblobs; b++) {
         const struct area *a = &blobs[b];
-        size_t word = bits == 64 ? 8 : 4;
         for (size_t o = 0; o + word <= a->size; o += word) {
             uint64_t w = 0;
             memcpy(&w, a->data + o, word);
-            if (w >= (uint64_t)lo && w < (uint64_t)hi)
-                push(&weak, (int64_t)w);
+            if (w >= lo && w < hi)
+                push(weak, (int64_t)w);
         }
         if (got && bits == 32)
             for (size_t o = 0; o + 4 <= a->size; o += 4) {
-                int32_t w;
-                memcpy(&w, a->data + o, 4);
-                int64_t t = (int64_t)(((uint64_t)got + (uint64_t)(int64_t)w) & 0xFFFFFFFFULL);
-                if (lo <= t && t < hi)
-                    push(&weak, t);
+                uint64_t t = (got + (uint64_t)(int64_t)rd32(a->data + o)) & 0xFFFFFFFFULL;
+                if (t >= lo && t < hi)
+                    push(weak, (int64_t)t);
             }
     }
-    /* jump tables relative to their own start (x86-64 PIC): lea tbl(%rip) in the sweep */
-    sort_unique(&data_refs);
-    for (size_t b = 0; b < nblobs; b++) {
-        const struct area *a = &blobs[b];
-        for (size_t r = 0; r < data_refs.n; r++) {
-            int64_t ref = data_refs.v[r];
-            if (ref < (int64_t)a->va || ref >= (int64_t)(a->va + a->size))
-                continue;
-            size_t off = (size_t)(ref - (int64_t)a->va);
-            for (size_t k = 0; k < 4096; k++) {
-                size_t o = off + 4 * k;
-                if (o + 4 > a->size)
-                    break;
-                int32_t e;
-                memcpy(&e, a->data + o, 4);
-                int64_t t = (int64_t)(((uint64_t)ref + (uint64_t)(int64_t)e) & mask);
-                if (!(lo <= t && t < hi))
-                    break;
-                push(&weak, t);
+    /* the tables the code may name: RIP-relative operands, absolute 32/64-bit values */
+    struct vec refs = {0};
+    for (size_t s = 0; s < ntext; s++) {
+        const struct area *a = &text[s];
+        for (size_t i = 0; i < a->size; i++) {
+            const uint8_t *d = a->data + i;
+            size_t n = a->size - i;
+            uint64_t p = a->va + i;
+            if (n >= 4) {
+                uint64_t v = (uint32_t)rd32(d);
+                if (blob_of(blobs, nblobs, v))
+                    push(&refs, (int64_t)v);
+            }
+            if (n >= 8 && bits == 64 && blob_of(blobs, nblobs, rd64(d)))
+                push(&refs, (int64_t)rd64(d));
+            if (n >= 5 && bits == 64 && (d[0] & 0xC7) == 0x05) {
+                static const int imm[] = {0, 1, 2, 4};
+                for (int k = 0; k < 4; k++) {
+                    uint64_t t = p + 5 + imm[k] + (uint64_t)(int64_t)rd32(d + 1);
+                    if (blob_of(blobs, nblobs, t))
+                        push(&refs, (int64_t)t);
+                }
             }
         }
     }
-}
-
-static int cmp_src(const void *x, const void *y)
-{
-    const int64_t *a = x, *b = y;
-    return a[0] != b[0] ? (a[0] > b[0]) - (a[0] < b[0]) : (a[1] > b[1]) - (a[1] < b[1]);
+    sort_unique(&refs);
+    for (size_t r = 0; r < refs.n; r++) {
+        uint64_t ref = (uint64_t)refs.v[r];
+        const struct area *a = blob_of(blobs, nblobs, ref);
+        size_t off = (size_t)(ref - a->va);
+        for (size_t k = 0; k < 4096 && off + 4 * k + 4 <= a->size; k++) {
+            uint64_t t = (ref + (uint64_t)(int64_t)rd32(a->data + off + 4 * k)) & mask;
+            if (t < lo || t >= hi)
+                break;
+            push(weak, (int64_t)t);
+        }
+    }
+    free(refs.v);
 }
 
 static void put(const struct vec *a)
@@ -321,14 +224,11 @@ static void put(const struct vec *a)
 
 int main(int argc, char **argv)
 {
-    if (argc < 7) {
-        fputs("usage: pd_sweep LIBCAPSTONE FILE BITS LO HI GOT x:VA:OFF:SIZE... "
+    if (argc < 6) {
+        fputs("usage: pd_sweep FILE BITS LO HI GOT [r:A:B]... x:VA:OFF:SIZE... "
               "d:VA:OFF:SIZE...\n", stderr);
         return 2;
     }
-    if (load_capstone(argv[1]) < 0)
-        return 2;
-    argv++, argc--;
     int fd = open(argv[1], O_RDONLY | O_CLOEXEC);
     struct stat st;
     if (fd < 0 || fstat(fd, &st) < 0) {
@@ -341,44 +241,59 @@ int main(int argc, char **argv)
         perror(argv[1]);
         return 2;
     }
-    int bits = atoi(argv[2]);
-    lo = (int64_t)strtoull(argv[3], NULL, 16);
-    hi = (int64_t)strtoull(argv[4], NULL, 16);
-    int64_t got = (int64_t)strtoull(argv[5], NULL, 16);
-    struct area *areas = calloc((size_t)argc, sizeof *areas);
+    bits = atoi(argv[2]);
+    lo = strtoull(argv[3], NULL, 16);
+    hi = strtoull(argv[4], NULL, 16);
+    uint64_t got = strtoull(argv[5], NULL, 16);
+    if (hi < lo || hi - lo > (1ULL << 34)) {
+        fputs("pd_sweep: bad code bounds\n", stderr);
+        return 2;
+    }
+    struct area *text = calloc((size_t)argc, sizeof *text);
     struct area *blobs = calloc((size_t)argc, sizeof *blobs);
-    size_t nareas = 0, nblobs = 0;
+    size_t ntext = 0, nblobs = 0, nranges = 0;
+    marked = calloc((size_t)((hi - lo) / 8 + 1), 1);
+    if (!text || !blobs || !marked) {
+        fputs("pd_sweep: out of memory\n", stderr);
+        return 2;
+    }
     for (int i = 6; i < argc; i++) {
-        struct area a;
-        char kind;
         unsigned long long va, off, size;
+        if (argv[i][0] == 'r') {
+            if (sscanf(argv[i], "r:%llx:%llx", &va, &size) != 2) {
+                fprintf(stderr, "pd_sweep: bad range %s\n", argv[i]);
+                return 2;
+            }
+            for (uint64_t t = va < lo ? lo : va; t < size && t < hi; t++) {
+                marked[(t - lo) >> 3] |= (uint8_t)(1 << ((t - lo) & 7));
+                rlo = t < rlo ? t : rlo;
+                rhi = t + 1 > rhi ? t + 1 : rhi;
+            }
+            nranges++;
+            continue;
+        }
+        char kind;
         if (sscanf(argv[i], "%c:%llx:%llx:%llx", &kind, &va, &off, &size) != 4 ||
             off > (uint64_t)st.st_size || size > (uint64_t)st.st_size - off) {
             fprintf(stderr, "pd_sweep: bad section %s\n", argv[i]);
             return 2;
         }
-        a.va = va, a.off = off, a.size = size, a.data = file + off;
-        if (kind == 'x')
-            areas[nareas++] = a;
-        else
+        struct area a = {va, size, file + off};
+        if (kind == 'x') {
+            text[ntext++] = a;
+        } else {
             blobs[nblobs++] = a;
+            blo = va < blo ? va : blo;
+            bhi = va + size > bhi ? va + size : bhi;
+        }
     }
-    csh h;
-    if (p_open(CS_ARCH_X86, bits == 64 ? CS_MODE_64 : CS_MODE_32, &h) != CS_ERR_OK) {
-        fputs("pd_sweep: capstone cannot open an x86 decoder\n", stderr);
-        return 2;
-    }
-    for (size_t i = 0; i < nareas; i++)
-        sweep(h, &areas[i]);
-    p_close(&h);
-    data_words(blobs, nblobs, bits, got);
-    sort_unique(&targets);
-    sort_unique(&weak);
-    /* by target, then source: each target's sources in the sweep's order */
-    qsort(branch_src.v, branch_src.n / 3, 3 * sizeof *branch_src.v, cmp_src);
-    put(&targets);
-    put(&weak);
-    put(&branch_src);
-    put(&pads);
+    struct vec out = {0};
+    if (nranges)
+        for (size_t s = 0; s < ntext; s++)
+            scan_ranges(&text[s], &out);
+    else
+        data_words(text, ntext, blobs, nblobs, got, &out);
+    sort_unique(&out);
+    put(&out);
     return fflush(stdout) ? 2 : 0;
 }

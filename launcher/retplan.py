@@ -144,6 +144,7 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
         return hijack(f"cannot analyse the object: {exc}")
     if obj.error:
         return hijack(obj.error)
+    obj.cover_sites([site.pc], [(func_addr, func_addr + func_size)])   # one scan, all exits
     # gcc's hot/cold split: the .cold part is the same function (jumped to, it may
     # return or jump back)
     ranges = [(func_addr, func_addr + func_size), *img.cold.get(site.name, [])]
