@@ -214,6 +214,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     verbose = opts.verbose
     if argv_cmd is not None:
         check_command_target(argv_cmd)
+        if cache is not None:
+            from .build import which
+            cache.remember_target(target_path or which(argv_cmd[0]) or argv_cmd[0])
     warnings: list[str] = []   # replayed on a cache hit
 
     def warn(message: str) -> None:
@@ -257,7 +260,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
                    "modules ..."):
         if cache is not None:
-            deps = [*resolution.objects, *([target_path] if target_path else [])]
+            deps = list(resolution.objects)   # the target only if a probe resolved in it
             modules = cache.build(lookup, deps, program, required, defines, warnings,
                                   verbose_lines, keep=opts.pass_ == 4)
         else:
@@ -269,8 +272,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 
 def run(argv: Sequence[str]) -> int:
+    from .build import which
     from .cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from .session import Session, SessionOptions, split_command
+    from .session import Session, SessionOptions, check_command_target, split_command
 
     opts = _parser().parse_args(argv)
     if os.environ.get(NO_ELF_ENV):
@@ -292,7 +296,6 @@ def run(argv: Sequence[str]) -> int:
                              ".mark(\"*\")'")
         target = None
         if opts.command:
-            from .build import which
             cmd0 = split_command(opts.command)[0]
             exe = cmd0 if "/" in cmd0 else which(cmd0)
             target = os.path.realpath(exe) if exe else None
@@ -339,7 +342,6 @@ def run(argv: Sequence[str]) -> int:
         raise PydynError(f"-T {opts.timeout:g}: the timeout must be a positive number of seconds")
     if opts.command:
         argv_cmd = split_command(opts.command)
-        from .build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
         if exe and argv_cmd[0] != "/bin/sh":
             target_path = os.path.realpath(exe)
@@ -354,8 +356,18 @@ def run(argv: Sequence[str]) -> int:
         cache = None
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
-                                    argv_cmd[0] if argv_cmd else None,
                                     target_path, guru=opts.guru) if cache else (None, None)
+    if hit is not None and cache is not None and argv_cmd is not None:
+        # the modules do not depend on the -c program; what the session needs of it
+        # (it can take the preload; its ABI's module exists) is checked here
+        from .cache import elf_abi
+        exe_path = target_path or which(argv_cmd[0]) or argv_cmd[0]
+        if not cache.target_checked(exe_path):
+            check_command_target(argv_cmd)
+            cache.remember_target(exe_path)
+        abi = elf_abi(target_path) if target_path else None
+        if abi is not None and abi not in hit.modules.modules:
+            hit = None     # built without that ABI: build it now (store keeps the rest)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:

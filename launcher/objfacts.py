@@ -28,7 +28,7 @@ The store reuses the module cache's trust checks and locking (cache.py): a file 
 ours, or writable by group/others, is ignored; the per-binary computation holds an
 exclusive lock on `<key>.lock` (a concurrent run on the same new binary waits for it);
 files are written to temporaries and renamed.  `pd_sweep` is compiled once per
-compiler into the cache's runtime store, as the runtime's objects are.
+compiler and source into the same directory (`pd_sweep-<hash>`).
 
 `PYDYN_DEBUG_SCANS=FILE` appends a line per `pd_sweep` run to FILE (tests count them).
 """
@@ -473,11 +473,9 @@ def sweep_tool() -> str:
     ident = (f"{sha256(SWEEP_SOURCE.read_bytes()).hexdigest()}\n{real}\n"
              f"{st.st_size} {st.st_mtime_ns}")
     digest = sha256(ident.encode()).hexdigest()[:24]
-    if _root is not None:
-        from .cache import RUNTIME_STORE, check_private
-        store = _root / RUNTIME_STORE
-        store.mkdir(parents=True, exist_ok=True, mode=0o700)
-        check_private(store, "runtime object store")
+    store = _store()
+    if store is not None:
+        from .cache import check_private
         final = store / f"pd_sweep-{digest}"
         if final.exists():
             check_private(final, "code scanner")
