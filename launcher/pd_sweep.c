@@ -8,10 +8,10 @@
  *
  * Without r: ranges (once per binary): the words of data that point into the code --
  * absolute words, i386 GOT-relative words, and the entries of every table that a
- * RIP-relative operand or an absolute value in the code may name, read as int32 offsets
- * from the table's start while they land in the code (x86-64 PIC jump tables).  The
- * "may name" is a superset (every byte offset read as either): more words than a sweep
- * finds, never fewer.  stdout: a uint64 count, then the words (int64, sorted, unique).
+ * `lea reg, [rip + table]` at any byte offset of the code may name, read as int32
+ * offsets from the table's start while they land in the code (x86-64 PIC jump
+ * tables; absolute and i386 GOT-relative tables are data words already).
+ * stdout: a uint64 count, then the words (int64, sorted, unique).
  *
  * With r: ranges (per run, the sites' neighbourhoods): every byte offset of the code at
  * which some encoding would name an address inside a range -- the opcode of a rel8 or
@@ -175,29 +175,18 @@ static void data_words(const struct area *text, size_t ntext, const struct area 
                     push(weak, (int64_t)t);
             }
     }
-    /* the tables the code may name: RIP-relative operands, absolute 32/64-bit values */
+    /* the tables the code may name: x86-64 PIC code reaches a jump table by
+     * `lea reg, [rip + table]` (REX.W 8D, ModRM mod 00 r/m 101), at any byte offset */
     struct vec refs = {0};
-    for (size_t s = 0; s < ntext; s++) {
+    for (size_t s = 0; bits == 64 && s < ntext; s++) {
         const struct area *a = &text[s];
-        for (size_t i = 0; i < a->size; i++) {
+        for (size_t i = 0; i + 7 <= a->size; i++) {
             const uint8_t *d = a->data + i;
-            size_t n = a->size - i;
-            uint64_t p = a->va + i;
-            if (n >= 4) {
-                uint64_t v = (uint32_t)rd32(d);
-                if (blob_of(blobs, nblobs, v))
-                    push(&refs, (int64_t)v);
-            }
-            if (n >= 8 && bits == 64 && blob_of(blobs, nblobs, rd64(d)))
-                push(&refs, (int64_t)rd64(d));
-            if (n >= 5 && bits == 64 && (d[0] & 0xC7) == 0x05) {
-                static const int imm[] = {0, 1, 2, 4};
-                for (int k = 0; k < 4; k++) {
-                    uint64_t t = p + 5 + imm[k] + (uint64_t)(int64_t)rd32(d + 1);
-                    if (blob_of(blobs, nblobs, t))
-                        push(&refs, (int64_t)t);
-                }
-            }
+            if ((d[0] & 0xF8) != 0x48 || d[1] != 0x8D || (d[2] & 0xC7) != 0x05)
+                continue;
+            uint64_t t = a->va + i + 7 + (uint64_t)(int64_t)rd32(d + 3);
+            if (blob_of(blobs, nblobs, t))
+                push(&refs, (int64_t)t);
         }
     }
     sort_unique(&refs);
