@@ -10,22 +10,32 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CC ?= gcc
 SDT_M32 = -m32 -idirafter /usr/include/x86_64-linux-gnu
 # gcc-12-multilib, not gcc-multilib: apt removes the metapackage when the
-# aarch64 cross compiler is installed.
-DEB_PACKAGES = gcc gcc-12-multilib g++-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 python3.11-venv gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user postgresql-15 openjdk-17-jre-headless
+# aarch64 cross compiler is installed.  `make demo` installs only DEMO_PACKAGES
+# (a compiler for both ABIs, <sys/sdt.h>, Python); `make test` all of DEB_PACKAGES.
+DEMO_PACKAGES = gcc gcc-12-multilib libc6-dev-i386 systemtap-sdt-dev make python3.11 python3.11-venv
+DEB_PACKAGES = $(DEMO_PACKAGES) g++-12-multilib
+# aarch64 targets under qemu-user, C++ exceptions through aarch64 return probes.
+DEB_PACKAGES += gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user
+# Real programs nobody here wrote, traced by the tests: PostgreSQL, a JVM, gdb (which
+# also counts the runtime functions a probe hit runs).
+DEB_PACKAGES += postgresql-15 openjdk-17-jre-headless gdb
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
-# tests/test_func_fast.py counts which runtime functions a probe hit runs.
-DEB_PACKAGES += gdb
-# tests/test_aarch64_unwind.py throws C++ exceptions through aarch64 return probes.
-DEB_PACKAGES += g++-aarch64-linux-gnu
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
-.PHONY: deps deb-deps py-deps examples demo test lint clean bench
+.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench
 
 deps: deb-deps py-deps
 
 deb-deps:
-	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@$(MAKE) -s apt-install PACKAGES="$(DEB_PACKAGES)"
+
+demo-deps:
+	@$(MAKE) -s apt-install PACKAGES="$(DEMO_PACKAGES)"
+	@$(MAKE) -s py-install EXTRAS=
+
+apt-install:
+	@missing=""; for p in $(PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
@@ -35,14 +45,18 @@ deb-deps:
 # Reinstall unless pydyn is importable from *this* checkout with all its deps and the
 # install's tree of links lists every module (a "strict" editable install links each
 # file: no import hook at start-up, but a new module needs this step again).
-LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pytest, ruff, mypy, hypothesis, pydyn.launcher.cli as c; \
+LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pydyn.launcher.cli as c; \
   tree = os.path.dirname(os.path.dirname(c.__file__)); \
   sys.exit(not c.__file__.startswith('$(CURDIR)/') or not all(os.path.exists(os.path.join(tree, d, f)) \
-    for d in ('launcher', 'launcher/script', 'launcher/elf', 'shmlayout') for f in os.listdir(d) if f.endswith('.py')))
+    for top in ('launcher', 'shmlayout') for d, _, fs in os.walk(top) if '__pycache__' not in d and 'pydyn_pkg' not in d for f in fs if f.endswith('.py')))
+TEST_EXTRAS = import pytest, ruff, mypy, hypothesis
 py-deps:
+	@$(MAKE) -s py-install EXTRAS='[test]'
+
+py-install:
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	@$(VPY) -c "$(LINKS_COMPLETE)" 2>/dev/null || \
-	  $(VPY) -m pip install -q -e '.[test]' --config-settings editable_mode=strict
+	@$(VPY) -c "$(if $(EXTRAS),$(TEST_EXTRAS); )$(LINKS_COMPLETE)" 2>/dev/null || \
+	  $(VPY) -m pip install -q -e '.$(EXTRAS)' --config-settings editable_mode=strict
 	@# PYTHONDONTWRITEBYTECODE=1 stops Python writing .pyc files, not reading them: without
 	@# these every run compiles the launcher again (~50 ms CPU of a warm run, more of a cold
 	@# one). pip compiled the dependencies.
@@ -67,7 +81,7 @@ examples/bin/worker64: examples/src/worker.c
 	@mkdir -p examples/bin
 	$(CC) -O2 -g -o $@ $<
 
-examples: deps $(EXAMPLES)
+examples: demo-deps $(EXAMPLES)
 
 demo: examples
 	$(VENV)/bin/pydyn examples/count.stp -c './examples/bin/counter 1000'
@@ -86,7 +100,12 @@ lint: py-deps .mypy-tree/pydyn
 	$(VPY) -m ruff check launcher shmlayout runtime tests bench
 	$(VPY) -m mypy
 
-test: examples lint
+# The unit tests (marker `unit`: no compiler, no target process), in well under a minute.
+check: py-deps
+	$(VPY) -m pytest -q -m unit tests
+
+# Everything: what CI runs.
+test: deps examples lint
 	$(VPY) -m pytest -q tests
 
 # ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6); startup ms:

@@ -28,8 +28,8 @@ CACHE_ENV = "PYDYN_CACHE_DIR"
 
 EXAMPLES = """\
 examples:
-  pydyn -e 'probe process("./app").mark("tick") { n++ } probe end { printf("%d\\n", n) }' \\
-        -c ./app
+  pydyn -e 'global n probe process("./app").mark("tick") { n++ }
+            probe end { printf("%d\\n", n) }' -c ./app
   pydyn script.stp -c './server 4'        run a script on a command and its children
   pydyn script.stp -x 1234 -T 10          attach to pid 1234 for 10 seconds, then detach
   pydyn -l 'process("/usr/bin/python3.11").mark("*")'      list probe points
@@ -203,11 +203,11 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              lookup: Lookup | None, step: Callable[[int, str, float], None],
              ) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
+    from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .patchplan import coverage, plan_site, prepare
+    from .plan import coverage, plan_site, plan_sites, prepare, return_plan
     from .resolve import Resolver
-    from .retplan import return_plan
     from .session import check_command_target
     from .translate import translate
 
@@ -237,8 +237,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
-    program = translate(script, resolution,
-                        defines=dict(d.split("=", 1) for d in defines))
+    define_map = dict(d.split("=", 1) for d in defines)
+    plans = plan_sites(script, resolution, define_map)
+    program = translate(script, resolution, plans, defines=define_map,
+                        runtime=runtime_digest())
     for warning in program.warnings:
         warnings.append(warning)
         print(warning, file=sys.stderr)
@@ -386,7 +388,7 @@ def run(argv: Sequence[str]) -> int:
             lookup.bind_script(script)
         if cache is not None:
             facts_root = cache.root
-        from .objfacts import set_cache_root
+        from .plan.objfacts import set_cache_root
         set_cache_root(facts_root)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
         if compiled is None:

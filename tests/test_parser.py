@@ -12,6 +12,8 @@ from pydyn.launcher.script import ast, parse_script
 from pydyn.launcher.script.lexer import Kind, tokenize
 from pydyn.launcher.script.preprocess import strverscmp
 
+pytestmark = pytest.mark.unit   # no compiler, no target process: `make check`
+
 SCRIPTS = sorted((Path(__file__).parent / "scripts").glob("*.stp"))
 
 

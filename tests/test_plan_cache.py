@@ -1,5 +1,5 @@
 """The binaries' facts patch planning needs are computed once per binary and shared
-(launcher/objfacts.py), and the modules do not depend on the -c target.
+(launcher/plan/objfacts.py), and the modules do not depend on the -c target.
 
 - a plan made from stored facts equals one made without a store, on real binaries
   (the examples, python3.11, PostgreSQL's postgres where installed), for marks and
@@ -12,18 +12,19 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_cache import FakeGcc, pydyn, script_for
+from cbuild import run_pydyn, start_pydyn
+from test_cache import FakeGcc, script_for
 from test_cache import counter as counter  # noqa: F401 (the module's fixture, shared)
 
-from pydyn.launcher import objfacts, patchplan, retplan
+from pydyn.launcher import plan as patchplan
 from pydyn.launcher.elf.functions import get_functions
 from pydyn.launcher.elf.stapsdt import get_probe_sites
+from pydyn.launcher.plan import objfacts
+from pydyn.launcher.plan import returns as retplan
 
 ROOT = Path(__file__).resolve().parent.parent
 POSTGRES = Path("/usr/lib/postgresql/15/bin/postgres")
@@ -98,15 +99,15 @@ def test_second_script_on_a_binary_scans_nothing(tmp_path: Path, counter: Path,
     log = tmp_path / "scans.log"
     monkeypatch.setenv(objfacts.SCAN_DEBUG_ENV, str(log))
     cache = tmp_path / "cache"
-    res = pydyn(["-p4", "-e", _mark_script(counter, "tick", 1)], cache)
+    res = run_pydyn(cache, "-p4", "-e", _mark_script(counter, "tick", 1))
     assert res.returncode == 0, res.stderr
     first = _scans(log)
     assert [line.split()[1] for line in first] == ["data", "ranges"], first
-    res = pydyn(["-p4", "-e", _mark_script(counter, "tick", 2)], cache)
+    res = run_pydyn(cache, "-p4", "-e", _mark_script(counter, "tick", 2))
     assert res.returncode == 0, res.stderr
     assert _scans(log) == first, "a new script on a known binary scanned it again"
     # the script runs with the facts it got from the store
-    res = pydyn(["-e", _mark_script(counter, "tick", 2), "-c", f"{counter} 3"], cache)
+    res = run_pydyn(cache, "-e", _mark_script(counter, "tick", 2), "-c", f"{counter} 3")
     assert res.returncode == 0 and res.stdout.count(" 2\n") == 3, res.stderr
 
 
@@ -118,11 +119,8 @@ def test_concurrent_runs_on_a_new_binary_scan_it_once(tmp_path: Path, counter: P
     target = PYTHON if PYTHON.exists() else counter
     sites = get_probe_sites(str(target)).sites
     mark = sites[0].name if sites else "tick"
-    env = {**os.environ, "PYDYN_CACHE_DIR": str(cache)}
-    procs = [subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-p3", "-e",
-                               _mark_script(target, mark, n)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-             for n in range(3)]
+    procs = [start_pydyn(cache, "-p3", "-e", _mark_script(target, mark, n),
+                         stdout=subprocess.DEVNULL) for n in range(3)]
     for p in procs:
         _out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
@@ -132,30 +130,31 @@ def test_concurrent_runs_on_a_new_binary_scan_it_once(tmp_path: Path, counter: P
 def test_p4_then_c_uses_the_same_modules(tmp_path: Path, counter: Path) -> None:
     gcc = FakeGcc(tmp_path)
     cache = tmp_path / "cache"
-    res = pydyn(["-p4", "-e", script_for(counter)], cache, gcc.env)
+    res = run_pydyn(cache, "-p4", "-e", script_for(counter), env=gcc.env)
     assert res.returncode == 0, res.stderr
     built = res.stdout.split()
     assert built and gcc.calls()
     gcc.arm()      # any compiler call now fails the run
-    res = pydyn(["-v", "-e", script_for(counter), "-c", f"{counter} 10"], cache, gcc.env)
+    res = run_pydyn(cache, "-v", "-e", script_for(counter), "-c", f"{counter} 10",
+                    env=gcc.env)
     assert res.returncode == 0 and "hits=10 total=45" in res.stdout, res.stderr
     assert gcc.calls() == [], "the -c run compiled again"
     assert "Pass 4: using cached" in res.stderr
     # another -c program: still the same modules (the target is checked, not keyed)
-    res = pydyn(["-e", script_for(counter), "-c", f"/bin/sh -c '{counter} 4'"], cache,
-                gcc.env)
+    res = run_pydyn(cache, "-e", script_for(counter), "-c", f"/bin/sh -c '{counter} 4'",
+                    env=gcc.env)
     assert res.returncode == 0 and "hits=4 total=6" in res.stdout, res.stderr
     assert gcc.calls() == []
 
 
 def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path) -> None:
     cache = tmp_path / "cache"
-    res = pydyn(["-p4", "-e", script_for(counter)], cache)
+    res = run_pydyn(cache, "-p4", "-e", script_for(counter))
     assert res.returncode == 0, res.stderr
     plain = tmp_path / "not-executable"
     plain.write_bytes(counter.read_bytes())
     plain.chmod(0o644)
-    res = pydyn(["-e", script_for(counter), "-c", str(plain)], cache)
+    res = run_pydyn(cache, "-e", script_for(counter), "-c", str(plain))
     assert res.returncode == 1 and "is not executable" in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
 
@@ -163,10 +162,10 @@ def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path) -> None
 def test_a_pathless_probe_keys_the_target(tmp_path: Path, counter: Path) -> None:
     cache = tmp_path / "cache"
     script = 'global n\nprobe process.mark("tick") { n++ }\nprobe end { printf("n=%d\\n", n) }\n'
-    res = pydyn(["-e", script, "-c", f"{counter} 5"], cache)
+    res = run_pydyn(cache, "-e", script, "-c", f"{counter} 5")
     assert res.returncode == 0 and "n=5" in res.stdout, res.stderr
     other = tmp_path / "counter2"
     other.write_bytes(counter.read_bytes() + b"\0")    # same code, another file
     other.chmod(0o755)
-    res = pydyn(["-v", "-e", script, "-c", f"{other} 3"], cache)
+    res = run_pydyn(cache, "-v", "-e", script, "-c", f"{other} 3")
     assert res.returncode == 0 and "n=3" in res.stdout, res.stderr

@@ -36,7 +36,9 @@ from pydyn.shmlayout import (
     string_arg_size,
     unpack_header,
 )
+from pydyn.shmlayout import globals as shmlayout_globals
 from pydyn.shmlayout.c_header import render_struct
+from pydyn.shmlayout.globals import GLOBAL_CONSTANTS, GLOBAL_STRUCTS, STAT
 
 CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"]
 ABIS: dict[str, list[str]] = {
@@ -174,6 +176,7 @@ def test_c_layout_matches_python(abi: str, header_dir: Path) -> None:
         at += s.sizeof
 
 
+@pytest.mark.unit
 def test_padding_is_explicit() -> None:
     layout = [(m.name, m.offset, m.field.size) for m in PADDED.members]
     assert layout == [
@@ -189,6 +192,7 @@ def test_padding_is_explicit() -> None:
         assert ends[-1] == s.sizeof and s.sizeof % 8 == 0
 
 
+@pytest.mark.unit
 def test_fixed_sizes() -> None:
     assert (HEADER.sizeof, PROC.sizeof, REC.sizeof) == (512, 256, 16)
     assert HEADER.members[-1].name == "_reserved"
@@ -206,6 +210,7 @@ def test_fixed_sizes() -> None:
         Struct("t", (Field("x", "u128"),))
 
 
+@pytest.mark.unit
 def test_constants() -> None:
     names = [c.name for c in CONSTANTS]
     assert len(names) == len(set(names))
@@ -220,6 +225,7 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
 
 
+@pytest.mark.unit
 def test_header_has_no_abi_dependent_types() -> None:
     text = render_c_header()
     for bad in (r"\blong\b", r"\bsize_t\b", r"\bssize_t\b", r"\bu?intptr_t\b", r"\bptrdiff_t\b",
@@ -250,6 +256,7 @@ def test_aarch64_compiles(header_dir: Path) -> None:
 
 # --- Python view -----------------------------------------------------------
 
+@pytest.mark.unit
 def test_plan_segment_aligns_areas() -> None:
     for count in (1, 3, 64, 1000):
         for globals_size in (0, 1, 63, 64, 4097, 1 << 20):
@@ -283,6 +290,7 @@ def segment() -> Iterator[SegmentView]:
     m.close()
 
 
+@pytest.mark.unit
 def test_init_header(segment: SegmentView) -> None:
     segment.check()
     h = segment.header
@@ -310,6 +318,7 @@ def test_init_header(segment: SegmentView) -> None:
                     globals_size=100, ring_size=8192, launcher_pid=1)
 
 
+@pytest.mark.unit
 def test_stat_slot_fields() -> None:
     # runtime/pd_pstat.c updates the bitmap with 64-bit atomics (cmpxchg8b on i386):
     # it must be 8-aligned, and the three fields must stay inside the fixed header.
@@ -319,6 +328,7 @@ def test_stat_slot_fields() -> None:
     assert HEADER.offset("stat_slot_fallbacks") + 4 <= HEADER.sizeof == 512
 
 
+@pytest.mark.unit
 def test_check_rejects_foreign_segments(segment: SegmentView) -> None:
     h = segment.header
     h.layout_version = shmlayout.PD_LAYOUT_VERSION + 1
@@ -333,6 +343,7 @@ def test_check_rejects_foreign_segments(segment: SegmentView) -> None:
         segment.check()
 
 
+@pytest.mark.unit
 def test_proc_entries(segment: SegmentView) -> None:
     h = segment.header
     for i in range(4):
@@ -346,6 +357,7 @@ def test_proc_entries(segment: SegmentView) -> None:
         segment.proc(-1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("s", ALL, ids=lambda s: s.name)
 def test_view_round_trips(s: Struct) -> None:
     buf = bytearray(b"\x55" * (s.sizeof + 16))
@@ -385,6 +397,7 @@ def test_view_round_trips(s: Struct) -> None:
                 getattr(view, m.name)
 
 
+@pytest.mark.unit
 def test_view_byte_arrays() -> None:
     buf = bytearray(PROC.sizeof)
     p = StructView(PROC, buf, 0)
@@ -405,10 +418,12 @@ def test_view_byte_arrays() -> None:
 
 # --- records ---------------------------------------------------------------
 
+@pytest.mark.unit
 def test_string_arg_size() -> None:
     assert [string_arg_size(n) for n in (0, 1, 4, 5, 12, 13)] == [8, 8, 8, 16, 16, 24]
 
 
+@pytest.mark.unit
 def test_record_round_trip() -> None:
     args: list[int | bytes] = [-1, b"", 2**63 - 1, b"abcd", b"hello", -(2**63), b"x" * 13]
     rec = pack_record(shmlayout.PD_REC_PRINTF, 7, 4242, args)
@@ -426,6 +441,7 @@ def test_record_round_trip() -> None:
     assert rec[16 + 8 + 4:16 + 16] == bytes(4)
 
 
+@pytest.mark.unit
 def test_record_decode_rejects_overruns() -> None:
     rec = bytearray(pack_record(shmlayout.PD_REC_TEXT, 0, 1, [b"abc"]))
     struct.pack_into("<I", rec, 16, 100)
@@ -435,3 +451,64 @@ def test_record_decode_rejects_overruns() -> None:
         decode_args(rec, 16, len(rec), "ii")
     with pytest.raises(ValueError):
         decode_args(rec, 16, len(rec), "x")
+
+
+# --- the globals area (globals.py) -------------------------------------------
+
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+
+
+def _globals_checks() -> str:
+    """C asserting every size, alignment, offset and constant of globals.py as Python
+    computes it, against the generated header."""
+    out = ['#include "pd_shm.h"']
+    for s in GLOBAL_STRUCTS:
+        out.append(f'_Static_assert(sizeof(struct {s.name}) == {s.sizeof}, "{s.name}");')
+        out.append(f'_Static_assert(_Alignof(struct {s.name}) == {s.align}, "{s.name} align");')
+        for m in s.members:
+            out.append(f"_Static_assert(offsetof(struct {s.name}, {m.name}) == {m.offset} && "
+                       f"sizeof(((struct {s.name} *)0)->{m.name}) == {m.field.size}, "
+                       f'"{s.name}.{m.name}");')
+    for c in GLOBAL_CONSTANTS:
+        out.append(f'_Static_assert({c.name} == {c.value}u, "{c.name}");')
+    # the sizes the translator lays globals out with
+    out.append(f'_Static_assert(PD_PSTAT_SLOT_SIZE == sizeof(struct pd_pslot_head) + '
+               f'sizeof(struct pd_stat) && {shmlayout_globals.PSTAT_SLOT_SIZE} == '
+               f'PD_PSTAT_SLOT_SIZE, "pstat slot");')
+    out.append(f'_Static_assert(offsetof(struct pd_stat, hist) == {shmlayout_globals.STAT_HEAD}'
+               f' && sizeof(((struct pd_stat *)0)->hist) == 8 * PD_HIST_MAX_BUCKETS, "hist");')
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("abi", [*sorted(ABIS), "aarch64"])
+def test_globals_area_matches_python(abi: str, header_dir: Path) -> None:
+    """The statistic, array header and entry, per-thread slot, counter block and probe
+    kinds compile to the sizes and values Python lays globals out with, on every ABI."""
+    if abi == "aarch64":
+        if shutil.which(AARCH64_GCC) is None:
+            pytest.skip(f"{AARCH64_GCC} not installed")
+        cmd = [AARCH64_GCC]
+    else:
+        cmd = _abi_cmd(abi, header_dir)
+    src = header_dir / "globals_check.c"
+    src.write_text(_globals_checks())
+    r = subprocess.run([*cmd, *CFLAGS, "-fsyntax-only", "-I", str(header_dir), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # the check can fail: a wrong number is a compile error
+    src.write_text(_globals_checks().replace(f"== {STAT.sizeof},", f"== {STAT.sizeof + 8},"))
+    r = subprocess.run([*cmd, *CFLAGS, "-fsyntax-only", "-I", str(header_dir), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "pd_stat" in r.stderr
+
+
+def test_runtime_restates_no_globals_definition() -> None:
+    """The runtime takes the globals area's structs and numbers from pd_shm.h alone."""
+    names = [c.name for c in GLOBAL_CONSTANTS]
+    for path in sorted([*RUNTIME.glob("*.[ch]"), *RUNTIME.glob("arch/*/*.h")]):
+        text = path.read_text()
+        for name in names:
+            assert re.search(rf"#\s*define\s+{name}\b|\b{name}\s*=", text) is None, (path, name)
+        for s in GLOBAL_STRUCTS:
+            assert re.search(rf"struct\s+{s.name}\s*\{{", text) is None, (path, s.name)
+    assert "struct pd_stat {" in render_c_header()

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, build_c, have_sdt_h, run_pydyn
 
-TIMEOUT = 120
 FAST = """global n, c, r
 probe process("{b}").mark("hit") {{ n++ }}
 probe process("{b}").function("vec_fn") {{ c++ }}
@@ -46,15 +45,6 @@ M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_th
 ALLOWED_CALLS = FAST_FNS | M32_HELPERS | {"pd_xmm_call", "abort@plt", "write@plt"}
 
 
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
 def _prog(tmp: Path, m32: bool) -> Path:
     if not have_sdt_h():
         pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")
@@ -66,7 +56,7 @@ def test_which_handlers_are_fast(tmp_path: Path, cache: Path) -> None:
     script = (f'global n, s probe process("{b}").mark("hit") {{ n++; n += 3 }}\n'
               f'probe process("{b}").mark("hit") {{ s += $arg1 }}\n'
               f'probe process("{b}").mark("hit") {{ printf("%d\\n", n) }}\n')
-    r = pydyn(cache, "-p3", "-e", script)
+    r = run_pydyn(cache, "-p3", "-e", script)
     assert r.returncode == 0, r.stderr
     rows = re.findall(r"\{PD_PROBE_MARK, (\d+), probe_(\d+),", r.stdout)
     assert sorted(rows, key=lambda x: x[1]) == [("2", "0"), ("0", "1"), ("0", "2")]
@@ -97,7 +87,7 @@ def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path, m32: boo
     if shutil.which("objdump") is None:
         pytest.skip("no objdump (binutils)")
     b = _prog(tmp_path, m32)
-    r = pydyn(cache, "-p4", "-e", FAST.format(b=b))
+    r = run_pydyn(cache, "-p4", "-e", FAST.format(b=b))
     assert r.returncode == 0, r.stderr
     mod = Path(r.stdout.split()[1 if m32 else 0])
     assert mod.name.endswith("_m32.so" if m32 else "_m64.so"), r.stdout
@@ -129,7 +119,7 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
     n = 3000
     out = tmp_path / "out.txt"
     script = (FAST if kind == "fast" else SLOW).format(b=b)
-    r = pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
+    r = run_pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
     # the mark, the function's entry and its one exit (its `.return`: retplan.py)
@@ -149,8 +139,8 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
 def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: str) -> None:
     b = _prog(tmp_path, False)
     script = f'global n probe process("{b}").mark("hit") {{ n++; n++ }}'
-    r = pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=1", "-e", script,
-              "-c", f"{b} 5")
+    r = run_pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=1", "-e", script,
+                  "-c", f"{b} 5")
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"ERROR: MAXACTION exceeded near operator '\+\+' at <input>:1:\d+",
                      r.stderr), r.stderr
@@ -167,7 +157,7 @@ def test_x87_stack_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
     bare = subprocess.run([str(b), str(n)], capture_output=True, text=True, check=True).stdout
     script = (f'global x probe process("{b}").mark("hit") {{ x = fp_add(x, long_to_fp($arg1)) }}'
               ' probe end { printf("x=%s\\n", fp_to_string(x, 1)) }')
-    r = pydyn(cache, "-e", script, "-c", f"{b} {n}")
+    r = run_pydyn(cache, "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(bare), r.stdout
     assert f"x={n * (n - 1) // 2}.0\n" in r.stdout, r.stdout

@@ -31,8 +31,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .elf.functions import FunctionSite
-from .elf.stapsdt import ProbeSite
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
 from .objfacts import ObjectFacts as _Object
 from .objfacts import analyse
 from .objfacts import cs as _cs
@@ -92,7 +92,7 @@ class PatchPlan:
     # (offset in the window, offset in `code`) of each instruction after the first: where
     # the runtime sends a branch of another stub's relocated code that lands inside
     bounds: tuple[tuple[int, int], ...] = ()
-    # a function exit's site (retplan.py): the bytes of `code` that run before the
+    # a function exit's site (returns.py): the bytes of `code` that run before the
     # handler (the instructions of the window before the exit)
     pre: int = 0
 
@@ -231,10 +231,7 @@ def plan_site(site: ProbeSite) -> PatchPlan:
 
 
 def _plan_site(site: ProbeSite, until: int = 0) -> PatchPlan:
-    """`until`: a link-time address the window must reach (a function exit's, retplan.py)."""
-    if site.machine == "aarch64":
-        from .patchplan_a64 import plan_site as plan_a64  # imports this module
-        return plan_a64(site)
+    """`until`: a link-time address the window must reach (a function exit's, returns.py)."""
     if site.machine not in ("x86_64", "i386"):
         return trap(f"trampolines are not implemented on {site.machine}")
     if site.nop_len >= JMP_LEN:
@@ -429,9 +426,6 @@ def plan_function(site: ProbeSite) -> PatchPlan:
     first instruction relocated -- the runtime runs that copy out of line after the
     handler (the entry is not a nop: resuming in place would skip it).  A trap plan
     without code cannot be armed."""
-    if site.machine == "aarch64":
-        from .patchplan_a64 import plan_function as plan_a64  # imports this module
-        return plan_a64(site)
     plan = _plan_site(site)
     if plan.tactic == "displace":
         return plan

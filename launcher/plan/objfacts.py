@@ -1,6 +1,6 @@
 """What x86 patch planning knows of a binary's code: computed once per binary, shared.
 
-A site's `displace` plan (patchplan.py) is safe only if nothing can reach the bytes a
+A site's `displace` plan (x86.py) is safe only if nothing can reach the bytes a
 jmp would overwrite: no branch, code address named by an instruction, relocation,
 data word, jump-table entry or landing pad may point inside them, other than direct
 branches the runtime can retarget.  Such a reference can come from anywhere in the
@@ -9,7 +9,7 @@ split by cost:
 
 - *Once per binary* (its GNU build-id, else a sha256 of its bytes): the data words
   and jump-table entries that point into the code (`pd_sweep`, a byte scan in C,
-  launcher/pd_sweep.c), relocation targets, C++ landing pads, the function starts
+  launcher/plan/pd_sweep.c), relocation targets, C++ landing pads, the function starts
   (`.eh_frame` FDEs and FUNC symbols), the USDT sites.  Kept compactly in the module
   cache, `DIR/objfacts/<key>.facts` (a JSON header line, then sorted int64 arrays).
 - *Per neighbourhood of a probed address* (`cover`: 640 bytes either side, enough for
@@ -49,9 +49,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from .build import compiler_path, sha256
-from .elf.stapsdt import iter_stapsdt_notes
-from .errors import BuildError
+from ..build import compiler_path, sha256
+from ..elf.stapsdt import iter_stapsdt_notes
+from ..errors import BuildError
 
 FACTS_FORMAT = 2
 SWEEP_SOURCE = Path(__file__).resolve().parent / "pd_sweep.c"
@@ -475,7 +475,7 @@ def sweep_tool() -> str:
     digest = sha256(ident.encode()).hexdigest()[:24]
     store = _store()
     if store is not None:
-        from .cache import check_private
+        from ..cache import check_private
         final = store / f"pd_sweep-{digest}"
         if final.exists():
             check_private(final, "code scanner")
@@ -577,64 +577,72 @@ def _symbol_values(elf: Any, sec: Any) -> list[tuple[int, int]]:
 
 def _relocation_targets(elf: Any, lo: int, hi: int) -> set[int]:
     """Code addresses named by relocations (RELA addends, symbol values + addends, RELR
-    offsets), read with `struct` (pyelftools parses each entry, ~25 us apiece)."""
-    bits = elf.elfclass
-    mask = (1 << bits) - 1
-    e = "<" if elf.little_endian else ">"
+    offsets), read with `struct` (pyelftools parses each entry, ~25 us apiece).
+    ValueError if a relocation section cannot be read: it may name a branch target, so
+    every displaced window of the object would be a guess."""
     out: set[int] = set()
     symvals: dict[int, list[int]] = {}
 
     def values(index: int) -> list[int]:
         if index not in symvals:
-            try:
-                sec = elf.get_section(index)
-                symvals[index] = [v for v, _i in _symbol_values(elf, sec)] \
-                    if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM") else []
-            except Exception:  # noqa: BLE001 - a malformed link: no symbol values
-                symvals[index] = []
+            sec = elf.get_section(index)
+            symvals[index] = [v for v, _i in _symbol_values(elf, sec)] \
+                if sec["sh_type"] in ("SHT_SYMTAB", "SHT_DYNSYM") else []
         return symvals[index]
 
     for s in elf.iter_sections():
-        kind = s["sh_type"]
-        if kind in ("SHT_RELA", "SHT_REL"):
-            rela = kind == "SHT_RELA"
-            size = (24 if rela else 16) if bits == 64 else (12 if rela else 8)
-            raw = s.data()
-            fmt = e + ("QQq" if rela else "QQ") if bits == 64 else e + ("IIi" if rela else "II")
-            syms = values(s["sh_link"]) if s["sh_link"] else []
-            for ent in struct.iter_unpack(fmt, raw[:len(raw) // size * size]):
-                info = ent[1]
-                addend = ent[2] if rela else 0
-                sym = info >> 32 if bits == 64 else info >> 8
-                if rela:
-                    c = addend & mask
-                    if lo <= c < hi:
-                        out.add(c)
-                if sym and sym < len(syms):
-                    c = syms[sym] + addend
-                    if lo <= c < hi:
-                        out.add(c)
-        elif kind == "SHT_RELR":
-            word = bits // 8
-            raw = s.data()
-            base = 0
-            for (w,) in struct.iter_unpack(e + ("Q" if bits == 64 else "I"),
-                                           raw[:len(raw) // word * word]):
-                if not w & 1:
-                    out.add(w)      # the word there was scanned as data
-                    base = w + word
-                else:
-                    for i in range(bits - 1):
-                        if (w >> (i + 1)) & 1:
-                            out.add(base + i * word)
-                    base += (bits - 1) * word
+        try:
+            _section_relocations(elf, s, lo, hi, values, out)
+        except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
+            raise ValueError(f"cannot read the relocations of {s.name}: {exc}") from exc
     return out
+
+
+def _section_relocations(elf: Any, s: Any, lo: int, hi: int,
+                         values: Callable[[int], list[int]], out: set[int]) -> None:
+    """Add what the relocation section `s` names in [lo, hi) to `out`."""
+    bits = elf.elfclass
+    mask = (1 << bits) - 1
+    e = "<" if elf.little_endian else ">"
+    kind = s["sh_type"]
+    if kind in ("SHT_RELA", "SHT_REL"):
+        rela = kind == "SHT_RELA"
+        size = (24 if rela else 16) if bits == 64 else (12 if rela else 8)
+        raw = s.data()
+        fmt = e + ("QQq" if rela else "QQ") if bits == 64 else e + ("IIi" if rela else "II")
+        syms = values(s["sh_link"]) if s["sh_link"] else []
+        for ent in struct.iter_unpack(fmt, raw[:len(raw) // size * size]):
+            info = ent[1]
+            addend = ent[2] if rela else 0
+            sym = info >> 32 if bits == 64 else info >> 8
+            if rela:
+                c = addend & mask
+                if lo <= c < hi:
+                    out.add(c)
+            if sym and sym < len(syms):
+                c = syms[sym] + addend
+                if lo <= c < hi:
+                    out.add(c)
+    elif kind == "SHT_RELR":
+        word = bits // 8
+        raw = s.data()
+        base = 0
+        for (w,) in struct.iter_unpack(e + ("Q" if bits == 64 else "I"),
+                                       raw[:len(raw) // word * word]):
+            if not w & 1:
+                out.add(w)      # the word there was scanned as data
+                base = w + word
+            else:
+                for i in range(bits - 1):
+                    if (w >> (i + 1)) & 1:
+                        out.add(base + i * word)
+                base += (bits - 1) * word
 
 
 def _function_starts(path: str, elf: Any) -> set[int]:
     """Where functions start: every `.eh_frame` FDE and defined FUNC symbol."""
-    from .elf.ehframe import fde_ranges
-    from .elf.reader import open_elf
+    from ..elf.ehframe import fde_ranges
+    from ..elf.reader import open_elf
     starts: set[int] = set()
     with open_elf(path) as h:
         starts.update(start for start, _size in fde_ranges(h))
@@ -723,7 +731,12 @@ def _compute(path: str) -> Facts:
         hi = max(va + n for va, _o, n in text)
         # the scan runs while the tables are read here
         weak_wait = start_tool(path, bits, lo, hi, got if bits == 32 else 0, text, blobs)
-        hard = _relocation_targets(elf, lo, hi)
+        try:
+            hard = _relocation_targets(elf, lo, hi)
+        except ValueError as exc:
+            weak_wait()
+            header["error"] = str(exc)
+            return header, {}
         starts = _function_starts(path, elf)
         # C++ landing pads are entered by the unwinder: each is a target; a function
         # whose LSDA cannot be read is refused whole
@@ -796,7 +809,7 @@ def analyse(path: str) -> ObjectFacts:
 def binary_key(path: str) -> str:
     """Names the facts of the file at `path`: its build-id, else the sha256 of its bytes,
     with the format and the scanner's source (a change to either is another key)."""
-    from .cache import read_build_id
+    from ..cache import read_build_id
     build_id = read_build_id(path)
     if build_id:
         what = f"build-id {build_id}"
@@ -841,7 +854,7 @@ def decode(raw: bytes) -> Facts:
 
 
 def _store() -> Path | None:
-    from .cache import CacheRefused, check_private
+    from ..cache import CacheRefused, check_private
     if _root is None:
         return None
     store = _root / STORE_DIR
@@ -857,7 +870,7 @@ def load_or_compute(key: str, compute: Callable[[], Facts]) -> Facts:
     """The whole-binary facts named `key`: from the store, else `compute()`, stored."""
     import fcntl
 
-    from .cache import _Lock, _write_atomic
+    from ..cache import _Lock, _write_atomic
     store = _store()
     if store is None:
         return compute()
@@ -879,7 +892,7 @@ def load_or_compute(key: str, compute: Callable[[], Facts]) -> Facts:
 
 
 def _read(facts: Path) -> Facts | None:
-    from .cache import CacheRefused, check_private
+    from ..cache import CacheRefused, check_private
     try:
         check_private(facts, "object facts")
         found = decode(facts.read_bytes())
@@ -893,7 +906,7 @@ def _read(facts: Path) -> Facts | None:
 
 def load_regions(key: str) -> list[dict[str, Any]]:
     """The analysed neighbourhoods stored for the binary `key`."""
-    from .cache import CacheRefused, check_private
+    from ..cache import CacheRefused, check_private
     store = _store()
     if store is None:
         return []
@@ -917,7 +930,7 @@ def load_regions(key: str) -> list[dict[str, Any]]:
 
 
 def save_region(key: str, rec: dict[str, Any]) -> None:
-    from .cache import CacheRefused, _write_atomic, check_private
+    from ..cache import CacheRefused, _write_atomic, check_private
     store = _store()
     if store is None:
         return

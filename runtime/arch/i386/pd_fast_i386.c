@@ -10,7 +10,7 @@
  * st(0) is not empty, fnsave stores the whole x87 state (and MMX, which aliases it)
  * and re-initialises the unit, which gives the callee the empty stack it expects;
  * frstor puts it back.  fxam + fnstsw make the common case (empty) cheap.  The FAST
- * path itself is compiled general-regs-only, so it touches neither (tests/test_fastpath.py
+ * path itself is compiled general-regs-only, so it touches neither (tests/test_fast_handlers.py
  * checks the object code).
  */
 #include "pd_runtime.h"

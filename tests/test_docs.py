@@ -1,0 +1,93 @@
+"""The generated reference pages match the parsers, and `--help`'s examples run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from cbuild import build_c
+
+from pydyn.launcher import docgen
+from pydyn.launcher.cli import EXAMPLES
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+APP_C = r"""
+#include <sys/sdt.h>
+int main(void) { for (int i = 0; i < 7; i++) DTRACE_PROBE1(app, tick, i); return 0; }
+"""
+
+
+def test_generated_pages_are_current() -> None:
+    for name, text in docgen.pages().items():
+        committed = (DOCS / name).read_text()
+        assert committed == text, \
+            f"docs/{name} is stale: run `python -m pydyn.launcher.docgen docs`"
+
+
+def test_every_option_is_in_the_reference() -> None:
+    cli_md = (DOCS / "cli.md").read_text()
+    for opt in docgen.iter_options(docgen.pydyn_parser()):
+        assert f"`{opt.synopsis()}`" in cli_md, opt
+
+
+def _examples() -> list[str]:
+    """--help's example commands, continuation lines joined."""
+    commands: list[str] = []
+    for line in EXAMPLES.splitlines()[1:]:
+        text = line.strip()
+        if text.startswith("pydyn "):
+            commands.append(text)
+        elif commands and commands[-1].count("'") % 2 == 1:
+            commands[-1] += "\n" + text
+    return commands
+
+
+def _command_part(example: str) -> str:
+    """The example without its trailing comment (set off by two spaces outside quotes)."""
+    quote = ""
+    for i, ch in enumerate(example):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif example.startswith("  ", i):
+            return example[:i]
+    return example
+
+
+def _run_example(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """One example with this interpreter's pydyn and a cache of the test's own."""
+    words = shlex.split(_command_part(example))
+    assert words[0] == "pydyn"
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cwd / "cache"))
+    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *words[1:]], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_first_help_example_counts(tmp_path: Path) -> None:
+    """The one-liner a new user copies first prints the number of hits, not 0."""
+    src = tmp_path / "app.c"
+    src.write_text(APP_C)
+    build_c(src, tmp_path / "app")
+    first = _examples()[0]
+    assert "-c ./app" in first
+    res = _run_example(first, tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "7", res.stdout
+
+
+def test_listing_help_examples_run(tmp_path: Path) -> None:
+    """The -l and -L examples list what they promise on this machine's Python."""
+    listing = [c for c in _examples() if c.startswith(("pydyn -l", "pydyn -L"))]
+    assert listing
+    for command in listing:
+        binary = shlex.split(_command_part(command))[2].split('"')[1]
+        if not any(Path("/").glob(binary.lstrip("/"))):
+            continue
+        res = _run_example(command, tmp_path)
+        assert res.returncode == 0, (command, res.stderr)
+        assert res.stdout.startswith("process("), (command, res.stdout)
