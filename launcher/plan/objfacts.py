@@ -53,7 +53,7 @@ from ..build import compiler_path, sha256
 from ..elf.stapsdt import iter_stapsdt_notes
 from ..errors import BuildError
 
-FACTS_FORMAT = 2
+FACTS_FORMAT = 3
 SWEEP_SOURCE = Path(__file__).resolve().parent / "pd_sweep.c"
 SCAN_DEBUG_ENV = "PYDYN_DEBUG_SCANS"
 STORE_DIR = "objfacts"
@@ -361,7 +361,10 @@ class ObjectFacts:
         """The padding runs that meet `ranges`: >= 2 bytes of nop/int3 after an
         instruction that does not fall through."""
         pads: set[tuple[int, int]] = set()
-        for a, b in ranges:
+        # each section on its own (a decode stops at its section's end)
+        parts = [(max(a, va), min(b, va + len(data))) for a, b in ranges
+                 for va, data in self.text if a < va + len(data) and va < b]
+        for a, b in parts:
             dead = False
             run = (0, 0)
             for addr, size, mnem, ops, first in self._decode(self._sync(a), b + 256):

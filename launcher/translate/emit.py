@@ -87,6 +87,12 @@ class Emitter:
         self.lines: list[str] = []
         self.decls: list[str] = []
         self.ntemp = 0
+        # key buffers, reused by the statements that follow one another: a buffer lives
+        # only while its statement runs (nested statements take the ones after their
+        # parent's).  A buffer per statement made gcc's time grow with the square of a
+        # probe's statements (2,048 map stores: 20 s).  (decls index, name, size) each.
+        self.key_pool: list[tuple[int, str, int]] = []
+        self.key_used = 0
         self.indent = 1
         self.err_label = ["out"]
         self.needs_lock = False
@@ -96,6 +102,18 @@ class Emitter:
         self.ntemp += 1
         name = f"t{self.ntemp}"
         self.decls.append(f"    {ctype} {name}{suffix};")
+        return name
+
+    def key_temp(self, size: int) -> str:
+        """A key buffer of at least `size` bytes for the current statement."""
+        if self.key_used == len(self.key_pool):
+            name = self.temp("uint8_t", f"[{size}]")
+            self.key_pool.append((len(self.decls) - 1, name, size))
+        at, name, have = self.key_pool[self.key_used]
+        if size > have:
+            self.decls[at] = f"    uint8_t {name}[{size}];"
+            self.key_pool[self.key_used] = (at, name, size)
+        self.key_used += 1
         return name
 
     def strtemp(self) -> str:
@@ -132,7 +150,7 @@ class Emitter:
 
     def key_blob(self, var: GlobalVar, keys: tuple[ast.Expr, ...]) -> str:
         assert var.array is not None
-        kb = self.temp("uint8_t", f"[{max(self.tr.limits.key_size(var), 8)}]")
+        kb = self.key_temp(max(self.tr.limits.key_size(var), 8))
         parts = []
         at = 0
         for k, kt in zip(keys, var.array.keys, strict=True):
@@ -602,6 +620,13 @@ class Emitter:
             return
         if isinstance(s, ast.Empty):
             return
+        keys = self.key_used
+        try:
+            self._stmt(s)
+        finally:
+            self.key_used = keys      # its key buffers are free for the next statement
+
+    def _stmt(self, s: ast.Stmt) -> None:
         self.action(s.expr if isinstance(s, ast.ExprStatement) else s)
         target = counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
         kcount = kcount_update(s.expr) if isinstance(s, ast.ExprStatement) else None
