@@ -215,7 +215,7 @@ def by_role(procs: Sequence[Proc], role: str) -> list[Proc]:
 
 def test_mixed_workers_concurrently_exact(progs: Progs, cache: Path) -> None:
     n = 4000
-    cmd = [progs.b64, "-b", "-m", "100", "-p", "100"]
+    cmd = [progs.b64, "-B", "-m", "100", "-p", "100"]
     for exe in (progs.b32, progs.b64) * 3:
         cmd += ["-c", f"{exe} -m {n}"]
     run = run_session(cache, count_script(progs), cmd)
@@ -226,7 +226,8 @@ def test_mixed_workers_concurrently_exact(progs: Progs, cache: Path) -> None:
     assert all(p.marks == n for p in workers)
     check_exact(run, procs)
     # They really ran at once: every worker's marks overlap in time with a
-    # worker of the other bitness (they start together behind a barrier).
+    # worker of the other bitness (they start together behind a barrier and
+    # meet again halfway through their marks).
     for w in workers:
         others = [o for o in workers if o.bits != w.bits]
         assert any(o.t0 < w.t1 and w.t0 < o.t1 for o in others), \

@@ -92,8 +92,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     # per function: its entry site, whether it has return probes, reads entry values,
     # reads $return
     funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool, bool]] = {}
-    for probe in script.probes:
-        points = resolution.points.get(id(probe), [])
+    for probe, points in zip(script.probes, resolution.points, strict=True):
         sites = [s for rp in points for s in rp.sites]
         returns_only = bool(sites) and all(isinstance(s, FunctionSite) and s.is_return
                                            for s in sites)
@@ -111,7 +110,8 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     functions: dict[tuple[str, int], FunctionPlan] = {}
     for key, (site, has_returns, uses_entry, uses_return) in funcs.items():
         rplan = plan_returns(site, site.func_addr, site.func_size, entry_values=uses_entry,
-                             return_value=uses_return, forced=forced) if has_returns else None
+                             return_value=uses_return, forced=forced,
+                             mark_at_entry=key in marks) if has_returns else None
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr) if params else {})

@@ -833,8 +833,8 @@ def analyse(path: str) -> ObjectFacts:
 def binary_key(path: str) -> str:
     """Names the facts of the file at `path`: its build-id, else the sha256 of its bytes,
     with the format and the scanner's source (a change to either is another key)."""
-    from ..cache import read_build_id
-    build_id = read_build_id(path)
+    from ..elf.header import get_build_id
+    build_id = get_build_id(path)
     if build_id:
         what = f"build-id {build_id}"
     else:
