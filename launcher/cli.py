@@ -118,6 +118,37 @@ def _parser() -> argparse.ArgumentParser:
                    help="output ring size in MiB (power of two)")
     p.add_argument("-o", dest="output", metavar="FILE",
                    help="write the probes' output to FILE instead of stdout")
+    p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
+                   help="initial value of global NAME (a number or a string)")
+    p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
+    p.add_argument("-W", dest="werror", action="store_true", help="treat warnings as errors")
+    p.add_argument("--suppress-handler-errors", action="store_true",
+                   help="an error ends only its handler, not the session (still counted)")
+    # SystemTap's options that mean nothing different for pydyn are taken, so a stap
+    # command line runs as it is: the runtime is always dyninst-like (user space),
+    # -u (no elision), -b (bulk per-cpu files: one ring here), -m (module name: pydyn
+    # names modules by their cache key), --compatible (pydyn speaks the current
+    # language), --skip-badvars, --prologue-searching, -I (tapset directories: pydyn's
+    # built-ins are in the translator).
+    compat = p.add_argument_group("accepted for SystemTap compatibility")
+    compat.add_argument("--runtime", choices=("dyninst",), default="dyninst",
+                        help="only dyninst: pydyn runs in user space")
+    compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
+                        help="same as --runtime=dyninst")
+    compat.add_argument("-u", dest="unoptimized", action="store_true",
+                        help="unoptimized: keep unused functions and globals")
+    compat.add_argument("-b", dest="bulk", action="store_true", help="bulk mode")
+    compat.add_argument("-m", dest="module_name", metavar="NAME", help="module name")
+    compat.add_argument("--compatible", metavar="VERSION", help="language version")
+    compat.add_argument("--skip-badvars", action="store_true",
+                        help="unresolvable context variables read as 0")
+    compat.add_argument("--prologue-searching", nargs="?", const="always", metavar="WHEN",
+                        help="function probes after the prologue")
+    compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
+                        help="tapset directory")
+    compat.add_argument("-t", dest="timing", action="store_true", help="probe timing")
+    compat.add_argument("-k", dest="keep_tmp", action="store_true", help="keep temp files")
+    compat.add_argument("-q", dest="quiet", action="store_true", help="quiet")
     return p
 
 
@@ -145,15 +176,24 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
         raise PydynError(f"cannot read script {opts.script}: {exc.strerror}") from exc
 
 
+_LIMITS = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
+           "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
+           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE"}
+
+
 def _check_defines(defines: Sequence[str]) -> list[str]:
-    allowed = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
-               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
-               "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS"}
+    """pydyn's limits must be numbers; any other NAME[=VALUE] goes to the C compiler as
+    stap passes it (a script's embedded C may test it)."""
     out = []
     for d in defines:
-        name, _, value = d.partition("=")
-        if name not in allowed or not value.isdigit():
-            raise PydynError(f"-D {d}: expected one of {', '.join(sorted(allowed))}=NUMBER")
+        name, eq, value = d.partition("=")
+        if not name.isidentifier() or not name.isascii():
+            raise PydynError(f"-D {d}: expected NAME or NAME=VALUE (a C macro name)")
+        if name in _LIMITS and not value.isdigit():
+            raise PydynError(f"-D {d}: {name} takes a number, e.g. -D {name}=1000 "
+                             f"(limits: {', '.join(sorted(_LIMITS))})")
+        if not eq:
+            d = f"{name}=1"
         if name == "MAXSTRINGLEN":
             if not 16 <= int(value) <= 65536:
                 raise PydynError(f"-D {d}: MAXSTRINGLEN must be between 16 and 65536")
@@ -161,6 +201,42 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
             d = f"MAXSTRINGLEN={(int(value) + 7) & ~7}"
         out.append(d)
     return out
+
+
+def _warning(opts: argparse.Namespace, line: str) -> None:
+    """A translation warning: printed, dropped with -w, an error with -W."""
+    if opts.werror:
+        raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
+                         "warnings errors)")
+    if not opts.no_warnings:
+        print(line, file=sys.stderr)
+
+
+def _set_globals(script: Any, assigns: Sequence[str]) -> Any:
+    """-G NAME=VALUE: NAME's initial value, a number if VALUE reads as one, else a string."""
+    import dataclasses
+    import re
+
+    from .errors import SourceLocation
+    from .script import ast
+    values: dict[str, ast.NumberLiteral | ast.StringLiteral] = {}
+    for a in assigns:
+        name, eq, value = a.partition("=")
+        if not eq or not name.isidentifier():
+            raise PydynError(f"-G {a}: expected NAME=VALUE")
+        loc = SourceLocation("<-G>", 1, 1, a)
+        if re.fullmatch(r"-?(0x[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", value):
+            values[name] = ast.NumberLiteral(int(value, 0), loc)
+        else:
+            values[name] = ast.StringLiteral(value.replace("\\", "\\\\").replace('"', '\\"'),
+                                             loc)
+    known = {g.name for g in script.globals}
+    for name in values:
+        if name not in known:
+            raise PydynError(f"-G {name}=...: the script has no global '{name}'")
+    globs = tuple(dataclasses.replace(g, init=values[g.name]) if g.name in values else g
+                  for g in script.globals)
+    return dataclasses.replace(script, globals=globs)
 
 
 class _Progress:
@@ -218,12 +294,17 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     def warn(message: str) -> None:
         warnings.append(f"pydyn: warning: {message}")
-        print(warnings[-1], file=sys.stderr)
+        _warning(opts, warnings[-1])
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     if opts.pass_ == 2:
+        # stap's pass 2 elaborates: types are inferred and checked, so a script with a
+        # semantic error fails here, not only at -p3.
+        checked = translate(script, resolution, defines=dict(d.split("=", 1) for d in defines))
+        for warning in checked.warnings:
+            _warning(opts, warning)
         for sites in resolution.points.values():
             for rp in sites:
                 for site in rp.sites:
@@ -237,7 +318,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         defines=dict(d.split("=", 1) for d in defines))
     for warning in program.warnings:
         warnings.append(warning)
-        print(warning, file=sys.stderr)
+        _warning(opts, warning)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -317,6 +398,8 @@ def run(argv: Sequence[str]) -> int:
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
                               guru=opts.guru)
+        if opts.set_globals:
+            script = _set_globals(script, opts.set_globals)
         step(1, "parsed user script", t0)
         return script
 
@@ -349,11 +432,13 @@ def run(argv: Sequence[str]) -> int:
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
                                     argv_cmd[0] if argv_cmd else None,
-                                    target_path, guru=opts.guru) if cache else (None, None)
+                                    target_path, guru=opts.guru,
+                                    extra=[("global -G", g) for g in opts.set_globals],
+                                    ) if cache else (None, None)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:
-            print(line, file=sys.stderr)
+            _warning(opts, line)
         step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
         step(3, "using cached C source", time.monotonic())
         if verbose:
