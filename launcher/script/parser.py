@@ -20,6 +20,8 @@ from typing import NoReturn
 
 from ..errors import ScriptError, SourceLocation
 from . import ast
+from .aliases import BUILTIN, AliasDef
+from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .preprocess import Config, Preprocessor
 
@@ -118,12 +120,17 @@ class Parser:
         globals_: list[ast.Global] = []
         embedded: list[ast.Embedded] = []
         seen_globals: dict[str, ast.Global] = {}
+        aliases: list[AliasDef] = []
         while True:
             t = self._tok
             if t.kind is Kind.EOF:
                 break
             if t.is_kw("probe"):
-                probes.append(self.probe())
+                probe = self.probe()
+                if isinstance(probe, AliasDef):
+                    aliases.append(probe)
+                else:
+                    probes.append(probe)
                 continue
             private = False
             if t.is_kw("private"):
@@ -149,6 +156,7 @@ class Parser:
             else:
                 self.fail("'probe', 'global' or 'function'")
         first = self._lines[0] if self._lines else ""
+        probes = expand_aliases(probes, aliases, _builtin_aliases)
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
                           SourceLocation(self._filename, 1, 1, first), tuple(embedded),
                           self._guru)
@@ -254,12 +262,20 @@ class Parser:
 
     # -- probes -------------------------------------------------------------------
 
-    def probe(self) -> ast.Probe:
+    def probe(self) -> ast.Probe | AliasDef:
         kw = self.advance()
         points = self.probe_points(in_braces=False)
         t = self._tok
         if t.is_op("=", "+="):
-            raise ScriptError("probe aliases are not supported", t.loc)
+            self.advance()
+            for p in points:
+                if p.optional or p.condition is not None:
+                    raise ScriptError("an alias name takes no '?', '!' or condition", p.loc)
+            targets = self.probe_points(in_braces=False)
+            if not self._tok.is_op("{"):
+                self.fail("'{'")
+            return AliasDef(tuple(points), tuple(targets), self.block(), t.text == "+=",
+                            kw.loc)
         return ast.Probe(tuple(points), self.block(), kw.loc)
 
     def probe_points(self, in_braces: bool) -> list[ast.ProbePoint]:
@@ -949,6 +965,20 @@ def _recursion_headroom() -> Iterator[None]:
     finally:
         if needed > old:
             sys.setrecursionlimit(old)
+
+
+def _builtin_aliases() -> list[AliasDef]:
+    """pydyn's own aliases (aliases.BUILTIN), parsed when a script names one."""
+    filename = "<pydyn aliases>"
+    lines = split_lines(BUILTIN)
+    parser = Parser(Preprocessor(tokenize(BUILTIN, filename, lines), Config()), filename,
+                    lines, False)
+    out = []
+    while parser.peek().kind is not Kind.EOF:
+        d = parser.probe()
+        assert isinstance(d, AliasDef)
+        out.append(d)
+    return out
 
 
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
