@@ -275,7 +275,8 @@ def tcl_commands(src: str) -> list[list[Word]]:
                     continue
                 depth += {"{": 1, "}": -1}.get(src[j], 0)
                 j += 1
-            words.append(Word(src[i + 1:j - 1], "brace"))
+            # a backslash-newline and the blanks after it are one space, in braces too
+            words.append(Word(re.sub(r"\\\n[ \t]*", " ", src[i + 1:j - 1]), "brace"))
             i = j
             continue
         if c == '"':
@@ -392,6 +393,15 @@ class Interp:
                 i += 1
         return "".join(out)
 
+    def tcl_list(self, text: str) -> list[str]:
+        """A Tcl list's elements: braces and quotes removed, backslashes resolved."""
+        out = []
+        for words in tcl_commands(text.replace(";", "\\;")):
+            for w in words:
+                out.append(w.text if w.kind == "brace" else
+                           re.sub(r"\\(.)", lambda m: _ESC.get(m.group(1), m.group(1)), w.text))
+        return out
+
     def call(self, script: str) -> str:
         cmds = tcl_commands(script)
         result = ""
@@ -435,7 +445,7 @@ class Interp:
             return self.cmd_if(args)
         if name == "foreach" and len(args) == 3:
             var = self.subst(args[0])
-            for value in self.subst(args[1]).split():
+            for value in self.tcl_list(self.subst(args[1])):
                 self.vars[var] = value
                 self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]))
             return ""
