@@ -48,7 +48,7 @@ apt-install:
 LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pydyn.launcher.cli as c; \
   tree = os.path.dirname(os.path.dirname(c.__file__)); \
   sys.exit(not c.__file__.startswith('$(CURDIR)/') or not all(os.path.exists(os.path.join(tree, d, f)) \
-    for d in ('launcher', 'launcher/script', 'launcher/elf', 'shmlayout') for f in os.listdir(d) if f.endswith('.py')))
+    for top in ('launcher', 'shmlayout') for d, _, fs in os.walk(top) if '__pycache__' not in d and 'pydyn_pkg' not in d for f in fs if f.endswith('.py')))
 TEST_EXTRAS = import pytest, ruff, mypy, hypothesis
 py-deps:
 	@$(MAKE) -s py-install EXTRAS='[test]'

@@ -59,7 +59,7 @@ STOP_TIMEOUT = 5.0      # a thread that does not stop in this time is in D state
 # no timeout after that: a thread let go inside the call would return to address 0.
 LOCK_GRACE = 2.0
 
-# Returned by pd_attach_live (runtime/pd_runtime.c PD_ATTACH_*, pd_attach.c).
+# Returned by pd_attach_live (runtime/pd_internal.h PD_ATTACH_*, pd_attach.c).
 LIVE_ATTACH_ERRORS = {
     -1: "the module cannot map the session's segment",
     -2: "the module refused the segment (not a pydyn segment, or owned by another user)",

@@ -44,6 +44,10 @@ def which(name: str) -> str | None:
 
 
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
+# The runtime's arch folders each ABI compiles besides runtime/*.c (their .c and .S
+# files): x86-64 and i386 share runtime/arch/x86.
+ARCH_DIRS = {"m64": ("x86", "x86_64"), "m32": ("x86", "i386"), "aarch64": ("aarch64",)}
+RUNTIME_SUFFIXES = (".c", ".S")   # compiled; headers (.h) are only digested
 SHMLAYOUT_DIR = os.path.dirname(os.path.realpath(shmlayout_package.__file__))
 # Debian puts <sys/sdt.h> and asm/ under the multiarch dir, which -m32 does not search.
 MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
@@ -124,10 +128,21 @@ def runtime_digest() -> bytes:
     """Digest of the runtime and of shmlayout (which generates pd_shm.h): part of every
     checksum."""
     return source_signature([
-        *(("runtime/" + rel, path) for rel, path in iter_source_files(str(RUNTIME_DIR),
-                                                                      (".c", ".h"))),
+        *(("runtime/" + rel, path) for rel, path in iter_source_files(
+            str(RUNTIME_DIR), (*RUNTIME_SUFFIXES, ".h"))),
         *(("shmlayout/" + rel, path) for rel, path in iter_source_files(SHMLAYOUT_DIR,
                                                                         (".py",)))])
+
+
+@cache
+def runtime_sources(abi: str) -> tuple[Path, ...]:
+    """The runtime files compiled for `abi`: runtime/*.c, then the .c and .S files of its
+    arch folders (ARCH_DIRS).  Their objects are named by stem, so stems are unique."""
+    files = sorted(RUNTIME_DIR.glob("*.c"))
+    for d in ARCH_DIRS[abi]:
+        files += sorted(p for p in (RUNTIME_DIR / "arch" / d).iterdir()
+                        if p.suffix in RUNTIME_SUFFIXES)
+    return tuple(files)
 
 
 def _cc() -> str:
@@ -209,7 +224,7 @@ def runtime_objects(tc: Toolchain, defines: Sequence[str], store: Path,
     `store/<abi>-<hash>/` (checked against their sha256s on every use), so a cold build
     compiles only the generated C.  Concurrent builders each compile and the first rename
     wins; a damaged set is replaced."""
-    sources = sorted(RUNTIME_DIR.glob("*.c"))
+    sources = runtime_sources(tc.abi)
     final = _objects_dir(tc, defines, store)
     objs = [final / f"{p.stem}.o" for p in sources]
     if _objects_sound(final, objs):
@@ -292,7 +307,7 @@ def _compile_abi(tc: Toolchain, src: Path, target: Path, defines: Sequence[str],
                  runtime_store: Path | None, warn: Callable[[str], None] | None) -> str | None:
     """Build one ABI's module; None, or why it failed."""
     tmp = target.with_suffix(f".so.tmp{os.getpid()}")
-    runtime = sorted(RUNTIME_DIR.glob("*.c"))
+    runtime: Sequence[Path] = runtime_sources(tc.abi)
     if runtime_store is not None:
         try:
             runtime = runtime_objects(tc, defines, runtime_store, warn)

@@ -279,11 +279,11 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              lookup: Lookup | None, step: Callable[[int, str, float], None],
              ) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
+    from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .patchplan import coverage, plan_site
+    from .plan import coverage, plan_site, plan_sites, return_plan
     from .resolve import Resolver
-    from .retplan import return_plan
     from .session import check_command_target
     from .translate import translate
 
@@ -314,8 +314,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
-    program = translate(script, resolution,
-                        defines=dict(d.split("=", 1) for d in defines))
+    define_map = dict(d.split("=", 1) for d in defines)
+    plans = plan_sites(script, resolution, define_map)
+    program = translate(script, resolution, plans, defines=define_map,
+                        runtime=runtime_digest())
     for warning in program.warnings:
         warnings.append(warning)
         _warning(opts, warning)

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..shmlayout.globals import ENTRY_HEAD, MAP_HEAD, PD_HIST_MAX_BUCKETS, STAT_HEAD
 from ..shmlayout.layout import KSLOT, KSTAT
 
 KSTAT_BUDGET = 64 << 20   # bytes of per-thread tables one keyed statistic may take
 # and one keyed counter: `c[execname()]++` is common, and each array's tables are
 # mapped into every 32-bit process of the session too
 KCOUNT_BUDGET = 32 << 20
-STAT_HEAD = 8 * 7         # struct pd_stat without its buckets
-MAP_HEAD = ENTRY_HEAD = 16  # pd_map.c: struct pd_map_hdr, and each entry's {state, hash, seq}
-MAX_BUCKETS = 128
 
 
 def _align64(n: int) -> int:
@@ -50,10 +48,10 @@ class KstatLayout:
 def hist_buckets(hist_log: bool, hist_linear: tuple[int, int, int] | None) -> int:
     """Buckets pd_stat_add writes (pd_map.c): log wins when both are used."""
     if hist_log:
-        return MAX_BUCKETS
+        return PD_HIST_MAX_BUCKETS
     if hist_linear is not None:
         lo, hi, step = hist_linear
-        return min((hi - lo) // step + 3, MAX_BUCKETS)
+        return min((hi - lo) // step + 3, PD_HIST_MAX_BUCKETS)
     return 0
 
 

@@ -12,7 +12,7 @@ from .format import FormatSpec
 
 if TYPE_CHECKING:
     from .elf.stapsdt import ProbeSite
-    from .patchplan import PatchPlan
+    from .plan import PatchPlan
 
 
 class HistFormat(NamedTuple):   # not a dataclass: see shmlayout/layout.py

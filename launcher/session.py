@@ -39,6 +39,7 @@ from ..shmlayout import (
     init_header,
     plan_segment,
 )
+from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
 from .build import ModuleSet, which
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
@@ -56,7 +57,6 @@ def _cstr(raw: bytes) -> str:
 
 
 # Probe kinds as the runtime numbers them (runtime/pd_runtime.h).
-PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR = 1, 2, 3
 
 ENV_SHM = "PYDYN_SHM"
 ENV_PRELOAD_MARK = "PYDYN_PRELOAD"  # our LD_PRELOAD entry, for children that scrub it

@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ..shmlayout.globals import PD_HIST_LOG_BUCKETS as HIST_LOG_BUCKETS
+from ..shmlayout.globals import PD_HIST_MAX_BUCKETS as STP_MAX_BUCKETS  # linear: incl. under/over
 from .format import format_printf
 
-HIST_LOG_BUCKETS = 128
-HIST_LOG_BUCKET0 = 64  # the bucket of value 0; negatives below, positives above
-STP_MAX_BUCKETS = 128  # most buckets a linear histogram may have (incl. under/overflow)
+HIST_LOG_BUCKET0 = HIST_LOG_BUCKETS // 2  # the bucket of value 0; negatives below, positives above
 HIST_WIDTH = 50  # -DHIST_WIDTH: bar length for the largest bucket
 HIST_ELISION = 2  # -DHIST_ELISION: zero rows kept around data; negative disables eliding
 

@@ -3,7 +3,7 @@
  * A probe site whose stack pointer holds garbage (hand-written assembly does
  * this) must still fire: the SIGTRAP handler of trap sites, and the SIGSEGV
  * handler that catches a trampoline's first write to such a stack
- * (pd_tramp.h), run with SA_ONSTACK on the stack installed here.  A signal
+ * (arch/x86/x86_tramp.c), run with SA_ONSTACK on the stack installed here.  A signal
  * stack cannot be installed lazily from the handler that needs it, so it is
  * installed when a thread starts: the main thread in the constructor, every
  * other thread by the pthread_create below.  Threads created otherwise (glibc's

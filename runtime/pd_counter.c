@@ -57,7 +57,7 @@ PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, ui
 /* The owner's add that changes the high half (i386): inside an odd sequence word. */
 PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v)
 {
-    uint32_t *seq = (uint32_t *)blk, *w = (uint32_t *)((uint8_t *)blk + at);
+    uint32_t *seq = &((struct pd_counter_blk *)blk)->seq, *w = (uint32_t *)((uint8_t *)blk + at);
     uint64_t n = ((uint64_t)w[1] << 32 | w[0]) + (uint64_t)v;
     uint32_t q = pd_seq_write_begin(seq);
     __atomic_store_n(&w[0], (uint32_t)n, __ATOMIC_RELAXED);
@@ -68,7 +68,7 @@ PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v)
 /* One block's counter (pd_seq.h): a 64-bit atomic load, as x86-64 owners store whole. */
 static int64_t pd_counter_slot(const uint8_t *blk, uint32_t at)
 {
-    const uint32_t *seq = (const uint32_t *)blk;
+    const uint32_t *seq = &((const struct pd_counter_blk *)blk)->seq;
     for (int tries = 0;; tries++) {
         uint32_t q = pd_seq_read_begin(seq, &tries);
         int64_t v = __atomic_load_n((const int64_t *)(blk + at), __ATOMIC_RELAXED);

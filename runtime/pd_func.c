@@ -155,7 +155,7 @@ static uintptr_t pd_stack_alloc_saved(uintptr_t t, uintptr_t b, uintptr_t c, uin
 extern const char pd_ret_tramp[] __attribute__((visibility("hidden")));
 
 /* A FAST probe's handler failed (MAXACTION): its report needs a whole context (also
- * pd_run_fast's, pd_runtime.c). */
+ * pd_run_fast's, pd_run.c). */
 uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
 {
     (void)b, (void)c, (void)d;
@@ -539,9 +539,6 @@ int64_t pd_func_return(struct pd_ctx *c)
  * function keep values in registers that function does not clobber, and a handler's
  * libc calls may -- on x86-64 by pd_xmm_call around such handlers (below), unless
  * pd_xmm_always. */
-#ifndef PD_TRAMP_SAVE_XMM
-#define PD_TRAMP_SAVE_XMM 1
-#endif
 #if PD_TRAMP_SAVE_XMM
 #define PD_X64_SAVE_XMM \
     "  movdqa %xmm0,0(%rsp)\n" \
@@ -632,9 +629,6 @@ __asm__(".text\n"
  * Flags are dead at a return; rax and rcx are saved already.  Claimed (TOP = 0) right
  * after it is read, as the stubs do; leaves TOP's value and offset at 8(%rsp) and
  * (%rsp), 16-aligned (0 at 8(%rsp): no private stack, aligned in place). */
-#ifndef PD_PRIVATE_STACK
-#define PD_PRIVATE_STACK 1 /* -D PD_PRIVATE_STACK=0: on the target's stack, as stubs then */
-#endif
 #if PD_PRIVATE_STACK
 #define PD_X64_PSTACK_ON "  cmpl $0,pd_ps_enabled(%rip)\n"
 #else
@@ -727,9 +721,6 @@ __asm__(".text\n"
         ".size pd_ret_tramp,.-pd_ret_tramp\n");
 _Static_assert(sizeof(struct pd_regs) == 144, "pd_ret_tramp's frame");
 #elif defined(__i386__)
-#ifndef PD_PRIVATE_STACK
-#define PD_PRIVATE_STACK 1
-#endif
 /* As on x86-64: the C runs on the private stack, the registers stay saved on the
  * target's.  PIC: ecx gets the GOT from pd_ret_pc_cx (a call matched by its ret, which
  * keeps the return stack buffer in step); eax/ecx/edx are saved already and flags are

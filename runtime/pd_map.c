@@ -15,17 +15,8 @@
 
 #include "pd_runtime.h"
 
-#define PD_ENTRY_EMPTY 0u
-#define PD_ENTRY_USED 1u
-#define PD_ENTRY_DELETED 2u
-
-struct pd_map_hdr {
-    uint32_t count;
-    uint32_t tombstones;
-    uint64_t next_seq;
-};
-_Static_assert(sizeof(struct pd_map_hdr) == 16, "map header is arch-neutral");
-#define PD_ENTRY_HDR 16
+/* struct pd_map_hdr and struct pd_map_ent: pd_shm.h (shmlayout/globals.py) */
+#define PD_ENTRY_HDR sizeof(struct pd_map_ent)
 
 static inline uint8_t *pd_map_entry(uint8_t *map, const struct pd_mapdesc *d, uint32_t i)
 {

@@ -11,7 +11,7 @@
  * descriptors to that offset).  A module dlopen'ed by -x may get dynamic TLS, so
  * there the stubs keep the old behaviour (pd_ps_enabled stays 0).
  *
- * The stub (pd_tramp.h) needs no flags before the switch:
+ * The stub (arch/x86/x86_tramp.c) needs no flags before the switch:
  *     mov %rcx,%fs:SAVE; mov %fs:TOP,%rcx; jrcxz own_stack
  *     movq $0,%fs:TOP                    -- claimed: a nested hit stays where it is
  *     mov %rcx,-8(%rcx); mov %rsp,-16(%rcx); lea -16(%rcx),%rsp; mov %fs:SAVE,%rcx

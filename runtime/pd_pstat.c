@@ -23,8 +23,7 @@
 #include <string.h>
 
 struct pd_pslot {
-    uint32_t seq;  /* odd while the slot is being written */
-    uint32_t lock; /* slot 0 only: its writers' futex lock */
+    struct pd_pslot_head h; /* pd_shm.h: seq, lock */
     struct pd_stat s;
 };
 _Static_assert(sizeof(struct pd_pslot) == PD_PSTAT_SLOT_SIZE, "pd_pslot is arch-neutral");
@@ -137,22 +136,22 @@ void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_st
 {
     int k = pd_pslot_index();
     struct pd_pslot *ps = pd_pslot_at(area, k);
-    if (k == 0 && pd_slot_lock(c, &ps->lock) < 0)
+    if (k == 0 && pd_slot_lock(c, &ps->h.lock) < 0)
         return;
-    uint32_t q = pd_seq_write_begin(&ps->seq); /* readers retry across it */
+    uint32_t q = pd_seq_write_begin(&ps->h.seq); /* readers retry across it */
     pd_stat_add(&ps->s, v, d);
-    pd_seq_write_end(&ps->seq, q);
+    pd_seq_write_end(&ps->h.seq, q);
     if (k == 0)
-        pd_unlock(&ps->lock);
+        pd_unlock(&ps->h.lock);
 }
 
 /* A consistent copy of one slot (pd_seq.h). */
 static void pd_pslot_snapshot(const struct pd_pslot *ps, struct pd_stat *out)
 {
     for (int tries = 0;; tries++) {
-        uint32_t q = pd_seq_read_begin(&ps->seq, &tries);
+        uint32_t q = pd_seq_read_begin(&ps->h.seq, &tries);
         memcpy(out, &ps->s, sizeof *out);
-        if (!pd_seq_read_retry(&ps->seq, q, tries))
+        if (!pd_seq_read_retry(&ps->h.seq, q, tries))
             return;
     }
 }

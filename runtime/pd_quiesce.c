@@ -25,10 +25,6 @@
 
 _Static_assert(PD_TSLOTS == PD_PSTAT_SLOTS + 1, "a busy word per statistic slot index");
 
-#ifndef STUCK_CONTEXT_MS
-#define STUCK_CONTEXT_MS 2000
-#endif
-
 static struct pd_tslot *pd_tslot_at(int k)
 {
     return (struct pd_tslot *)(pd_seg + pd_hdr->tslots_off) + k;

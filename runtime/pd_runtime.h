@@ -1,7 +1,7 @@
 /* The interface between generated probe code and the pydyn runtime.
  *
  * One generated C file per script is compiled for every ABI (m64, m32, ...)
- * together with pd_runtime.c.  The generated file defines the tables declared
+ * together with the runtime's units.  The generated file defines the tables declared
  * at the bottom (probes, sites, objects, module info); the runtime finds the
  * sites in the loaded objects, arms them, and calls the probe handlers with a
  * struct pd_ctx whose register context was filled by a trap (now) or a
@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "pd_config.h" /* build-time defaults */
 #include "pd_shm.h" /* generated from shmlayout/: the arch-neutral segment */
 
 #if defined(__x86_64__)
@@ -51,21 +52,6 @@ static inline ssize_t pd_read_self(void *dst, const void *src, size_t n)
 #define PD_LIKELY(x) __builtin_expect(!!(x), 1)
 #define PD_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-#ifndef MAXACTION
-#define MAXACTION 1000
-#endif
-#ifndef MAXERRORS
-#define MAXERRORS 0
-#endif
-#ifndef MAXSTRINGLEN
-#define MAXSTRINGLEN 512
-#endif
-#ifndef MAXNESTING
-#define MAXNESTING 10
-#endif
-#ifndef PD_OUTBUF_SIZE
-#define PD_OUTBUF_SIZE 8192
-#endif
 
 /* ---- tables emitted by the translator ---------------------------------- */
 
@@ -86,24 +72,12 @@ struct pd_argdesc {
     uint8_t rel;     /* MEM: displacement is a link-time address: add the load bias */
 };
 
-enum pd_probe_kind {
-    PD_PROBE_BEGIN = 1,
-    PD_PROBE_END = 2,
-    PD_PROBE_ERROR = 3,
-    PD_PROBE_MARK = 4,
-    PD_PROBE_PROCESS_BEGIN = 5,
-    PD_PROBE_PROCESS_END = 6,
-    PD_PROBE_TIMER = 7,
-};
-
 struct pd_ctx;
 typedef void (*pd_handler_fn)(struct pd_ctx *);
 
-/* pd_probe.locks bits.  FAST (issue 6): the translator proved the handler does only
- * atomic adds to globals (no calls) and compiled it PD_FAST_FN, so trampolines may run
- * it without saving the vector registers (pd_run_fast). */
-#define PD_PROBE_LOCKS 1u
-#define PD_PROBE_FAST 2u
+/* pd_probe.locks bits (PD_PROBE_LOCKS, PD_PROBE_FAST: pd_shm.h).  FAST: the translator
+ * proved the handler does only counter adds (no calls) and compiled it PD_FAST_FN, so
+ * trampolines may run it without saving the vector registers (pd_run_fast). */
 /* Code that runs from a trampoline before the vector registers are saved: gcc may use
  * no xmm (nor, on i386, x87) register in it. */
 #if defined(__x86_64__) || defined(__i386__)
@@ -116,7 +90,7 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 #define PD_ERROR_DEFERRED 2
 
 struct pd_probe {
-    uint32_t kind;       /* enum pd_probe_kind */
+    uint32_t kind;       /* PD_PROBE_* (pd_shm.h) */
     uint32_t locks;      /* handler touches globals: run it under the globals lock */
     pd_handler_fn handler;
     const char *pp;      /* the probe point as the script wrote it */
@@ -436,8 +410,6 @@ int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 
 enum pd_type { PD_T_LONG = 1, PD_T_STRING = 2, PD_T_STAT = 3 };
 #define PD_MAX_KEYS 9
-#define PD_HIST_LOG_BUCKETS 128
-#define PD_HIST_MAX_BUCKETS 128
 
 struct pd_mapdesc {
     const char *name;
@@ -453,13 +425,7 @@ struct pd_mapdesc {
     uint32_t wrap;         /* `global a%`: a full array drops its oldest entry */
 };
 
-/* Lives in the segment: only int64 members, so i386 and x86-64 agree. */
-struct pd_stat {
-    int64_t count, sum, min, max;
-    int64_t avg_s, m2, variance_s; /* stap's Welford state */
-    int64_t hist[PD_HIST_MAX_BUCKETS];
-};
-_Static_assert(sizeof(struct pd_stat) == 8 * (7 + PD_HIST_MAX_BUCKETS), "pd_stat is arch-neutral");
+/* struct pd_stat lives in the segment: pd_shm.h (shmlayout/globals.py). */
 
 struct pd_statdesc {
     uint8_t hist_log;
@@ -477,7 +443,7 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
 void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                      const uint8_t *key, int create, uint64_t *seq_src);
 uint8_t *pd_map_next(uint8_t *map, const struct pd_mapdesc *d, uint32_t *i);
-/* An entry is {u32 state, u32 hash, u64 seq, key, value}: the seq before a key blob. */
+/* An entry is a struct pd_map_ent (state, hash, seq), key, value: the seq before a key blob. */
 #define PD_MAP_KEY_SEQ(key) ((uint64_t *)((key) - 8))
 void pd_map_delete(uint8_t *map, const struct pd_mapdesc *d, const uint8_t *key);
 void pd_map_clear(uint8_t *map, const struct pd_mapdesc *d);
@@ -497,10 +463,9 @@ void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct p
                        uint32_t fmt_id);
 
 /* Per-thread statistic slots (pd_pstat.c): a statistic only ever added to takes
- * 1 + PD_PSTAT_SLOTS slots of {u32 seq, u32 lock, struct pd_stat}; `<<<` writes the
- * thread's own slot without the globals lock, reads merge them. */
-#define PD_PSTAT_SLOTS 64
-#define PD_PSTAT_SLOT_SIZE (8 + 8 * (7 + PD_HIST_MAX_BUCKETS))
+ * 1 + PD_PSTAT_SLOTS slots of PD_PSTAT_SLOT_SIZE bytes, a struct pd_pslot_head then a
+ * struct pd_stat (pd_shm.h); `<<<` writes the thread's own slot without the globals lock,
+ * reads merge them. */
 void pd_pstat_setup(void);
 void pd_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d);
 const struct pd_stat *pd_pstat_read(const uint8_t *area);

@@ -19,10 +19,6 @@
 
 #include "pd_runtime.h"
 
-#ifndef PD_MAXBACKTRACE
-#define PD_MAXBACKTRACE 20 /* stap's MAXBACKTRACE */
-#endif
-
 extern const struct pd_unwind pd_unwind_tables[] __attribute__((weak));
 extern const uint32_t pd_unwind_ntables __attribute__((weak));
 

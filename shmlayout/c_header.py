@@ -8,6 +8,7 @@ for any ABI rejects it rather than silently disagreeing with the Python view.
 
 from __future__ import annotations
 
+from .globals import GLOBAL_CONST_GROUPS, GLOBAL_STRUCTS
 from .layout import CONST_GROUPS, STRUCTS, Const, Struct
 
 GUARD = "PD_SHM_H"
@@ -82,12 +83,12 @@ def render_c_header() -> str:
         "typedef int64_t pd_i64 __attribute__((aligned(8)));",
     ]
     names: set[str] = set()
-    for g in CONST_GROUPS:
+    for g in (*CONST_GROUPS, *GLOBAL_CONST_GROUPS):
         lines += ["", f"/* {g.name}: {g.doc} */"]
         for c in g.consts:
             names.add(c.name)
             lines.append(_render_const(c))
-    for s in STRUCTS:
+    for s in (*STRUCTS, *GLOBAL_STRUCTS):
         lines.append("")
         body = render_struct(s)
         for line in body:

@@ -81,7 +81,8 @@ TYPES: Final[dict[str, ScalarType]] = {
 
 
 class Field(NamedTuple):
-    """One member of a Struct.  ``count > 1`` (only for u8) makes a byte array."""
+    """One member of a Struct.  ``count > 1`` makes an array: of u8 (bytes), or of 64-bit
+    integers (the Python view reads either as bytes)."""
 
     name: str
     type: str
@@ -94,8 +95,11 @@ class Field(NamedTuple):
             raise ValueError(f"field {self.name}: unknown type {self.type!r}")
         if self.count < 1:
             raise ValueError(f"field {self.name}: count must be >= 1")
-        if self.count > 1 and self.type != "u8":
-            raise ValueError(f"field {self.name}: only u8 may have a count (byte array)")
+        # bytes (names, paths) and tables of int64 (histogram buckets) are all the
+        # segment needs; the Python view reads either as bytes
+        if self.count > 1 and self.type not in ("u8", "i64", "u64"):
+            raise ValueError(f"field {self.name}: only u8 (bytes) and 64-bit integers "
+                             "(tables) may have a count")
 
     @property
     def scalar(self) -> ScalarType:
@@ -250,7 +254,11 @@ PD_REC_TEXT: Final = 6
 PD_FLAG_DRAIN_WAITS: Final = 1
 PD_FLAG_MERGE_TEXT: Final = 2
 
-PD_TSLOTS: Final = 65
+# per-thread statistic slot indices 1..PD_PSTAT_SLOTS (slot 0 is shared): the slots of a
+# statistic, a keyed table or a counter block in the globals area (globals.py), and the
+# in-handler words
+PD_PSTAT_SLOTS: Final = 64
+PD_TSLOTS: Final = PD_PSTAT_SLOTS + 1
 
 PD_LOCK_WAITERS: Final = 0x80000000
 PD_LOCK_TID_MASK: Final = 0x3FFFFFFF

@@ -29,7 +29,7 @@ from test_functions import SCRIPT as REC_SCRIPT
 from test_functions import fib_calls
 
 from pydyn.launcher.elf.functions import get_functions
-from pydyn.launcher.patchplan_a64 import plan_function, relocate
+from pydyn.launcher.plan.aarch64 import plan_function, relocate
 
 OPTS = ("-O0", "-O2")
 SOURCES = (PROGS / "a64_func_main.c", PROGS / "a64_func.S")

@@ -21,7 +21,7 @@ from cbuild import PROGS, build_c
 from pydyn.launcher.attach import read_maps
 from pydyn.launcher.elf.reader import get_elf_info
 from pydyn.launcher.elf.stapsdt import get_probe_sites
-from pydyn.launcher.patchplan import plan_site
+from pydyn.launcher.plan.x86 import plan_site
 
 TIMEOUT = 60
 SRC = PROGS / "attach_loop.c"

@@ -20,7 +20,7 @@ import pytest
 from cbuild import BUILDS, PROGS, Build, assert_thread_sums, build_c, have_m32, thread_sums_script
 
 from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
-from pydyn.launcher.patchplan import TACTICS, PatchPlan, coverage, plan_site
+from pydyn.launcher.plan.x86 import TACTICS, PatchPlan, coverage, plan_site
 
 TIMEOUT = 120
 

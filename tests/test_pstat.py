@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, abi_binary, build_abis
 
-from pydyn.launcher.translate import PSTAT_SLOTS
+from pydyn.shmlayout.globals import PD_PSTAT_SLOTS as PSTAT_SLOTS
 from pydyn.shmlayout.layout import HEADER
 
 TIMEOUT = 120

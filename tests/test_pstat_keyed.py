@@ -33,7 +33,7 @@ from pydyn.launcher.stats import (
     hist_log_bucket,
     summarize,
 )
-from pydyn.launcher.translate import PSTAT_SLOTS
+from pydyn.shmlayout.globals import PD_PSTAT_SLOTS as PSTAT_SLOTS
 from pydyn.shmlayout.layout import HEADER
 
 pytestmark = pytest.mark.skipif(not (have_cc() and have_sdt_h()),

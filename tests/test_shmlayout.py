@@ -36,7 +36,9 @@ from pydyn.shmlayout import (
     string_arg_size,
     unpack_header,
 )
+from pydyn.shmlayout import globals as shmlayout_globals
 from pydyn.shmlayout.c_header import render_struct
+from pydyn.shmlayout.globals import GLOBAL_CONSTANTS, GLOBAL_STRUCTS, STAT
 
 CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-O1"]
 ABIS: dict[str, list[str]] = {
@@ -435,3 +437,64 @@ def test_record_decode_rejects_overruns() -> None:
         decode_args(rec, 16, len(rec), "ii")
     with pytest.raises(ValueError):
         decode_args(rec, 16, len(rec), "x")
+
+
+# --- the globals area (globals.py) -------------------------------------------
+
+RUNTIME = Path(__file__).resolve().parent.parent / "runtime"
+
+
+def _globals_checks() -> str:
+    """C asserting every size, alignment, offset and constant of globals.py as Python
+    computes it, against the generated header."""
+    out = ['#include "pd_shm.h"']
+    for s in GLOBAL_STRUCTS:
+        out.append(f'_Static_assert(sizeof(struct {s.name}) == {s.sizeof}, "{s.name}");')
+        out.append(f'_Static_assert(_Alignof(struct {s.name}) == {s.align}, "{s.name} align");')
+        for m in s.members:
+            out.append(f"_Static_assert(offsetof(struct {s.name}, {m.name}) == {m.offset} && "
+                       f"sizeof(((struct {s.name} *)0)->{m.name}) == {m.field.size}, "
+                       f'"{s.name}.{m.name}");')
+    for c in GLOBAL_CONSTANTS:
+        out.append(f'_Static_assert({c.name} == {c.value}u, "{c.name}");')
+    # the sizes the translator lays globals out with
+    out.append(f'_Static_assert(PD_PSTAT_SLOT_SIZE == sizeof(struct pd_pslot_head) + '
+               f'sizeof(struct pd_stat) && {shmlayout_globals.PSTAT_SLOT_SIZE} == '
+               f'PD_PSTAT_SLOT_SIZE, "pstat slot");')
+    out.append(f'_Static_assert(offsetof(struct pd_stat, hist) == {shmlayout_globals.STAT_HEAD}'
+               f' && sizeof(((struct pd_stat *)0)->hist) == 8 * PD_HIST_MAX_BUCKETS, "hist");')
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("abi", [*sorted(ABIS), "aarch64"])
+def test_globals_area_matches_python(abi: str, header_dir: Path) -> None:
+    """The statistic, array header and entry, per-thread slot, counter block and probe
+    kinds compile to the sizes and values Python lays globals out with, on every ABI."""
+    if abi == "aarch64":
+        if shutil.which(AARCH64_GCC) is None:
+            pytest.skip(f"{AARCH64_GCC} not installed")
+        cmd = [AARCH64_GCC]
+    else:
+        cmd = _abi_cmd(abi, header_dir)
+    src = header_dir / "globals_check.c"
+    src.write_text(_globals_checks())
+    r = subprocess.run([*cmd, *CFLAGS, "-fsyntax-only", "-I", str(header_dir), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    # the check can fail: a wrong number is a compile error
+    src.write_text(_globals_checks().replace(f"== {STAT.sizeof},", f"== {STAT.sizeof + 8},"))
+    r = subprocess.run([*cmd, *CFLAGS, "-fsyntax-only", "-I", str(header_dir), str(src)],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "pd_stat" in r.stderr
+
+
+def test_runtime_restates_no_globals_definition() -> None:
+    """The runtime takes the globals area's structs and numbers from pd_shm.h alone."""
+    names = [c.name for c in GLOBAL_CONSTANTS]
+    for path in sorted([*RUNTIME.glob("*.[ch]"), *RUNTIME.glob("arch/*/*.h")]):
+        text = path.read_text()
+        for name in names:
+            assert re.search(rf"#\s*define\s+{name}\b|\b{name}\s*=", text) is None, (path, name)
+        for s in GLOBAL_STRUCTS:
+            assert re.search(rf"struct\s+{s.name}\s*\{{", text) is None, (path, s.name)
+    assert "struct pd_stat {" in render_c_header()

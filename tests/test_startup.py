@@ -26,7 +26,7 @@ from pydyn.launcher import modffi
 
 # Imported only by a miss: a hit that imports one of them is doing work it need not.
 MISS_ONLY = ("pydyn.launcher.script", "pydyn.launcher.script.parser", "pydyn.launcher.resolve",
-             "pydyn.launcher.translate", "pydyn.launcher.patchplan", "pydyn.launcher.elf.reader",
+             "pydyn.launcher.translate", "pydyn.launcher.plan", "pydyn.launcher.elf.reader",
              "pydyn.launcher.elf.stapsdt", "elftools", "capstone", "lief", "pycparser",
              "cffi.cparser",
              # stdlib imports a warm run avoids (~15 ms, ~2 ms, ~2 ms of every start)

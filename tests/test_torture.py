@@ -24,7 +24,7 @@ import pytest
 from cbuild import CC, PROGS, build_c, have_m32
 
 from pydyn.launcher.elf.stapsdt import get_probe_sites
-from pydyn.launcher.patchplan import analyse, plan_site
+from pydyn.launcher.plan.x86 import analyse, plan_site
 
 TORTURE = PROGS / "torture"
 CXX = os.environ.get("CXX", "g++")

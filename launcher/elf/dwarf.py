@@ -480,15 +480,15 @@ def readable_param(path: str, func_addr: int, name: str) -> DwarfParam:
     return p
 
 
-_UNUSED = ArgSpec("unused", 8, False, False, ArgKind.CONST)
+UNUSED_ARG = ArgSpec("unused", 8, False, False, ArgKind.CONST)   # a slot never read
 
 
-def param_args(path: str, func_addr: int, names: list[str]) -> list[ArgSpec]:
-    """The site's argument descriptors for the script's `$name` slots, in order
-    (a slot this function lacks is never read: the translator checked)."""
+def param_locations(path: str, func_addr: int) -> dict[str, ArgSpec]:
+    """Where each readable parameter of the function entered at `func_addr` is at the
+    entry, by name (the first of a name)."""
     func = function_at(path, func_addr)
-    out = []
-    for name in names:
-        p = func.param(name) if func is not None else None
-        out.append(p.location if p is not None and p.location is not None else _UNUSED)
+    out: dict[str, ArgSpec] = {}
+    for p in func.params if func is not None else ():
+        if p.location is not None:
+            out.setdefault(p.name, p.location)
     return out

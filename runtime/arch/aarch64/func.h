@@ -1,7 +1,7 @@
 /* aarch64 return probes (issue 7), included by pd_func.c.
  *
  * pd_func_fire swaps the link register: x30 in the entry's struct pd_regs, which the
- * stub (arch/aarch64/tramp.h) or the BRK handler (pd_runtime.c) restores, becomes
+ * stub (arch/aarch64/tramp.h) or the BRK handler (pd_trap.c) restores, becomes
  * pd_ret_tramp before the function's first instruction runs -- before a `paciasp`
  * there signs it, so the `autiasp` of the epilogue authenticates pd_ret_tramp signed
  * with the same sp.  The function's `ret` lands here with sp as at its entry: the

@@ -22,6 +22,7 @@
 #define PD_NREGS 33 /* DWARF 0..31: x0..x30 sp; then the pc */
 #define PD_DWARF_SP 31
 #define PD_DWARF_IP 32
+#define PD_ARCH_TRAMP_H "arch/aarch64/tramp.h" /* for pd_tramp.h */
 #define PD_A64_NOP 0xd503201fu
 #define PD_A64_BRK0 0xd4200000u
 
@@ -78,6 +79,13 @@ static inline int pd_arch_is_nop(const uint8_t *p, unsigned len)
             return 0;
     }
     return 1;
+}
+
+/* A trapped function entry: a return probe replaced the link register in regs
+ * (pd_func.c), which the signal return must restore. */
+static inline void pd_uc_set_ret(ucontext_t *uc, const struct pd_regs *regs)
+{
+    uc->uc_mcontext.regs[30] = (unsigned long long)regs->r[30];
 }
 
 /* tpidr_el0 is the thread pointer TLS offsets are relative to. */

@@ -9,7 +9,9 @@
 #define PD_NREGS 9 /* DWARF 0..8: eax ecx edx ebx esp ebp esi edi eip */
 #define PD_DWARF_SP 4
 #define PD_DWARF_IP 8
+#define PD_DWARF_CX 1 /* ecx: the scratch register of a stub's stack switch */
 #define PD_GREG_IP REG_EIP
+#define PD_ARCH_TRAMP_H "arch/i386/tramp.h" /* for pd_tramp.h */
 
 typedef uint32_t pd_ureg;
 

@@ -41,6 +41,27 @@ static inline uintptr_t pd_trap_site_from_ip(uintptr_t ip) { return ip - PD_TRAP
 
 static inline void pd_write_trap(uint8_t *at) { at[0] = 0xcc; }
 
+/* Whether the len bytes at p are a nop: sdt.h emits `nop` (90); 66 90 and the
+ * multi-byte [66]* 0f 1f ... forms are nops too. */
+static inline int pd_arch_is_nop(const uint8_t *p, unsigned len)
+{
+    if (len == 1)
+        return p[0] == 0x90;
+    unsigned i = 0;
+    while (i < len && p[i] == 0x66)
+        i++;
+    return (i < len && p[i] == 0x90 && i + 1 == len) ||
+           (i + 1 < len && p[i] == 0x0f && p[i + 1] == 0x1f);
+}
+
+/* A trapped function entry resumes with the registers of the signal context: the
+ * return address a return probe hooks is on the stack, nothing to copy back. */
+static inline void pd_uc_set_ret(ucontext_t *uc, const struct pd_regs *regs)
+{
+    (void)uc;
+    (void)regs;
+}
+
 /* x86 keeps instruction and data caches coherent. */
 static inline void pd_flush_icache(void *start, void *end) { (void)start; (void)end; }
 

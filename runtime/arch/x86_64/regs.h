@@ -13,7 +13,9 @@
 #define PD_NREGS 17 /* DWARF 0..16: rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip */
 #define PD_DWARF_SP 7
 #define PD_DWARF_IP 16
+#define PD_DWARF_CX 2 /* rcx: the scratch register of a stub's stack switch */
 #define PD_GREG_IP REG_RIP
+#define PD_ARCH_TRAMP_H "arch/x86_64/tramp.h" /* for pd_tramp.h */
 
 typedef uint64_t pd_ureg;
 

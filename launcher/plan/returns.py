@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from .elf.functions import FunctionSite
-from .patchplan import (
+from ..elf.functions import FunctionSite
+from .x86 import (
     MAX_WINDOW,
     PatchPlan,
     _plan_site,
@@ -174,7 +174,7 @@ def _find_exits(obj: Any, img: _Image, lo: int, hi: int, ranges: list[tuple[int,
     part of the function made of `ranges`."""
     from capstone import x86
 
-    from .patchplan import _cs
+    from .x86 import _cs
     md = _cs(obj.bits, detail=True)
     insns = list(md.disasm(obj.read(lo, hi - lo), lo))
     end = insns[-1].address + insns[-1].size if insns else lo

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from .elf.stapsdt import ProbeSite, iter_stapsdt_notes
+from ..elf.stapsdt import ProbeSite, iter_stapsdt_notes
 
 JMP_LEN = 5
 MAX_WINDOW = 16          # bytes of instructions the runtime's stub reserves for them
@@ -284,32 +284,29 @@ def _analyse(path: str) -> _Object:
         # relocations
         for s in sections:
             if isinstance(s, RelocationSection):
-                symtab = None
-                if s["sh_link"]:
-                    try:
-                        symtab = elf.get_section(s["sh_link"])
-                    except Exception:
-                        symtab = None
-                for r in s.iter_relocations():
-                    cands = []
-                    if r.is_RELA():
-                        cands.append(r["r_addend"] & ((1 << bits) - 1))
-                    if isinstance(symtab, SymbolTableSection) and r["r_info_sym"]:
-                        try:
+                # A relocation that cannot be read may name a branch target: every
+                # displaced window of the object would be a guess, so none is made.
+                try:
+                    symtab = elf.get_section(s["sh_link"]) if s["sh_link"] else None
+                    for r in s.iter_relocations():
+                        cands = []
+                        if r.is_RELA():
+                            cands.append(r["r_addend"] & ((1 << bits) - 1))
+                        if isinstance(symtab, SymbolTableSection) and r["r_info_sym"]:
                             sym = symtab.get_symbol(r["r_info_sym"])
                             cands.append(sym["st_value"] + (r["r_addend"] if r.is_RELA() else 0))
-                        except Exception:
-                            pass
-                    for c in cands:
-                        if lo <= c < hi:
-                            targets.add(c)
+                        for c in cands:
+                            if lo <= c < hi:
+                                targets.add(c)
+                except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
+                    obj.error = f"cannot read the relocations of {s.name}: {exc}"
             elif s["sh_type"] == "SHT_RELR":
                 try:
                     relr: Any = s
                     for r in relr.iter_relocations():
                         targets.add(r["r_offset"])  # the word there was scanned as data
-                except Exception:
-                    pass
+                except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
+                    obj.error = f"cannot read the relocations of {s.name}: {exc}"
         # C++ landing pads are entered by the unwinder: each is a target; a function
         # whose LSDA cannot be read is refused whole
         gcc_except = next((s for s in sections if s.name == ".gcc_except_table"), None)
@@ -515,9 +512,6 @@ def plan_site(site: ProbeSite) -> PatchPlan:
 
 def _plan_site(site: ProbeSite, until: int = 0) -> PatchPlan:
     """`until`: a link-time address the window must reach (a function exit's, retplan.py)."""
-    if site.machine == "aarch64":
-        from .patchplan_a64 import plan_site as plan_a64  # imports this module
-        return plan_a64(site)
     if site.machine not in ("x86_64", "i386"):
         return trap(f"trampolines are not implemented on {site.machine}")
     if site.nop_len >= JMP_LEN:
@@ -710,9 +704,6 @@ def plan_function(site: ProbeSite) -> PatchPlan:
     first instruction relocated -- the runtime runs that copy out of line after the
     handler (the entry is not a nop: resuming in place would skip it).  A trap plan
     without code cannot be armed."""
-    if site.machine == "aarch64":
-        from .patchplan_a64 import plan_function as plan_a64  # imports this module
-        return plan_a64(site)
     plan = _plan_site(site)
     if plan.tactic == "displace":
         return plan

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import struct
 
-from .elf.reader import open_elf, read_elf_info
-from .elf.stapsdt import ProbeSite
-from .patchplan import Fixup, PatchPlan, trap
+from ..elf.reader import open_elf, read_elf_info
+from ..elf.stapsdt import ProbeSite
+from .x86 import Fixup, PatchPlan, trap
 
 A64_INSN = 4
 _NOP = 0xD503201F

@@ -1,0 +1,117 @@
+"""Patch planning, the step between resolve and translate: how each probe site is
+patched, decided offline (the runtime only applies a plan).
+
+One module per architecture (x86.py: x86-64 and i386, aarch64.py), chosen by the
+site's machine here and nowhere else; returns.py decides how a function's `.return`
+probes are reached.  `plan_sites` plans every site of a resolution at once, with the
+DWARF locations of the `$name` parameters the script reads, so translation reads
+no object file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..elf import dwarf
+from ..elf.argspec import ArgSpec
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..resolve import Resolution
+from ..script import ast
+from ..script.walk import entry_values, is_param_name, iter_nodes, reads_return_value
+from . import aarch64, x86
+from .returns import ReturnPlan, plan_returns, return_plan
+from .x86 import PatchPlan, coverage, plan_c, trap
+
+__all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
+           "plan_function", "plan_site", "plan_sites", "return_plan"]
+
+_ARCHES: dict[str, tuple[Callable[[ProbeSite], PatchPlan], Callable[[ProbeSite], PatchPlan]]] = {
+    "x86_64": (x86.plan_site, x86.plan_function),
+    "i386": (x86.plan_site, x86.plan_function),
+    "aarch64": (aarch64.plan_site, aarch64.plan_function),
+}
+
+
+def plan_site(site: ProbeSite) -> PatchPlan:
+    """The plan of a USDT site, or of a function entry (`nop_len` 0)."""
+    arch = _ARCHES.get(site.machine)
+    return arch[0](site) if arch else trap(f"trampolines are not implemented on {site.machine}")
+
+
+def plan_function(site: ProbeSite) -> PatchPlan:
+    """The plan of a function entry (the entry is no nop: see x86.plan_function)."""
+    arch = _ARCHES.get(site.machine)
+    return arch[1](site) if arch else trap(f"trampolines are not implemented on {site.machine}")
+
+
+@dataclass(frozen=True)
+class FunctionPlan:
+    """A probed function: its entry's plan, how its returns are reached (None: no
+    `.return` probe), the locations of the script's `$name` parameters in it."""
+
+    entry: PatchPlan
+    returns: ReturnPlan | None
+    params: dict[str, ArgSpec] = field(default_factory=dict)
+
+    def param_args(self, names: list[str]) -> list[ArgSpec]:
+        """The argument descriptors of the script's parameter slots `names`, in order (a
+        slot this function lacks is never read: the translator checked)."""
+        return [self.params.get(n, dwarf.UNUSED_ARG) for n in names]
+
+
+@dataclass(frozen=True)
+class SitePlans:
+    """Every site's plan, by (object path, link-time address)."""
+
+    marks: dict[tuple[str, int], PatchPlan]
+    functions: dict[tuple[str, int], FunctionPlan]
+
+    def mark(self, site: ProbeSite) -> PatchPlan:
+        return self.marks[(site.path, site.pc)]
+
+    def function(self, site: FunctionSite) -> FunctionPlan:
+        return self.functions[(site.path, site.pc)]
+
+
+def plan_sites(script: ast.Script, resolution: Resolution,
+               defines: dict[str, str]) -> SitePlans:
+    """Plan every site `resolution` found for `script`'s probes.
+
+    A function's returns are planned knowing whether a probe on it reads values of
+    the entry (@entry, or a `$param` in a `.return` probe) or `$return`: those keep
+    the return-address hijack or refuse tail calls (returns.py)."""
+    forced = defines.get("PD_RETURN_HIJACK", "0") != "0"
+    # the DWARF parameters only when a probe may name one ($fd, $$parms)
+    params = any(isinstance(n, ast.TargetSymbol) and (
+        is_param_name(n.name) or n.name in ("$$parms", "$$vars"))
+        for n in iter_nodes(script.probes))
+    marks: dict[tuple[str, int], PatchPlan] = {}
+    # per function: its entry site, whether it has return probes, reads entry values,
+    # reads $return
+    funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool, bool]] = {}
+    for probe in script.probes:
+        points = resolution.points.get(id(probe), [])
+        sites = [s for rp in points for s in rp.sites]
+        returns_only = bool(sites) and all(isinstance(s, FunctionSite) and s.is_return
+                                           for s in sites)
+        uses_entry = bool(entry_values(probe, returns_only))
+        uses_return = reads_return_value(probe)
+        for site in sites:
+            key = (site.path, site.pc)
+            if not isinstance(site, FunctionSite):
+                if key not in marks:
+                    marks[key] = plan_site(site)
+                continue
+            _, ret, ent, rv = funcs.get(key, (site, False, False, False))
+            funcs[key] = (site, ret or site.is_return, ent or uses_entry,
+                          rv or (site.is_return and uses_return))
+    functions: dict[tuple[str, int], FunctionPlan] = {}
+    for key, (site, has_returns, uses_entry, uses_return) in funcs.items():
+        rplan = plan_returns(site, site.func_addr, site.func_size, entry_values=uses_entry,
+                             return_value=uses_return, forced=forced) if has_returns else None
+        functions[key] = FunctionPlan(
+            plan_function(site), rplan,
+            dwarf.param_locations(site.path, site.func_addr) if params else {})
+    return SitePlans(marks, functions)

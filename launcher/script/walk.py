@@ -1,0 +1,44 @@
+"""Walks over a parsed script that more than one pass makes: every node below one,
+the `$name` parameters, what a `.return` probe needs from its entry."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+
+from . import ast
+
+
+def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
+    """Every AST node below `node` (dataclass fields, tuples), depth first; not
+    below a node of a `prune` type."""
+    yield node
+    if isinstance(node, tuple):
+        for item in node:
+            yield from iter_nodes(item, prune)
+    elif dataclasses.is_dataclass(node) and not isinstance(node, (type, *prune)):
+        for f in dataclasses.fields(node):
+            if f.name != "loc":
+                yield from iter_nodes(getattr(node, f.name), prune)
+
+
+def is_param_name(name: str) -> bool:
+    """`$fd`: a DWARF parameter (not `$argN`, `$return` or a `$$` variable)."""
+    return re.fullmatch(r"\$[A-Za-z_]\w*", name) is not None and name != "$return" and \
+        re.fullmatch(r"\$arg\d+", name) is None
+
+
+def entry_values(probe: ast.Probe, returns_only: bool) -> list[ast.Expr]:
+    """What a .return probe needs from its entry (entry.py): each `@entry(x)` and,
+    as in stap, each `$param` outside one (its value at the entry) when every site of
+    the probe is a function's return (`returns_only`)."""
+    return [n for n in iter_nodes(probe.body, (ast.Entry, ast.Defined))
+            if isinstance(n, ast.Entry) or (returns_only and isinstance(n, ast.TargetSymbol)
+                                            and is_param_name(n.name))]
+
+
+def reads_return_value(probe: ast.Probe) -> bool:
+    """Whether the probe reads `$return` (or `$$return`)."""
+    return any(isinstance(n, ast.TargetSymbol) and n.name in ("$return", "$$return")
+               for n in iter_nodes(probe.body))

@@ -1,0 +1,66 @@
+"""Pass 3: translate a resolved, planned script into one C source for every ABI.
+
+The sub-passes, each a module with a typed input and output (as SystemTap's
+semantic pass and bpftrace's pass manager name theirs):
+
+    limits    -D MAXSTRINGLEN / MAXMAPENTRIES           -> Limits
+    types     symbols and their types, to a fixpoint    -> Types
+    analysis  which globals leave the globals lock      -> GlobalPlan
+    layout    offsets in the segment's globals area     -> GlobalsLayout
+    emit      descriptors, functions, one handler a probe (FAST ones: fast.py) -> Handlers
+    report    the exit report of globals never read     -> C lines
+    tables    probe, site and object rows with the plans (launcher/plan/) -> Tables
+
+The checksum covers the source and the runtime it is built against (`runtime`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from ..plan import SitePlans
+from ..program import Program
+from ..resolve import Resolution
+from ..script import ast
+from .analysis import analyse
+from .emit import Unit, emit, prologue
+from .layout import lay_out
+from .limits import Limits
+from .report import exit_report
+from .tables import build_tables
+from .types import infer_types
+
+__all__ = ["Program", "translate"]
+
+
+def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
+              defines: dict[str, str], runtime: bytes) -> Program:
+    limits = Limits.from_defines(defines)
+    types = infer_types(script, resolution)
+    plan = analyse(script, types)
+    layout = lay_out(types, plan, limits)
+    unit = Unit(types, plan, layout, limits)
+    handlers = emit(script, unit)
+    report = exit_report(unit)
+    tables = build_tables(script, resolution, plans, unit, handlers, report)
+
+    out = [*prologue(script, defines), *handlers.c_lines]
+    if report:
+        out.extend(["", "static void probe_exit_report(struct pd_ctx *c)", "{", *report, "}"])
+    source = "\n".join([*out, *tables.c_lines]) + "\n"
+    digest = hashlib.sha256(source.encode() + runtime).digest()
+    trailer = (
+        "const struct pd_module_info pd_module = {\n"
+        f"    {{{', '.join(str(b) for b in digest)}}},\n"
+        f"    {layout.size}, {tables.nprobes}, {tables.nsites}, {tables.nobjects}, 0\n"
+        "};\n")
+    # Required ABIs: every binary named in a probe point; the -c target adds its own.
+    program = Program(source + trailer, digest, unit.formats, tables.required, layout.size,
+                      tables.needs_wait, tables.timers, tables.sites, warnings=types.warnings,
+                      plans=tables.plans,
+                      scalars={n: (layout.offset(n), v.type, layout.slots[n].size)
+                               for n, v in types.globals.items()
+                               if v.array is None and v.type in ("long", "string")},
+                      report=unit.report)
+    program.return_plans = [(f"{s.name}@{s.func_addr:#x}", str(r)) for s, r in tables.return_plans]
+    return program

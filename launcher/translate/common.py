@@ -1,0 +1,59 @@
+"""What every sub-pass of translate shares: the type names, errors at a node, C
+string literals and the `where` of a statement."""
+
+from __future__ import annotations
+
+from ..errors import ScriptError, SourceLocation
+from ..script import ast
+
+LONG, STRING, STAT = "long", "string", "stat"
+
+
+def _err(msg: str, node: object, hint: str | None = None) -> ScriptError:
+    """A ScriptError at `node` (any AST object with a `loc`)."""
+    return ScriptError(msg, getattr(node, "loc", None), hint)
+
+
+def _c_string(text: str | bytes) -> str:
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
+    out = []
+    for b in data:
+        ch = chr(b)
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif 32 <= b < 127 and ch != "?":  # '?' escaped: no trigraphs
+            out.append(ch)
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
+
+
+def _where(node: object) -> str:
+    loc: SourceLocation = getattr(node, "loc")  # noqa: B009 - every AST node has one
+    return _c_string(f"{_describe(node)} at {loc.file}:{loc.line}:{loc.column}")
+
+
+KEYWORDS = {ast.While: "while", ast.For: "for", ast.Foreach: "foreach", ast.If: "if",
+            ast.Delete: "delete", ast.Return: "return", ast.Next: "next", ast.Try: "try",
+            ast.Break: "break", ast.Continue: "continue"}
+
+
+def _describe(node: object) -> str:
+    """The token stap names in `near ...`: the node's defining token."""
+    if isinstance(node, ast.BinaryOp | ast.Assign | ast.Unary | ast.Comparison |
+                  ast.Logical | ast.IncDec):
+        return f"operator '{node.op}'"
+    if isinstance(node, ast.Ternary):
+        return "operator '?'"
+    if isinstance(node, ast.Symbol | ast.Call | ast.Function):
+        return f"identifier '{node.name}'"
+    if isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
+        return f"identifier '{node.base.name}'"
+    if isinstance(node, ast.NumberLiteral):
+        return f"number '{node.value}'"
+    if isinstance(node, ast.StringLiteral):
+        return "string"
+    if type(node) in KEYWORDS:
+        return f"keyword '{KEYWORDS[type(node)]}'"
+    return "statement"
+

@@ -1,0 +1,960 @@
+"""Pass 3d, emit: one C handler `static void probe_N(struct pd_ctx *c)` per probe, one C
+function per script function, the descriptors of arrays and statistics.
+
+Globals are read and written at the offsets of the layout; output is a binary record
+(format id + values) that the launcher formats or, for a printf of integers only, text
+formatted in the handler.  A probe the analysis proves FAST (fast.py) is compiled
+`general-regs-only`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ...shmlayout.globals import ENTRY_HEAD, PD_PROBE_FAST
+from .. import kstat
+from ..elf import dwarf
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..entry import helpers_c as entry_helpers_c
+from ..entry import pop_c as entry_pop_c
+from ..errors import ScriptError
+from ..format import FormatSpec, parse_format
+from ..guru import (
+    SET_USER,
+    embedded_expr_c,
+    embedded_function_c,
+    set_user_c,
+    toplevel_c,
+)
+from ..program import Format, HistFormat, ReportTag
+from ..script import ast
+from ..script.walk import entry_values, is_param_name
+from .analysis import GlobalPlan, counter_update, kcount_update
+from .common import LONG, STAT, STRING, _c_string, _err, _where
+from .fast import is_fast, where_table
+from .layout import GlobalsLayout
+from .limits import Limits
+from .types import PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
+
+STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
+            "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
+
+
+class Unit:
+    """What the handlers of one translation share: the earlier passes' results, and
+    what emitting them collects (formats, exit-report tags, whether the unwind tables
+    are needed)."""
+
+    def __init__(self, types: Types, plan: GlobalPlan, layout: GlobalsLayout,
+                 limits: Limits) -> None:
+        self.types = types
+        self.plan = plan
+        self.layout = layout
+        self.limits = limits
+        self.globals = types.globals
+        self.funcs = types.funcs
+        self.formats: list[Format] = []
+        self._format_ids: dict[object, int] = {}
+        self.report: dict[int, ReportTag] = {}   # exit-report format id -> its tag
+        self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
+        self.usym = False   # usymname/ubacktrace used: emit the unwind tables
+        self.usymdata = False   # usymdata used: the tables carry data symbols too
+
+    def format_id(self, fmt: Format) -> int:
+        key = (type(fmt).__name__, repr(fmt))
+        if key not in self._format_ids:
+            self._format_ids[key] = len(self.formats)
+            self.formats.append(fmt)
+        return self._format_ids[key]
+
+    def report_format_id(self, fmt: FormatSpec, tag: ReportTag) -> int:
+        """A format of the exit report: its own id, so --json can tell it from a printf."""
+        self.formats.append(fmt)
+        self.report[len(self.formats) - 1] = tag
+        return len(self.formats) - 1
+
+
+class Emitter:
+    """C code for one handler or function."""
+
+    def __init__(self, tr: Unit, scope: Scope, sites: tuple[ProbeSite, ...] = (),
+                 fast: bool = False) -> None:
+        self.tr = tr
+        self.wheres: list[str] | None = [] if fast else None   # FAST: its statements' wheres
+        self.scope = scope
+        self.sites = sites
+        self.lines: list[str] = []
+        self.decls: list[str] = []
+        self.ntemp = 0
+        self.indent = 1
+        self.err_label = ["out"]
+        self.needs_lock = False
+        self.iterating: list[str] = []   # the arrays of the enclosing foreach loops
+
+    def temp(self, ctype: str, suffix: str = "") -> str:
+        self.ntemp += 1
+        name = f"t{self.ntemp}"
+        self.decls.append(f"    {ctype} {name}{suffix};")
+        return name
+
+    def strtemp(self) -> str:
+        return self.temp("char", "[MAXSTRINGLEN]")
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.indent + text)
+
+    def action(self, node: object) -> None:
+        """Count a statement against MAXACTION.  A FAST handler compares the statement's
+        number instead and finds its `where` in the probe's table (fast.where_table)."""
+        if self.wheres is None:
+            self.line(f"PD_ACTION(c, {_where(node)});")
+        else:
+            self.wheres.append(_where(node))
+            self.line(f"PD_ACTION_FAST(c, {len(self.wheres)});")
+
+    def check(self) -> None:
+        self.line(f"if (PD_UNLIKELY(c->error)) goto {self.err_label[-1]};")
+
+    # ------------------------------------------------------------ expressions
+    def type_of(self, e: ast.Expr) -> str | None:
+        return self.tr.types._infer(e, self.scope)
+
+    def local(self, name: str) -> str:
+        return f"l_{name}"
+
+    def is_global(self, name: str) -> bool:
+        return name not in self.scope.locals and name in self.tr.globals
+
+    def gptr(self, var: GlobalVar) -> str:
+        self.needs_lock = True  # every global access but the atomic counters takes the lock
+        return f"(c->globals + {self.tr.layout.offset(var.name)})"
+
+    def key_blob(self, var: GlobalVar, keys: tuple[ast.Expr, ...]) -> str:
+        assert var.array is not None
+        kb = self.temp("uint8_t", f"[{max(self.tr.limits.key_size(var), 8)}]")
+        parts = []
+        at = 0
+        for k, kt in zip(keys, var.array.keys, strict=True):
+            if isinstance(k, ast.Wildcard):
+                pass  # not compared (see wildcard_mask)
+            elif kt == STRING:
+                parts.append(f"pd_key_str({kb} + {at}, {self.expr(k)})")
+            else:
+                parts.append(f"pd_key_i64({kb} + {at}, {self.expr(k)})")
+            at += self.tr.limits.type_size(kt)
+        return f"({', '.join([*parts, kb])})"
+
+    def map_api(self, var: GlobalVar, op: str) -> str:
+        """`pd_map_OP(map, &md_X, ` or, for a keyed statistic, `pd_kstat_OP(c, area, &kd_X, `."""
+        if var.name in self.tr.plan.kstats:
+            return f"pd_kstat_{op}(c, {self.gptr(var)}, &kd_{var.name}, "
+        return f"pd_map_{op}({self.gptr(var)}, &md_{var.name}, "
+
+    @staticmethod
+    def wildcard_mask(keys: tuple[ast.Expr, ...]) -> int:
+        return sum(1 << i for i, k in enumerate(keys) if isinstance(k, ast.Wildcard))
+
+    def map_get(self, var: GlobalVar, keys: tuple[ast.Expr, ...], create: bool,
+                node: ast.Expr | None = None) -> str:
+        if var.name in self.tr.plan.kstats and not create:
+            # the key's values in every per-thread table, merged (NULL: in none)
+            return (f"((void *)pd_kstat_get(c, {self.gptr(var)}, &kd_{var.name}, "
+                    f"{self.key_blob(var, keys)}))")
+        call = (f"pd_map_get(c, {self.gptr(var)}, &md_{var.name}, "
+                f"{self.key_blob(var, keys)}, {int(create)})")
+        # An insertion can overflow the array: stap names the array in the error.
+        return f"(c->where = {_where(node)}, {call})" if create and node is not None else call
+
+    def ptr(self, e: ast.Expr, create: bool) -> tuple[str, str, bool]:
+        """(C pointer expression, type, may_be_null) of an lvalue."""
+        if isinstance(e, ast.Symbol):
+            if self.is_global(e.name) and e.name in self.tr.plan.counters and not create:
+                return f"(&(int64_t){{{self.tr.layout.counter_read(e.name)}}})", LONG, False
+            if self.is_global(e.name):
+                var = self.tr.globals[e.name]
+                t = var.type or LONG
+                ctype = "char *" if t == STRING else "int64_t *"
+                return f"(({ctype}){self.gptr(var)})", t, False
+            t = self.scope.locals.get(e.name) or LONG
+            return (self.local(e.name) if t == STRING else f"&{self.local(e.name)}"), t, False
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
+            var = self.tr.globals[e.base.name]
+            assert var.array is not None
+            t = var.array.value or LONG
+            ctype = {STRING: "char *", STAT: "struct pd_stat *"}.get(t, "int64_t *")
+            return f"(({ctype}){self.map_get(var, e.indexes, create, e)})", t, True
+        raise _err("cannot assign to this expression", e)
+
+    def expr(self, e: ast.Expr) -> str:
+        if isinstance(e, ast.NumberLiteral):
+            v = e.value
+            return f"INT64_C({v})" if v != -(1 << 63) else "INT64_MIN"
+        if isinstance(e, ast.StringLiteral):
+            return _c_string(e.as_bytes())
+        if isinstance(e, ast.Symbol):
+            p, t, _ = self.ptr(e, False)
+            return p if t == STRING else f"(*{p})"
+        if isinstance(e, ast.Index):
+            if isinstance(e.base, ast.HistOp):
+                raise _err("indexing a histogram is not supported yet", e)
+            p, t, _ = self.ptr(e, False)
+            if t == STRING:
+                return f"({{ char *p_ = {p}; p_ ? p_ : \"\"; }})"
+            return f"({{ int64_t *p_ = {p}; p_ ? *p_ : 0; }})"
+        if isinstance(e, ast.TargetSymbol):
+            return self.target(e)
+        if isinstance(e, ast.BinaryOp):
+            return self.binary(e)
+        if isinstance(e, ast.Comparison):
+            lt = self.type_of(e.left)
+            a, b = self.expr(e.left), self.expr(e.right)
+            if lt == STRING:
+                return f"(strcmp({a}, {b}) {e.op} 0)"
+            return f"({a} {e.op} {b})"
+        if isinstance(e, ast.Logical):
+            return f"(int64_t)(({self.expr(e.left)}) {e.op} ({self.expr(e.right)}))"
+        if isinstance(e, ast.Unary):
+            inner = self.expr(e.operand)
+            if e.op == "-":
+                return f"(int64_t)(0 - (uint64_t)({inner}))"
+            if e.op == "+":
+                return inner
+            return f"(int64_t)({e.op}({inner}))"
+        if isinstance(e, ast.IncDec):
+            p, _, nullable = self.ptr(e.operand, True)
+            op = e.op
+            if e.prefix:
+                body = f"(*p_ = (int64_t)((uint64_t)*p_ {op[0]} 1))"
+            else:
+                body = f"({{ int64_t o_ = *p_; *p_ = (int64_t)((uint64_t)o_ {op[0]} 1); o_; }})"
+            guard = "p_ ? " + body + " : 0" if nullable else body
+            return f"({{ int64_t *p_ = {p}; {guard}; }})"
+        if isinstance(e, ast.Assign):
+            return self.assign(e)
+        if isinstance(e, ast.Ternary):
+            return f"(({self.expr(e.cond)}) ? ({self.expr(e.then)}) : ({self.expr(e.else_)}))"
+        if isinstance(e, ast.ArrayIn):
+            assert isinstance(e.array, ast.Symbol)
+            var = self.tr.globals[e.array.name]
+            mask = self.wildcard_mask(e.keys)
+            if mask:
+                return (f"(int64_t)({self.map_api(var, 'match')}"
+                        f"{self.key_blob(var, e.keys)}, {mask}, 0) != 0)")
+            return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
+        if isinstance(e, ast.StatOp):
+            sp = self.stat_ptr(e.operand)
+            return (f"({{ const struct pd_stat *s_ = {sp}; "
+                    f"s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
+                    f": (pd_error(c, \"empty aggregate\"), 0); }})")
+        if isinstance(e, ast.Call):
+            return self.call(e)
+        if isinstance(e, ast.Defined):
+            return "1" if self._defined(e.operand) else "0"
+        if isinstance(e, ast.Embedded):
+            return embedded_expr_c(e.code)
+        if isinstance(e, ast.Entry):
+            return f"ent_[{self.tr.entry_index[id(e)]}]"
+        raise _err(f"{type(e).__name__} is not supported here", e)
+
+    def _defined(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.TargetSymbol):
+            try:
+                self.tr.types._target_type(e, self.scope)
+                return True
+            except ScriptError:
+                return False
+        return True
+
+    def stat_ptr(self, e: ast.Expr) -> str:
+        if isinstance(e, ast.Symbol):
+            var = self.tr.globals[e.name]
+            return _stat_read(var, self.gptr(var), self.tr.plan.pstats)
+        assert isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol)
+        var = self.tr.globals[e.base.name]
+        return f"((struct pd_stat *){self.map_get(var, e.indexes, False)})"
+
+    def statdesc_of(self, e: ast.Expr) -> str:
+        name = e.name if isinstance(e, ast.Symbol) else (
+            e.base.name if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol) else "")
+        return f"&sd_{name}"
+
+    def binary(self, e: ast.BinaryOp) -> str:
+        if e.op == ".":
+            t = self.strtemp()
+            return f"pd_concat({t}, {self.expr(e.left)}, {self.expr(e.right)})"
+        a, b = self.expr(e.left), self.expr(e.right)
+        if e.op == "/":
+            return f"pd_div(c, {a}, {b}, {_where(e)})"
+        if e.op == "%":
+            return f"pd_mod(c, {a}, {b}, {_where(e)})"
+        if e.op in ("+", "-", "*"):
+            return f"(int64_t)((uint64_t)({a}) {e.op} (uint64_t)({b}))"
+        if e.op == "<<":
+            return f"(int64_t)((uint64_t)({a}) << (({b}) & 63))"
+        if e.op == ">>":
+            return f"(int64_t)(({a}) >> (({b}) & 63))"
+        if e.op == ">>>":
+            return f"(int64_t)((uint64_t)({a}) >> (({b}) & 63))"
+        if e.op in ("&", "|", "^"):
+            return f"(int64_t)(({a}) {e.op} ({b}))"
+        raise _err(f"unknown operator '{e.op}'", e)
+
+    def assign(self, e: ast.Assign) -> str:
+        if e.op == "<<<":
+            target = e.target
+            if isinstance(target, ast.Symbol) and target.name in self.tr.plan.pstats:
+                # the thread's own slot: no globals lock (pd_pstat.c)
+                off = self.tr.layout.offset(target.name)
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_pstat_add(c, c->globals + "
+                        f"{off}, v_, {self.statdesc_of(target)}); v_; }})")
+            if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol) and \
+                    target.base.name in self.tr.plan.kstats:
+                # the thread's own table, under its slot lock only (pd_kstat.c)
+                var = self.tr.globals[target.base.name]
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; c->where = {_where(target)}; "
+                        f"pd_kstat_add(c, c->globals + {self.tr.layout.offset(var.name)}, "
+                        f"&kd_{var.name}, "
+                        f"{self.key_blob(var, target.indexes)}, v_); v_; }})")
+            if isinstance(target, ast.Symbol):
+                sp = self.stat_ptr(target)
+            else:
+                p, _, _ = self.ptr(target, True)
+                sp = p
+            return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
+                    f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
+        p, t, nullable = self.ptr(e.target, True)
+        if t == STRING:
+            val = self.expr(e.value)
+            tmp = self.strtemp()
+            if e.op == ".=":
+                cur = self.expr(e.target)
+                val = f"pd_concat({tmp}, {cur}, {val})"
+            else:
+                val = f"pd_strcpy({tmp}, {val})"
+            return f"({{ const char *v_ = {val}; char *p_ = {p}; if (p_) pd_strcpy(p_, v_); v_; }})"
+        val = self.expr(e.value)
+        if e.op == "=":
+            upd = "*p_ = v_"
+        elif e.op in ("/=", "%="):
+            fn = "pd_div" if e.op == "/=" else "pd_mod"
+            upd = f"*p_ = {fn}(c, *p_, v_, {_where(e)})"
+        elif e.op in ("+=", "-=", "*="):
+            upd = f"*p_ = (int64_t)((uint64_t)*p_ {e.op[0]} (uint64_t)v_)"
+        elif e.op in ("<<=", ">>="):
+            upd = f"*p_ = (int64_t)(*p_ {e.op[:2]} (v_ & 63))"
+        elif e.op in ("&=", "|=", "^="):
+            upd = f"*p_ {e.op} v_"
+        else:
+            raise _err(f"unknown assignment operator '{e.op}'", e)
+        if nullable:
+            return f"({{ int64_t v_ = {val}; int64_t *p_ = {p}; p_ ? ({upd}) : 0; }})"
+        return f"({{ int64_t v_ = {val}; int64_t *p_ = {p}; {upd}; }})"
+
+    def target(self, e: ast.TargetSymbol) -> str:
+        name = e.name
+        if name == "$$name":
+            return "c->site->name"
+        if name == "$$provider":
+            return "c->site->provider"
+        if name == "$return":
+            return "pd_func_return(c)"
+        if name == "$$return":
+            return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
+                   "(unsigned long long)pd_func_return(c))"
+        if name in ("$$parms", "$$vars") and self.sites and \
+                all(isinstance(s, FunctionSite) for s in self.sites):
+            return self.function_parms()
+        if is_param_name(name):
+            if not self.scope.in_entry and id(e) in self.tr.entry_index:
+                return f"ent_[{self.tr.entry_index[id(e)]}]"   # .return: as at the entry
+            return f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
+        if name in ("$$parms", "$$vars"):
+            t = self.strtemp()
+            n = min(len(s.args) for s in self.sites) if self.sites else 0
+            if n == 0:
+                return '""'
+            fmt = " ".join(f"$arg{i + 1}=%#llx" for i in range(n))
+            args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
+            return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
+        return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+
+    def function_parms(self) -> str:
+        """stap's `$$parms` of a function probe, "a=0x1 b=0x7ffc..." ("?": unreadable),
+        chosen by the site when the probe covers several functions."""
+        t = self.strtemp()
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites:
+            assert isinstance(site, FunctionSite)
+            func = dwarf.function_at(site.path, site.func_addr)
+            params = func.params if func is not None else ()
+            fmt = " ".join(f"{p.name}=0x%llx" if p.location else f"{p.name}=?" for p in params)
+            slots = [self.tr.types.param_slot(p.name) for p in params if p.location]
+            args = "".join(f", (unsigned long long)pd_fetch_arg(c, {k})" for k in slots)
+            cases[(site.path, site.pc)] = f"pd_sprintf({t}, {_c_string(fmt)}{args})" \
+                if args else _c_string(fmt)
+        if len(cases) == 1:
+            return next(iter(cases.values()))
+        out = '""'
+        for (path, pc), value in cases.items():
+            out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
+                   f"{_c_string(path)}) ? (const char *){value} : {out})")
+        return out
+
+    def usym_call(self, name: str, args: list[str]) -> str:
+        self.tr.usym = True
+        if name == "print_ubacktrace":
+            fid = self.tr.format_id(parse_format("%s\n"))
+            return f"(pd_print_ubacktrace(c, {fid}), 0)"
+        t = self.strtemp()
+        if name == "usymdata":
+            self.tr.usymdata = True
+            return f"pd_usymdata(c, {t}, {args[0]})"
+        return f"pd_usymname(c, {t}, {args[0]})" if args else f"pd_ubacktrace(c, {t})"
+
+    def call(self, e: ast.Call) -> str:
+        name = e.name
+        if name in PRINT_FUNCS:
+            return self.print_call(e)
+        args = [self.expr(a) for a in e.args]
+        simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
+                  "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
+                  "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
+                  "target": "pd_target(c)", "execname": "pd_execname()",
+                  "pp": "c->probe->pp", "pn": "c->probe->pp",
+                  # issue 7: the probed function's name ("" outside function probes)
+                  "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
+                  "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
+                  "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
+                  "gettimeofday_ms": "(pd_gettime_ns(1) / 1000000)",
+                  "gettimeofday_us": "(pd_gettime_ns(1) / 1000)",
+                  "gettimeofday_ns": "pd_gettime_ns(1)",
+                  "local_clock_ns": "pd_gettime_ns(0)",
+                  "get_cycles": "(int64_t)__builtin_ia32_rdtsc()"}
+        if name in simple:
+            return simple[name]
+        if name == "exit":
+            return "(pd_exit(c), 0)"
+        if name in ("usymname", "usymdata", "ubacktrace", "print_ubacktrace"):
+            return self.usym_call(name, args)
+        if name == "log":
+            fid = self.tr.format_id(parse_format("%s\n"))
+            tmp = self.strtemp()
+            return (f"(pd_strcpy({tmp}, {args[0]}), pd_rec_open(c, PD_REC_PRINTF, {fid}, 1), "
+                    f"pd_rec_str(c, {tmp}), pd_rec_close(c), 0)")
+        if name == "error":
+            return f"(pd_error(c, \"%s\", {args[0]}), 0)"
+        if name == "warn":
+            return f"(pd_warn_probe(c, {args[0]}), 0)"
+        if name == "strlen":
+            return f"(int64_t)strlen({args[0]})"
+        if name == "abs":
+            return f"({{ int64_t a_ = {args[0]}; a_ < 0 ? (int64_t)(0 - (uint64_t)a_) : a_; }})"
+        if name == "substr":
+            t = self.strtemp()
+            ln = args[2] if len(args) > 2 else "MAXSTRINGLEN"
+            return f"pd_substr({t}, {args[0]}, {args[1]}, {ln})"
+        if name == "isinstr":
+            return f"(int64_t)(strstr({args[0]}, {args[1]}) != NULL)"
+        if name == "strtol":
+            base = args[1] if len(args) > 1 else "10"
+            return f"(int64_t)strtoll({args[0]}, NULL, (int)({base}))"
+        if name == "str_replace":
+            t = self.strtemp()
+            return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
+        if name in ("user_string2", "user_string_n2"):
+            t = self.strtemp()
+            n = args[1] if name == "user_string_n2" else "MAXSTRINGLEN"
+            return f"pd_user_string_safe(c, {t}, {args[0]}, {n}, {args[-1]})"
+        if name == "user_string_nofault":   # stap: "" when unreadable, never an error
+            return f"pd_user_string_safe(c, {self.strtemp()}, {args[0]}, MAXSTRINGLEN, \"\")"
+        if name in SET_USER and name not in self.tr.funcs:
+            return set_user_c(name, args, _where(e))
+        if name in ("user_string_quoted", "user_string_n_quoted"):
+            # stap: "NULL" for a null pointer, "<unknown>" when unreadable, else quoted
+            t = self.strtemp()
+            n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
+            raw = f"pd_user_string_safe(c, {t}, {args[0]}, {n}, \"\")"
+            return (f"({{ int64_t a_ = {args[0]}; a_ == 0 ? (const char *)\"NULL\" : "
+                    f"(pd_strcpy({t}, \"\"), {raw}[0] || pd_user_read_ok(c, a_)) ? "
+                    f"pd_text_str({t}, {t}, -1, 1) : (const char *)\"<unknown>\"; }})")
+        if name == "text_str":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
+        if name == "text_strn":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, {args[1]}, (int)({args[2]}))"
+        fp_ops = {"fp_add": "+", "fp_sub": "-", "fp_mul": "*", "fp_div": "/", "fp_lt": "<",
+                  "fp_le": "l", "fp_eq": "="}
+        if name in fp_ops:
+            return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long", "string_to_fp"):
+            return f"pd_{name}({args[0]})"
+        if name == "fp_to_string":
+            return f"pd_fp_to_string({self.strtemp()}, {args[0]}, {args[1]})"
+        if name == "tokenize":
+            return f"pd_tokenize({self.strtemp()}, {args[0]}, {args[1]})"
+        if name in ("user_string", "user_string_n"):
+            t = self.strtemp()
+            n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
+            return f"(c->where = {_where(e)}, pd_user_string(c, {t}, {args[0]}, {n}))"
+        if name in USER_READS:
+            size, signed = USER_READS[name]
+            size_c = "sizeof(long)" if size == 0 else str(size)
+            return f"(c->where = {_where(e)}, pd_user_read(c, {args[0]}, {size_c}, {signed}))"
+        info = self.tr.funcs[name]
+        if info.uses_globals:
+            self.needs_lock = True
+        if info.ret == STRING:
+            t = self.strtemp()
+            return f"f_{name}(c, {t}{''.join(', ' + a for a in args)})"
+        return f"f_{name}(c{''.join(', ' + a for a in args)})"
+
+    def print_call(self, e: ast.Call) -> str:
+        name = e.name
+        if name in ("printf", "sprintf"):
+            fmt = e.args[0]
+            assert isinstance(fmt, ast.StringLiteral)
+            spec = parse_format(fmt.value, fmt.loc)
+            args = list(e.args[1:])
+        else:
+            args = list(e.args)
+            if name in ("printd", "printdln"):
+                if not args or not isinstance(args[0], ast.StringLiteral):
+                    raise _err(f"{name}() needs a literal delimiter first", e)
+                delim = args.pop(0)
+                assert isinstance(delim, ast.StringLiteral)
+                sep = delim.value.replace("%", "%%")
+            else:
+                sep = ""
+            if len(args) == 1 and isinstance(args[0], ast.HistOp):
+                return self.print_hist(args[0], newline=name.endswith("ln"))
+            pieces = [("%s" if self.type_of(a) == STRING else "%d") for a in args]
+            text = sep.join(pieces) + ("\n" if name.endswith("ln") else "")
+            spec = parse_format(text, e.loc)
+        if name.startswith("s"):
+            return self.sprintf(spec, args, e)
+        if self.tr.limits.formats_in_probe(spec):
+            # numbers only, bounded: formatted in the handler into one TEXT record,
+            # which the drain joins with its neighbours (issue 6: millions a second)
+            return f"({{ const char *t_ = {self.sprintf(spec, args, e)}; " \
+                   "pd_rec_open(c, PD_REC_TEXT, 0, 1); pd_rec_str(c, t_); pd_rec_close(c); 0; })"
+        fid = self.tr.format_id(spec)
+        # Arguments are evaluated before the record opens: a user function called
+        # in an argument may print records of its own.
+        evals: list[str] = []
+        puts: list[str] = []
+        for a, t in zip(args, spec.arg_types, strict=True):
+            if t == STRING:
+                tmp = self.strtemp()
+                evals.append(f"pd_strcpy({tmp}, {self.expr(a)})")
+                puts.append(f"pd_rec_str(c, {tmp})")
+            else:
+                tmp = self.temp("int64_t")
+                evals.append(f"({tmp} = {self.expr(a)})")
+                puts.append(f"pd_rec_i64(c, {tmp})")
+        parts = [*evals, f"pd_rec_open(c, PD_REC_PRINTF, {fid}, {len(args)})", *puts]
+        parts.append("pd_rec_close(c)")
+        return "(" + ", ".join(parts) + ", 0)"
+
+    def print_hist(self, h: ast.HistOp, newline: bool) -> str:
+        var = self.tr.globals[h.operand.name] if isinstance(h.operand, ast.Symbol) else (
+            self.tr.globals[h.operand.base.name]
+            if isinstance(h.operand, ast.Index) and isinstance(h.operand.base, ast.Symbol)
+            else None)
+        if var is None:
+            raise _err("histograms need a global statistic", h)
+        fmt = (HistFormat("log") if h.kind == "log" else
+               HistFormat("linear", *h.params))
+        fid = self.tr.format_id(fmt)
+        sp = self.stat_ptr(h.operand)
+        return (f"({{ const struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
+                f"&sd_{var.name}, {fid}); 0; }})")
+
+    def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
+        """sprintf in the probe, with stap's formatting rules (pd_sf_* in pd_string.c)."""
+        t = self.strtemp()
+        parts = [f"{t}[0] = 0"]
+        values = iter(args)
+        for piece in spec.pieces:
+            if isinstance(piece, str):
+                parts.append(f"pd_sf_lit({t}, {_c_string(piece)})")
+                continue
+            width = f"pd_sf_clamp({self.expr(next(values))})" if piece.width == -1 else (
+                "-1" if piece.width is None else str(piece.width))
+            prec = f"pd_sf_clamp({self.expr(next(values))})" if piece.precision == -1 else (
+                "-1" if piece.precision is None else str(piece.precision))
+            flag = f"'{piece.flags[0]}'" if piece.flags else "0"
+            value = self.expr(next(values))
+            if piece.conv == "s":
+                parts.append(f"pd_sf_str({t}, {value}, {flag}, {width}, {prec})")
+            elif piece.conv == "c":
+                parts.append(f"pd_sf_chr({t}, {value}, {flag}, {width})")
+            elif piece.conv in "diuxXop":
+                parts.append(f"pd_sf_num({t}, {value}, '{piece.conv}', {flag}, {width}, {prec})")
+            else:
+                raise _err(f"sprintf does not support '%{piece.conv}'", e)
+        return "({ " + "; ".join(parts) + f"; (const char *){t}; }})"
+
+    # ------------------------------------------------------------- statements
+    def stmt(self, s: ast.Stmt) -> None:
+        if isinstance(s, ast.Block):
+            for st in s.statements:
+                self.stmt(st)
+            return
+        if isinstance(s, ast.Empty):
+            return
+        self.action(s.expr if isinstance(s, ast.ExprStatement) else s)
+        target = counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
+        kcount = kcount_update(s.expr) if isinstance(s, ast.ExprStatement) else None
+        if isinstance(s, ast.ExprStatement) and target is not None and \
+                self.is_global(target.name) and target.name in self.tr.plan.counters:
+            self.line(self.tr.layout.counter_add(target.name, self.update_delta(s.expr)))
+            self.check()
+        elif isinstance(s, ast.ExprStatement) and kcount is not None and \
+                isinstance(kcount.base, ast.Symbol) and kcount.base.name in self.tr.plan.kcounts:
+            # the thread's own table, under its slot lock only (pd_kstat.c)
+            var = self.tr.globals[kcount.base.name]
+            self.line(f"c->where = {_where(kcount)}; pd_kstat_add(c, c->globals + "
+                      f"{self.tr.layout.offset(var.name)}, "
+                      f"&kd_{var.name}, {self.key_blob(var, kcount.indexes)}, "
+                      f"{self.update_delta(s.expr)});")
+            self.check()
+        elif isinstance(s, ast.ExprStatement):
+            self.line(f"(void)({self.expr(s.expr)});")
+            self.check()
+        elif isinstance(s, ast.If):
+            self.line(f"if ({self.expr(s.cond)}) {{")
+            self.block(s.then)
+            if s.else_ is not None:
+                self.line("} else {")
+                self.block(s.else_)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.While):
+            self.line("for (;;) {")
+            self.indent += 1
+            self.action(s)
+            self.check()
+            self.line(f"int64_t cond_ = {self.expr(s.cond)};")
+            self.check()
+            self.line("if (!cond_) break;")
+            self.indent -= 1
+            self.block(s.body)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.For):
+            if s.init is not None:
+                self.line(f"(void)({self.expr(s.init)});")
+                self.check()
+            step = f"(void)({self.expr(s.step)})" if s.step is not None else ""
+            self.line(f"for (;; {step}) {{")
+            self.indent += 1
+            self.action(s)
+            self.check()
+            if s.cond is not None:
+                self.line(f"if (!({self.expr(s.cond)})) break;")
+                self.check()
+            self.indent -= 1
+            self.block(s.body)
+            self.line("}")
+            self.check()
+        elif isinstance(s, ast.Foreach):
+            self.foreach(s)
+        elif isinstance(s, ast.Delete):
+            self.delete(s)
+        elif isinstance(s, ast.Next):
+            self.line("goto out;")
+        elif isinstance(s, ast.Break):
+            self.line("break;")
+        elif isinstance(s, ast.Continue):
+            self.line("continue;")
+        elif isinstance(s, ast.Return):
+            if s.value is not None:
+                assert self.scope.func is not None
+                if self.scope.func.ret == STRING:
+                    self.line(f"pd_strcpy(ret, {self.expr(s.value)});")
+                else:
+                    self.line(f"ret = {self.expr(s.value)};")
+                self.check()
+            self.line("goto out;")
+        elif isinstance(s, ast.Try):
+            self.ntemp += 1
+            label = f"catch_{self.ntemp}"
+            self.line("{")
+            self.err_label.append(label)
+            self.block(s.body)
+            self.err_label.pop()
+            self.line(f"{label}:")
+            self.line("if (c->error) {")
+            self.indent += 1
+            self.line("c->error = 0;")
+            if s.catch_var is not None:
+                self.line(f"pd_strcpy({self.local(s.catch_var.name)}, c->errmsg);")
+            self.indent -= 1
+            self.block(s.handler)
+            self.line("}")
+            self.line("}")
+            self.check()
+        else:
+            raise _err(f"{type(s).__name__} is not supported", s)
+
+    def update_delta(self, e: ast.Expr) -> str:
+        """What the counter update `e` (`x++`, `x -= v`, ...) adds, as C."""
+        value = self.expr(e.value) if isinstance(e, ast.Assign) else "1"
+        op = e.op if isinstance(e, ast.Assign | ast.IncDec) else "+"
+        return f"{'' if op[0] == '+' else '-'}(int64_t)({value})"
+
+    def block(self, s: ast.Stmt) -> None:
+        self.indent += 1
+        self.stmt(s)
+        self.indent -= 1
+
+    def foreach(self, s: ast.Foreach) -> None:
+        assert isinstance(s.array, ast.Symbol)
+        var = self.tr.globals[s.array.name]
+        assert var.array is not None
+        max_entries = self.tr.limits.max_entries(var)
+        it = self.temp("uint8_t *", f"[{max_entries}]")
+        column, order = 0, 1
+        if s.sort is not None:
+            column = s.sort.column if s.sort.column > 0 else -1
+            if s.sort.column == 0 and var.array.value == STAT:
+                agg = s.sort.aggregate or "count"
+                column = -1 - ["count", "sum", "min", "max", "avg"].index(agg) \
+                    if agg in ("count", "sum", "min", "max", "avg") else -1
+            order = -1 if s.sort.descending else 1
+        n = self.temp("uint32_t")
+        i = self.temp("uint32_t")
+        lim = self.temp("int64_t")
+        if var.name in self.tr.plan.kstats and var.name not in self.iterating:
+            # (a nested foreach over the same statistic keeps the outer one's merge)
+            self.line(_kstat_merge(var, self.gptr(var)))
+            self.check()
+        self.line(f"{n} = pd_map_sorted({self.gptr(var)}, &md_{var.name}, {it}, "
+                  f"{column}, {order});")
+        self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
+        self.check()
+        if s.slice is not None:
+            # `foreach (... in a[*, k])`: keep the entries the slice matches, in order
+            blob = self.key_blob(var, s.slice)
+            kept = self.temp("uint32_t")
+            self.line(f"{{ const uint8_t *kb_ = {blob}; {kept} = 0;")
+            self.line(f"  for ({i} = 0; {i} < {n}; {i}++)")
+            self.line(f"    if (pd_map_entry_matches(&md_{var.name}, {it}[{i}], kb_, "
+                      f"{self.wildcard_mask(s.slice)})) {it}[{kept}++] = {it}[{i}];")
+            self.line(f"  {n} = {kept}; }}")
+            self.check()
+        self.line(f"for ({i} = 0; {i} < {n} && ({lim} < 0 || {i} < {lim}); {i}++) {{")
+        self.indent += 1
+        at = 0
+        for k, kt in zip(s.keys, var.array.keys, strict=True):
+            if kt == STRING:
+                self.line(f"pd_strcpy({self.local(k.name)}, (const char *)({it}[{i}] + {at}));")
+            else:
+                self.line(f"memcpy(&{self.local(k.name)}, {it}[{i}] + {at}, 8);")
+            at += self.tr.limits.type_size(kt)
+        if s.value is not None:
+            vt = var.array.value
+            if vt == STRING:
+                self.line(f"pd_strcpy({self.local(s.value.name)}, "
+                          f"(const char *)({it}[{i}] + {at}));")
+            elif vt == LONG:
+                self.line(f"memcpy(&{self.local(s.value.name)}, {it}[{i}] + {at}, 8);")
+            else:
+                raise _err("foreach value variables over statistics are not supported", s.value)
+        self.indent -= 1
+        self.iterating.append(var.name)
+        self.block(s.body)
+        self.iterating.pop()
+        self.line("}")
+        self.check()
+
+    def delete(self, s: ast.Delete) -> None:
+        t = s.target
+        if isinstance(t, ast.Symbol):
+            if self.is_global(t.name):
+                var = self.tr.globals[t.name]
+                if var.array is not None:
+                    self.line(f"{self.map_api(var, 'clear').rstrip(', ')});")
+                else:
+                    size = self.tr.layout.slots[var.name].size
+                    self.line(f"memset({self.gptr(var)}, 0, {size});")
+            else:
+                lt = self.scope.locals.get(t.name)
+                self.line(f"{self.local(t.name)}[0] = 0;" if lt == STRING else
+                          f"{self.local(t.name)} = 0;")
+            return
+        assert isinstance(t, ast.Index) and isinstance(t.base, ast.Symbol)
+        var = self.tr.globals[t.base.name]
+        mask = self.wildcard_mask(t.indexes)
+        if mask:
+            self.line(f"{self.map_api(var, 'match')}{self.key_blob(var, t.indexes)}, {mask}, 1);")
+        else:
+            self.line(f"{self.map_api(var, 'delete')}{self.key_blob(var, t.indexes)});")
+        self.check()
+
+    def local_decls(self, skip: set[str]) -> list[str]:
+        out = []
+        for name, t in self.scope.locals.items():
+            if name in skip:
+                continue
+            if t == STRING:
+                out.append(f"    char {self.local(name)}[MAXSTRINGLEN] = \"\";")
+            else:
+                out.append(f"    int64_t {self.local(name)} = 0;")
+        return out
+
+
+
+def _entry_handler(tr: Unit, pi: int, scope: Scope,
+                   nodes: list[ast.Expr]) -> tuple[list[str], bool]:
+    """The hidden entry handler of a .return probe using @entry (entry.py), and
+    whether it takes the globals lock."""
+    em = Emitter(tr, scope, scope.sites)
+    scope.in_entry = True
+    try:
+        em.line("int64_t v_[PD_ENTRY_VALS] = {0};")
+        for k, n in enumerate(nodes):
+            em.line(f"v_[{k}] = {em.expr(n.operand if isinstance(n, ast.Entry) else n)};")
+            em.check()
+        em.line(f"pd_entry_push(c, {pi}, v_);")
+    finally:
+        scope.in_entry = False
+    return (["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
+             *em.local_decls(set()), *em.decls, *em.lines,
+             "out:", "    return;", "}"], em.needs_lock)
+
+
+def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
+    """The initializer of an array's struct pd_mapdesc, for values of `value_size`."""
+    assert var.array is not None
+    ktypes = ", ".join("PD_T_STRING" if k == STRING else "PD_T_LONG" for k in var.array.keys)
+    vt = {STRING: "PD_T_STRING", STAT: "PD_T_STAT"}.get(var.array.value or LONG, "PD_T_LONG")
+    sd = f"&sd_{var.name}" if var.array.value == STAT else "NULL"
+    key_size = tr.limits.key_size(var)
+    return (f"{_c_string(var.name)}, {tr.limits.capacity(var)}, {tr.limits.max_entries(var)}, "
+            f"{len(var.array.keys)}, {key_size}, {value_size}, "
+            f"{ENTRY_HEAD + key_size + value_size}, "
+            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}")
+
+
+def _kstat_merge(var: GlobalVar, ptr: str) -> str:
+    """Before iterating a keyed statistic: rebuild its merged map from the slots."""
+    return f"pd_kstat_merge(c, {ptr}, &kd_{var.name});"
+
+
+def _stat_read(var: GlobalVar, ptr: str, pstats: frozenset[str]) -> str:
+    """A scalar statistic to read: per-thread slots are merged first."""
+    if var.name in pstats:
+        return f"((const struct pd_stat *)pd_pstat_read({ptr}))"
+    return f"((struct pd_stat *){ptr})"
+
+
+def _func_signature(info: FuncInfo) -> str:
+    params = []
+    for p, t in zip(info.decl.params, info.params, strict=True):
+        params.append(f"const char *a_{p.name}" if t == STRING else f"int64_t a_{p.name}")
+    ret = "const char *" if info.ret == STRING else "int64_t "
+    first = "struct pd_ctx *c" + (", char *ret" if info.ret == STRING else "")
+    return f"static {ret}f_{info.decl.name}({', '.join([first, *params])})"
+
+
+def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
+    info = tr.funcs[f.name]
+    if isinstance(f.body, ast.Embedded):
+        return embedded_function_c(_func_signature(info), [
+            (p.name, t or LONG) for p, t in zip(f.params, info.params, strict=True)],
+            info.ret, f.body.code, _where(f))
+    scope = tr.types.scopes[id(f)]
+    em = Emitter(tr, scope)
+    em.stmt(f.body)
+    params = {p.name for p in f.params}
+    copies = []
+    for p, t in zip(f.params, info.params, strict=True):
+        if t == STRING:
+            copies.append(f"    char l_{p.name}[MAXSTRINGLEN]; pd_strcpy(l_{p.name}, a_{p.name});")
+        else:
+            copies.append(f"    int64_t l_{p.name} = a_{p.name};")
+    ret_init = ["    ret[0] = 0;"] if info.ret == STRING else ["    int64_t ret = 0;"]
+    nest = ["    if (++c->nesting > MAXNESTING) {",
+            f"        c->where = {_where(f)};",
+            "        pd_error(c, \"MAXNESTING exceeded\");",
+            "        goto out;", "    }"]
+    return ["", _func_signature(info), "{", *ret_init, *copies, *em.local_decls(params),
+            *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]
+
+
+
+
+class Handlers(NamedTuple):
+    """The emit pass's output: C of the descriptors, functions and handlers, and per
+    probe (by index in the script) its pd_probe.locks bits and, for a probe reading
+    entry values, its hidden entry handler's."""
+
+    c_lines: list[str]
+    locks: list[int]                 # PD_PROBE_LOCKS | PD_PROBE_FAST
+    entry_locks: dict[int, bool]     # probes with an entry handler: does it lock
+
+
+def emit(script: ast.Script, unit: Unit) -> Handlers:
+    """Pass 3d: descriptors, functions and one handler per probe."""
+    out: list[str] = []
+    for var in unit.globals.values():
+        if var.type == STAT or (var.array and var.array.value == STAT):
+            lo, hi, step = var.hist_linear or (0, 0, 1)
+            out.append(f"static const struct pd_statdesc sd_{var.name} = "
+                       f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
+                       f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}}};")
+        if var.array is not None:
+            out.append(f"static const struct pd_mapdesc md_{var.name} = "
+                       f"{{{_mapdesc_fields(unit, var, unit.limits.type_size(var.array.value))}}};")
+            lay = unit.layout.kstats.get(var.name)
+            if lay is not None:
+                out.extend(kstat.descriptors_c(var.name, lay,
+                                               _mapdesc_fields(unit, var, lay.value_size)))
+    out.append("")
+    for f in script.functions:
+        out.append(_func_signature(unit.funcs[f.name]) + ";")
+    for f in script.functions:
+        out.extend(_emit_function(unit, f))
+    locks: list[int] = []
+    entry_locks: dict[int, bool] = {}
+    entries_of = [entry_values(p, _returns_only(unit.types.scopes[id(p)]))
+                  for p in script.probes]
+    if any(entries_of):
+        out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
+    for nodes in entries_of:
+        unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
+    for pi, probe in enumerate(script.probes):
+        scope = unit.types.scopes[id(probe)]
+        fast = not entries_of[pi] and is_fast(probe.body, unit.plan)
+        em = Emitter(unit, scope, scope.sites, fast=fast)
+        em.stmt(probe.body)
+        local_decls = [*em.local_decls(set()), *em.decls]
+        assert not fast or not local_decls, "a FAST handler has no local"
+        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0))
+        pop: list[str] = []
+        if entries_of[pi]:
+            pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
+            handler, entry_locks[pi] = _entry_handler(unit, pi, scope, entries_of[pi])
+            out.extend(handler)
+        out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
+                    f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
+                    "{", *local_decls, *pop, *em.lines,
+                    "out:", "    return;", "}"])
+    return Handlers(out, locks, entry_locks)
+
+
+def _returns_only(scope: Scope) -> bool:
+    """Every site of the probe is a function's return."""
+    return bool(scope.sites) and all(isinstance(s, FunctionSite) and s.is_return
+                                     for s in scope.sites)
+
+
+def prologue(script: ast.Script, defines: dict[str, str]) -> list[str]:
+    """The head of the source: the `-D` limits (compiled into both modules; naming them
+    puts them into the checksum, so a module built with other limits is never reused),
+    the includes, the script's top-level guru C."""
+    return ["/* Generated by pydyn: one source for every ABI. */",
+            *(f"/* -D {k}={v} */" for k, v in sorted(defines.items())),
+            '#include "pd_runtime.h"', "#include <sched.h>", "#include <stdlib.h>",
+            "#include <unistd.h>", "", *toplevel_c(script)]

@@ -1,0 +1,222 @@
+"""Pass 3e, tables: the rows the runtime arms from -- pd_probes (one a probe point,
+begin/end/error sorted by priority; a hidden row for each @entry handler), pd_sites
+(each site with its argument descriptors and its patch plan; a function's entry row
+with its entry and return probes, then its patched exits), pd_objects, and the
+initial values of the globals."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from ...shmlayout.globals import PD_PROBE_FAST
+from ..elf.argspec import ArgKind, ArgSpec
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..elf.unwind import unwind_c
+from ..plan import PatchPlan, ReturnPlan, SitePlans, plan_c
+from ..resolve import Resolution, ResolvedPoint, format_point
+from ..script import ast
+from .common import _c_string, _err
+from .emit import Handlers, Unit
+
+ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
+PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH64"}
+PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
+                "mark": "PD_PROBE_MARK", "process_begin": "PD_PROBE_PROCESS_BEGIN",
+                "process_end": "PD_PROBE_PROCESS_END", "timer": "PD_PROBE_TIMER",
+                "function": "PD_PROBE_MARK"}
+
+
+class Tables(NamedTuple):
+    c_lines: list[str]
+    nprobes: int
+    nsites: int
+    nobjects: int
+    required: frozenset[str]                 # ABIs of the probed objects
+    timers: list[tuple[int, int, int]]       # (probe row, period, randomization)
+    needs_wait: bool                         # a probe fires in the target processes
+    sites: list[ProbeSite]                   # every site row's site ...
+    plans: list[PatchPlan]                   # ... and plan
+    return_plans: list[tuple[FunctionSite, ReturnPlan]]
+
+
+def _arg_initializer(spec: ArgSpec) -> str:
+    if spec.kind == ArgKind.CONST:
+        # `$sym` immediates are link-time addresses: the runtime adds the load bias.
+        return (f"{{INT64_C({spec.value}), PD_ARG_CONST, {spec.size}, {int(spec.signed)}, 0, "
+                f"-1, -1, 1, 0, {int(spec.disp_is_vaddr)}}}")
+    if spec.kind == ArgKind.REG:
+        return (f"{{0, PD_ARG_REG, {spec.size}, {int(spec.signed)}, 0, {spec.reg}, -1, 1, "
+                f"{spec.reg_shift}, 0}}")
+    if spec.kind == ArgKind.MEM:
+        seg = "PD_SEG_TP" if spec.segment else "PD_SEG_NONE"
+        return (f"{{INT64_C({spec.disp}), PD_ARG_MEM, {spec.size}, {int(spec.signed)}, {seg}, "
+                f"{spec.base}, {spec.index}, {spec.scale}, 0, {int(spec.disp_is_vaddr)}}}")
+    # Never read: the translator refused any $argN that names it.
+    return "{0, PD_ARG_CONST, 8, 0, 0, -1, -1, 1, 0, 0}"
+
+
+def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, unit: Unit,
+                 handlers: Handlers, report: list[str]) -> Tables:
+    """Pass 3e: the probe, site and object tables (`report`: the exit report's body,
+    run as the last `end` probe)."""
+    out: list[str] = []
+    probe_rows: list[str] = []
+    site_rows: list[str] = []
+    arg_tables: list[str] = []
+    objects: dict[str, int] = {}
+    object_rows: list[str] = []
+    required: set[str] = set()
+    timers: list[tuple[int, int, int]] = []
+    needs_wait = False
+    all_sites: list[ProbeSite] = []
+    all_plans: list[PatchPlan] = []
+    # function probes: one site per entry address, with its entry/return probes
+    fgroups: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
+    lock_bits = handlers.locks
+    entry_locks = handlers.entry_locks
+
+    def object_index(path: str, abi: str) -> int:
+        if path not in objects:
+            objects[path] = len(objects)
+            object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
+        return objects[path]
+
+    ordered: list[tuple[int, ResolvedPoint]] = []
+    hidden: dict[tuple[int, int], int] = {}
+
+    def hidden_entry(pi: int, rp: ResolvedPoint) -> int:
+        """The probe row of probe pi's @entry handler for point rp (entry.py)."""
+        if (pi, id(rp)) not in hidden:
+            hidden[(pi, id(rp))] = len(probe_rows)
+            probe_rows.append(f"    {{PD_PROBE_MARK, {int(entry_locks[pi])}, probe_{pi}_entry, "
+                              f"{_c_string(format_point(rp.point))}, -1, 0}},")
+        return hidden[(pi, id(rp))]
+
+    fast_rows: set[int] = set()                 # probe rows of FAST probes
+    return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
+    for pi, probe in enumerate(script.probes):
+        ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
+    # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
+    ordered.sort(key=lambda item: item[1].priority)
+    for pi, rp in ordered:
+        pidx = len(probe_rows)
+        obj = -1
+        if rp.kind in ("process_begin", "process_end") and rp.object_path:
+            info = resolution.objects.get(rp.object_path)
+            abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
+            obj = object_index(rp.object_path, abi)
+            required.add(abi)
+        probe_rows.append(
+            f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
+            f"{lock_bits[pi]}, probe_{pi}, {_c_string(format_point(rp.point))}, "
+            f"{obj}, {rp.period_ns}"
+            f"{f', probe_{pi}_where' if lock_bits[pi] & PD_PROBE_FAST else ''}}},")
+        if lock_bits[pi] & PD_PROBE_FAST:
+            fast_rows.add(pidx)
+        if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
+            needs_wait = True
+        if rp.kind == "timer":
+            timers.append((pidx, rp.period_ns, rp.randomize_ns))
+        if rp.kind == "never":
+            probe_rows.pop()
+            continue
+        for site in rp.sites:
+            site_abi = ABI_OF_MACHINE.get(site.machine)
+            if site_abi is None:
+                raise _err(f"{site.path}: {site.machine} targets are not supported yet",
+                           rp.point)
+            required.add(site_abi)
+            oi = object_index(site.path, site_abi)
+            if isinstance(site, FunctionSite):
+                group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
+                (group[3] if site.is_return else group[2]).append(pidx)
+                if pi in entry_locks:
+                    group[2].append(hidden_entry(pi, rp))
+                continue
+            ai = len(site_rows)
+            arg_tables.append(
+                f"static const struct pd_argdesc args_{ai}[] = {{"
+                + ", ".join(_arg_initializer(a) for a in site.args)
+                + ("" if site.args else "{0}") + "};")
+            plan = plans.mark(site)
+            plan_decls, plan_init = plan_c(plan, ai, _c_string)
+            arg_tables.extend(plan_decls)
+            site_rows.append(
+                f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
+                f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
+                f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
+            all_sites.append(site)
+            all_plans.append(plan)
+    for site, oi, entries, returns in fgroups.values():
+        ai = len(site_rows)
+        fplan = plans.function(site)
+        fargs = [*site.args, *fplan.param_args(unit.types.param_names)]
+        arg_tables.append(f"static const struct pd_argdesc args_{ai}[] = {{"
+                          + ", ".join(_arg_initializer(a) for a in fargs) + "};")
+        arg_tables.append(f"static const uint32_t fprobes_{ai}[] = {{"
+                          + ", ".join(str(p) for p in entries + returns) + "};")
+        plan = fplan.entry
+        plan_decls, plan_init = plan_c(plan, ai, _c_string)
+        arg_tables.extend(plan_decls)
+        rplan = fplan.returns if returns else None
+        if rplan is not None:
+            return_plans.append((site, rplan))
+        exits = rplan.exits if rplan else ()
+        head = f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
+        # a function with patched exits: this hijack row, then its alternatives (pd_runtime.h)
+        site_rows.append(
+            f"{head}{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
+            f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}, "
+            f"{'PD_FX_HIJACK' if exits else 0}}},")
+        all_sites.append(site)
+        all_plans.append(plan)
+        # a row with one probe is run as a mark's (nentry 0: the FAST mark path, pd_regs
+        # as the stub has them); an exit's probes that read registers need the caller's ip
+        if exits and entries:
+            mark_like = len(entries) == 1
+            site_rows.append(
+                f"{head}{_c_string(site.name)}, {oi}, {entries[0]}, 0, {len(fargs)}, "
+                f"{plan_init}, fprobes_{ai}, {0 if mark_like else len(entries)}, 0, "
+                "PD_FX_ALT},")
+        for ex in exits:
+            ei = len(site_rows)
+            exit_decls, exit_init = plan_c(ex.plan, ei, _c_string)
+            arg_tables.extend(exit_decls)
+            mark_like = len(returns) == 1 and returns[0] in fast_rows
+            site_rows.append(
+                f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
+                f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
+                f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
+                "PD_FX_ALT | PD_FX_EXIT},")
+            all_sites.append(dataclasses.replace(ex.site, is_return=True))
+            all_plans.append(ex.plan)
+    # the exit report: globals written but never read are printed after `end`
+    if report:
+        probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
+    out.append("")
+    out.extend(arg_tables)
+    out.append("const struct pd_probe pd_probes[] = {")
+    out.extend(probe_rows or ["    {0, 0, NULL, NULL, -1, 0},"])
+    out.append("};")
+    out.append("const struct pd_site pd_sites[] = {")
+    out.extend(site_rows or ["    {0, 0, NULL, NULL, NULL, 0, 0, 0, 0},"])
+    out.append("};")
+    out.append("const struct pd_object pd_objects[] = {")
+    out.extend(object_rows or ['    {"", 0},'])
+    out.append("};")
+    if unit.usym:
+        out.extend(unwind_c(objects, _c_string, data=unit.usymdata))
+    out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
+    for var in unit.globals.values():
+        if var.decl is not None and var.decl.init is not None:
+            init = var.decl.init
+            at = unit.layout.offset(var.name)
+            if isinstance(init, ast.StringLiteral):
+                out.append(f"    pd_strcpy((char *)(g + {at}), {_c_string(init.as_bytes())});")
+            else:
+                out.append(f"    *(int64_t *)(g + {at}) = INT64_C({init.value});")
+    out.append("}")
+    return Tables(out, len(probe_rows), len(site_rows), len(object_rows), frozenset(required),
+                  timers, needs_wait, all_sites, all_plans, return_plans)

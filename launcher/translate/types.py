@@ -1,0 +1,670 @@
+"""Pass 3a, symbols and types: every global, function and local of the script, and its
+type (long, string, statistic, arrays of them), inferred to a fixpoint as stap's
+semantic pass does; unresolved or conflicting types are errors at their use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..elf import dwarf
+from ..elf.argspec import ArgKind
+from ..elf.functions import NARGS, FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..errors import TargetError
+from ..format import parse_format
+from ..guru import SET_USER, set_user_params
+from ..resolve import Resolution
+from ..script import ast
+from ..script.walk import is_param_name
+from .common import LONG, STAT, STRING, _err
+
+
+@dataclass
+class ArrayType:
+    keys: list[str | None]
+    value: str | None
+
+
+@dataclass
+class GlobalVar:
+    decl: ast.Global | None
+    name: str
+    type: str | None = None          # scalar type
+    array: ArrayType | None = None
+    read: bool = False
+    written: bool = False
+    hist_log: bool = False
+    hist_linear: tuple[int, int, int] | None = None
+
+    @property
+    def is_array(self) -> bool:
+        return self.array is not None
+
+    @property
+    def cname(self) -> str:
+        return f"g_{self.name}"
+
+
+@dataclass
+class FuncInfo:
+    decl: ast.Function
+    params: list[str | None]
+    ret: str | None
+    locals: dict[str, str | None] = field(default_factory=dict)
+    uses_globals: bool = False
+
+
+# Built-in functions: name -> (argument types, return type).  None = any.
+BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "pid": ((), LONG), "tid": ((), LONG), "ppid": ((), LONG), "uid": ((), LONG),
+    "euid": ((), LONG), "gid": ((), LONG), "cpu": ((), LONG), "target": ((), LONG),
+    "execname": ((), STRING), "pp": ((), STRING), "pn": ((), STRING),
+    "ppfunc": ((), STRING), "probefunc": ((), STRING),
+    "gettimeofday_s": ((), LONG), "gettimeofday_ms": ((), LONG),
+    "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
+    "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
+    "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
+    "log": ((STRING,), None),
+    "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
+    "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
+    "str_replace": ((STRING, STRING, STRING), STRING),
+    "user_string": ((LONG,), STRING), "user_string_n": ((LONG, LONG), STRING),
+    "user_string2": ((LONG, STRING), STRING), "user_string_n2": ((LONG, LONG, STRING), STRING),
+    "user_string_quoted": ((LONG,), STRING), "user_string_n_quoted": ((LONG, LONG), STRING),
+    "user_string_nofault": ((LONG,), STRING),
+    "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
+    "tokenize": ((STRING, STRING), STRING),
+    "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
+    "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
+    "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
+    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG),
+    "fp_to_long": ((LONG,), LONG), "string_to_fp": ((STRING,), LONG),
+    "fp_to_string": ((LONG, LONG), STRING),
+    "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
+    "user_long": ((LONG,), LONG), "user_int8": ((LONG,), LONG), "user_uint8": ((LONG,), LONG),
+    "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
+    "user_int32": ((LONG,), LONG), "user_uint32": ((LONG,), LONG),
+    "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
+    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
+    "abs": ((LONG,), LONG),
+    # issue 7: symbols and backtraces from the launcher's tables (elf/unwind.py)
+    "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
+    "usymdata": ((LONG,), STRING),
+}
+PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
+               "printdln"}
+USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
+              "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
+              "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
+              "user_uint32": (4, 0), "user_int64": (8, 1), "user_uint64": (8, 0),
+              "user_ushort": (2, 0), "user_uint": (4, 0)}
+
+
+class Scope:
+    """Locals of one probe or function."""
+
+    def __init__(self, kind: str, func: FuncInfo | None = None,
+                 sites: tuple[ProbeSite, ...] = (), probe_kinds: tuple[str, ...] = ()) -> None:
+        self.kind = kind
+        self.func = func
+        self.locals: dict[str, str | None] = func.locals if func else {}
+        self.sites = sites
+        self.probe_kinds = probe_kinds
+        self.uses_globals = False
+        self.first_use: dict[str, ast.Symbol] = {}
+        self.in_entry = False   # inside @entry(...): the entry's registers (entry.py)
+
+
+
+class Types:
+    """The symbols of a script (globals, functions, each probe's and function's locals)
+    and their types, inferred to a fixpoint (`infer`); the emit pass asks it again for
+    the type of any expression."""
+
+    def __init__(self, script: ast.Script, resolution: Resolution) -> None:
+        self.script = script
+        self.resolution = resolution
+        self.globals: dict[str, GlobalVar] = {}
+        self.funcs: dict[str, FuncInfo] = {}
+        self.changed = False
+        self.warnings: list[str] = []
+        # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
+        self.param_names: list[str] = []
+        for g in script.globals:
+            if g.name in self.globals:
+                raise _err(f"duplicate global '{g.name}'", g)
+            var = GlobalVar(g, g.name)
+            if g.init is not None:
+                var.type = STRING if isinstance(g.init, ast.StringLiteral) else LONG
+                var.written = True
+            if g.size is not None or g.wrap:
+                var.array = ArrayType([], None)
+            self.globals[g.name] = var
+        for f in script.functions:
+            if f.name in self.funcs:
+                raise _err(f"duplicate function '{f.name}'", f)
+            if f.name in BUILTINS or f.name in PRINT_FUNCS:
+                raise _err(f"function '{f.name}' redefines a built-in", f)
+            info = FuncInfo(f, [p.type for p in f.params], f.return_type)
+            for p in f.params:
+                info.locals[p.name] = p.type
+            self.funcs[f.name] = info
+        self.scopes: dict[int, Scope] = {}
+        for probe in script.probes:
+            points = resolution.points.get(id(probe), [])
+            sites = tuple(s for rp in points for s in rp.sites)
+            self.scopes[id(probe)] = Scope("probe", sites=sites,
+                                           probe_kinds=tuple(rp.kind for rp in points))
+        for f in script.functions:
+            self.scopes[id(f)] = Scope("function", self.funcs[f.name])
+
+    # ------------------------------------------------------------------ types
+    def _set(self, current: str | None, new: str | None, node: ast.Node, what: str) -> str | None:
+        if new is None or current == new:
+            return current
+        if current is None:
+            self.changed = True
+            return new
+        raise _err(f"type mismatch for {what}: {current} vs {new}", node)
+
+    def _var_kind(self, name: str, scope: Scope) -> str:
+        if name in scope.locals:
+            return "local"
+        if name in self.globals:
+            return "global"
+        return "local"
+
+    def infer(self) -> None:
+        for _ in range(50):
+            self.changed = False
+            for probe in self.script.probes:
+                self._infer_stmt(probe.body, self.scopes[id(probe)])
+            for f in self.script.functions:
+                if not isinstance(f.body, ast.Embedded):   # guru C: typed by its callers
+                    self._infer_stmt(f.body, self.scopes[id(f)])
+            if not self.changed:
+                break
+        for name, var in list(self.globals.items()):
+            if not var.read and not var.written and var.type is None and (
+                    var.array is None or var.array.value is None):
+                # stap elides a global the script never uses, with a warning
+                loc = var.decl.loc if var.decl else None
+                self.warnings.append(f"WARNING: Eliding unused variable '{name}': identifier "
+                                     f"'{name}' at {loc}")
+                del self.globals[name]
+                continue
+            if var.array is not None:
+                if var.array.value is None:
+                    raise _err(f"unresolved type for global array '{name}'", var.decl)
+                if any(k is None for k in var.array.keys) or not var.array.keys:
+                    raise _err(f"unresolved key types for global array '{name}'", var.decl)
+            elif var.type is None:
+                raise _err(f"unresolved type for global '{name}'", var.decl,
+                           "assign it a value somewhere in the script")
+        for f in self.script.functions:
+            info = self.funcs[f.name]
+            for p, t in zip(f.params, info.params, strict=True):
+                if t is None:
+                    raise _err(f"unresolved type for parameter '{p.name}'", p)
+        for scope in self.scopes.values():
+            for name, t in scope.locals.items():
+                if t is None and name in scope.first_use:
+                    raise _err(f"unresolved type for identifier '{name}'",
+                               scope.first_use[name], "assign it a value first")
+
+    def _local_type(self, scope: Scope, sym: ast.Symbol, t: str | None) -> str | None:
+        scope.first_use.setdefault(sym.name, sym)
+        cur = scope.locals.get(sym.name)
+        new = self._set(cur, t, sym, f"identifier '{sym.name}'")
+        scope.locals[sym.name] = new
+        return new
+
+    def _sym_type(self, sym: ast.Symbol, scope: Scope, t: str | None = None,
+                  write: bool = False) -> str | None:
+        if self._var_kind(sym.name, scope) == "global":
+            var = self.globals[sym.name]
+            scope.uses_globals = True
+            if var.is_array:
+                raise _err(f"array '{sym.name}' used without an index", sym)
+            if write:
+                var.written = True
+            else:
+                var.read = True
+            var.type = self._set(var.type, t, sym, f"global '{sym.name}'")
+            return var.type
+        return self._local_type(scope, sym, t)
+
+    def _array(self, base: ast.Expr, nkeys: int, scope: Scope, write: bool) -> GlobalVar:
+        if not isinstance(base, ast.Symbol):
+            raise _err("only global arrays can be indexed", base)
+        var = self.globals.get(base.name)
+        if var is None or base.name in scope.locals:
+            raise _err(f"'{base.name}' is not a global array", base,
+                       f"declare it: global {base.name}")
+        scope.uses_globals = True
+        if var.type is not None:
+            raise _err(f"'{base.name}' is a scalar, not an array", base)
+        if var.array is None:
+            var.array = ArrayType([None] * nkeys, None)
+            self.changed = True
+        if not var.array.keys:
+            var.array.keys = [None] * nkeys
+            self.changed = True
+        if len(var.array.keys) != nkeys:
+            raise _err(f"array '{base.name}' used with {nkeys} keys, elsewhere with "
+                       f"{len(var.array.keys)}", base)
+        if write:
+            var.written = True
+        else:
+            var.read = True
+        return var
+
+    def _index_type(self, node: ast.Index, scope: Scope, t: str | None = None,
+                    write: bool = False) -> str | None:
+        if isinstance(node.base, ast.HistOp):
+            self._infer(node.base.operand, scope)
+            for k in node.indexes:
+                self._expect(k, LONG, scope)
+            return LONG
+        var = self._array(node.base, len(node.indexes), scope, write)
+        assert var.array is not None
+        for i, k in enumerate(node.indexes):
+            if isinstance(k, ast.Wildcard):
+                raise _err("a wildcard index is only allowed in delete, in and foreach", k)
+            kt = self._infer(k, scope)
+            var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key {i + 1} of '{var.name}'")
+            if kt is None and var.array.keys[i] is not None:
+                self._infer(k, scope, var.array.keys[i])
+        var.array.value = self._set(var.array.value, t, node, f"array '{var.name}'")
+        return var.array.value
+
+    def _expect(self, e: ast.Expr, t: str, scope: Scope) -> None:
+        got = self._infer(e, scope, t)
+        if got is not None and got != t:
+            raise _err(f"type mismatch: expected {t}, found {got}", e)
+
+    def _infer(self, e: ast.Expr, scope: Scope, want: str | None = None) -> str | None:
+        """Infer e's type; `want` propagates a known type into untyped variables."""
+        if isinstance(e, ast.NumberLiteral):
+            return LONG
+        if isinstance(e, ast.StringLiteral):
+            return STRING
+        if isinstance(e, ast.Symbol):
+            return self._sym_type(e, scope, want)
+        if isinstance(e, ast.Index):
+            return self._index_type(e, scope, want)
+        if isinstance(e, ast.TargetSymbol):
+            return self._target_type(e, scope)
+        if isinstance(e, ast.BinaryOp):
+            t = STRING if e.op == "." else LONG
+            self._expect(e.left, t, scope)
+            self._expect(e.right, t, scope)
+            return t
+        if isinstance(e, ast.Comparison):
+            lt = self._infer(e.left, scope)
+            rt = self._infer(e.right, scope, lt)
+            if lt is None and rt is not None:
+                lt = self._infer(e.left, scope, rt)
+            if lt and rt and lt != rt:
+                raise _err(f"type mismatch: comparing {lt} with {rt}", e)
+            if STAT in (lt, rt):
+                raise _err("statistics cannot be compared; use @count, @sum...", e)
+            return LONG
+        if isinstance(e, ast.Logical):
+            self._expect(e.left, LONG, scope)
+            self._expect(e.right, LONG, scope)
+            return LONG
+        if isinstance(e, ast.Unary):
+            self._expect(e.operand, LONG, scope)
+            return LONG
+        if isinstance(e, ast.IncDec):
+            self._lvalue(e.operand, scope, LONG)
+            return LONG
+        if isinstance(e, ast.Assign):
+            return self._infer_assign(e, scope)
+        if isinstance(e, ast.Ternary):
+            self._expect(e.cond, LONG, scope)
+            a = self._infer(e.then, scope, want)
+            b = self._infer(e.else_, scope, a or want)
+            if a is None and b is not None:
+                a = self._infer(e.then, scope, b)
+            if a and b and a != b:
+                raise _err(f"type mismatch in ?: ({a} vs {b})", e)
+            return a or b
+        if isinstance(e, ast.ArrayIn):
+            var = self._array(e.array, len(e.keys), scope, write=False)
+            assert var.array is not None
+            for i, k in enumerate(e.keys):
+                if isinstance(k, ast.Wildcard):
+                    continue
+                kt = self._infer(k, scope, var.array.keys[i])
+                var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+            return LONG
+        if isinstance(e, ast.StatOp):
+            self._stat_operand(e.operand, scope, read=True)
+            return LONG
+        if isinstance(e, ast.HistOp):
+            var = self._stat_operand(e.operand, scope, read=True)
+            if e.kind == "log":
+                var.hist_log = True
+            else:
+                lo, hi, step = e.params
+                if step <= 0 or hi <= lo:
+                    raise _err("@hist_linear needs lo < hi and step > 0", e)
+                if (hi - lo) // step + 3 > 128:
+                    raise _err("@hist_linear has too many buckets (at most 125)", e)
+                if var.hist_linear not in (None, (lo, hi, step)):
+                    raise _err(f"'{var.name}' is used with two different @hist_linear", e)
+                var.hist_linear = (lo, hi, step)
+            if var.hist_log and var.hist_linear:
+                raise _err(f"'{var.name}' is used with both @hist_log and @hist_linear", e)
+            return "hist"
+        if isinstance(e, ast.Call):
+            return self._infer_call(e, scope)
+        if isinstance(e, ast.Defined | ast.Embedded):
+            return LONG
+        if isinstance(e, ast.Entry):
+            return self._entry_type(e, scope)
+        if isinstance(e, ast.Wildcard):
+            raise _err("unexpected '*'", e)
+        raise _err(f"{type(e).__name__} expressions are not supported yet", e)
+
+    def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
+        if isinstance(e, ast.Symbol):
+            var = self.globals.get(e.name)
+            if var is None or e.name in scope.locals:
+                raise _err(f"'{e.name}' is not a global statistic", e)
+            scope.uses_globals = True
+            var.type = self._set(var.type, STAT, e, f"global '{e.name}'")
+            var.read |= read
+            var.written |= not read
+            return var
+        if isinstance(e, ast.Index) and isinstance(e.base, ast.Symbol):
+            self._index_type(e, scope, STAT, write=not read)
+            var = self.globals[e.base.name]
+            var.read |= read
+            return var
+        raise _err("aggregate operations need a global statistic", e)
+
+    def _lvalue(self, e: ast.Expr, scope: Scope, t: str | None) -> str | None:
+        if isinstance(e, ast.Symbol):
+            return self._sym_type(e, scope, t, write=True)
+        if isinstance(e, ast.Index):
+            return self._index_type(e, scope, t, write=True)
+        raise _err("cannot assign to this expression", e)
+
+    def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
+        if e.op == "<<<":
+            self._stat_operand(e.target, scope, read=False)
+            self._expect(e.value, LONG, scope)
+            return LONG
+        if e.op == "=":
+            vt = self._infer(e.value, scope)
+            tt = self._lvalue(e.target, scope, vt)
+            if vt is None and tt is not None:
+                self._infer(e.value, scope, tt)
+            if tt == STAT:
+                raise _err("use <<< to add a value to a statistic", e)
+            return tt or vt
+        t = STRING if e.op == ".=" else LONG
+        self._lvalue(e.target, scope, t)
+        if isinstance(e.target, ast.Symbol | ast.Index):
+            # compound assignment also reads the target
+            self._mark_read(e.target)
+        self._expect(e.value, t, scope)
+        return t
+
+    def _mark_read(self, target: ast.Expr) -> None:
+        name = target.name if isinstance(target, ast.Symbol) else (
+            target.base.name if isinstance(target, ast.Index) and
+            isinstance(target.base, ast.Symbol) else None)
+        if name in self.globals:
+            self.globals[name].read = True
+
+    def param_slot(self, name: str) -> int:
+        if name not in self.param_names:
+            self.param_names.append(name)
+        return NARGS + self.param_names.index(name)
+
+    def _entry_type(self, e: ast.Entry, scope: Scope) -> str:
+        if scope.in_entry or scope.kind != "probe" or not scope.sites or not all(
+                isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
+            raise _err("@entry is only available in function .return probes", e)
+        scope.in_entry = True
+        try:
+            t = self._infer(e.operand, scope)
+        finally:
+            scope.in_entry = False
+        if t not in (None, LONG):
+            raise _err(f"@entry of a {t} is not supported: only long values", e)
+        return LONG
+
+    def _dwarf_param(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        """`$name` in a function probe: a DWARF parameter every site has (issue 7)."""
+        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+        if not scope.in_entry and any(returns) and not all(returns):
+            raise _err(f"'{e.name}' in a probe on both entries and returns", e,
+                       "use separate probes")
+        for site in scope.sites:
+            assert isinstance(site, FunctionSite)
+            try:
+                dwarf.readable_param(site.path, site.func_addr, e.name[1:])
+            except TargetError as exc:
+                raise _err(f"'{e.name}': {exc}", e) from exc
+        return LONG
+
+    def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        name = e.name
+        if e.components:
+            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
+        functions = scope.kind == "probe" and bool(scope.sites) and all(
+            isinstance(s, FunctionSite) for s in scope.sites)
+        if functions and is_param_name(name):
+            return self._dwarf_param(e, scope)
+        if functions and name in ("$$parms", "$$vars") and not scope.in_entry and any(
+                isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
+            raise _err(f"'{name}' is not available in .return probes", e,
+                       "name the parameters: $x there is its value at the entry")
+        if functions and name in ("$$parms", "$$vars"):
+            # a glob may match functions without DWARF (the C runtime's): "" for them
+            errors: list[TargetError] = []
+            for site in scope.sites:
+                assert isinstance(site, FunctionSite)
+                try:
+                    dwarf.site_function(site.path, site.func_addr)
+                except TargetError as exc:
+                    errors.append(exc)
+            if len(errors) == len(scope.sites):
+                raise _err(f"'{name}': {errors[0]}", e)
+        if name in ("$$name", "$$provider", "$$parms", "$$vars"):
+            if scope.kind != "probe" or not scope.sites:
+                raise _err(f"'{name}' is only available in process mark probes", e)
+            return STRING
+        returns = [isinstance(s, FunctionSite) and s.is_return and not scope.in_entry
+                   for s in scope.sites or ()]
+        if name in ("$return", "$$return"):   # issue 7: function .return probes
+            if scope.kind != "probe" or not returns or not all(returns):
+                raise _err(f"'{name}' is only available in function .return probes", e)
+            return LONG if name == "$return" else STRING
+        if name.startswith("$arg") and any(returns):
+            raise _err(f"'{name}' is not available in .return probes: the argument "
+                       "registers are gone at the return", e,
+                       "save it in an entry probe, e.g. in an array keyed by tid()")
+        if name.startswith("$arg") and name[4:].isdigit():
+            n = int(name[4:])
+            if scope.kind != "probe" or not scope.sites:
+                raise _err(f"'{name}' is only available in process mark probes", e)
+            for site in scope.sites:
+                if n < 1 or n > len(site.args):
+                    raise _err(f"'{name}' is not available: mark {site.provider}:{site.name} "
+                               f"in {site.path} has {len(site.args)} argument(s)", e)
+                spec = site.args[n - 1]
+                if spec.kind == ArgKind.UNSUPPORTED:
+                    raise _err(f"'{name}' of mark {site.provider}:{site.name} cannot be read: "
+                               f"operand '{spec.text}': {spec.error}", e)
+            return LONG
+        raise _err(f"unknown context variable '{name}'", e,
+                   "marks provide $arg1..$argN, $$name, $$provider, $$parms")
+
+    def _infer_call(self, e: ast.Call, scope: Scope) -> str | None:
+        name = e.name
+        if name in PRINT_FUNCS:
+            for a in e.args:
+                if not isinstance(a, ast.HistOp):
+                    self._infer(a, scope)
+                else:
+                    self._infer(a, scope)
+            if name in ("printf", "sprintf"):
+                fmt = e.args[0]
+                assert isinstance(fmt, ast.StringLiteral)
+                spec = parse_format(fmt.value, fmt.loc)
+                args = e.args[1:]
+                if len(args) != len(spec.arg_types):
+                    raise _err(f"format string expects {len(spec.arg_types)} argument(s), "
+                               f"{len(args)} given", e)
+                for a, t in zip(args, spec.arg_types, strict=True):
+                    self._expect(a, t, scope)
+            return STRING if name.startswith("s") else None
+        user_fn = name in self.funcs
+        params: tuple[str, ...]
+        if name in SET_USER and not user_fn:
+            if not self.script.guru:
+                raise _err(f"{name}() writes into the target's memory: only in guru mode", e,
+                           "run with -g")
+            params, ret = set_user_params(name), None
+        elif name in BUILTINS:
+            params, ret = BUILTINS[name]
+        if name in BUILTINS or (name in SET_USER and not user_fn):
+            if name == "strtol" and len(e.args) == 1:
+                params = (STRING,)
+            if name == "substr" and len(e.args) == 2:
+                params = (STRING, LONG)
+            if name == "exit" and e.args:
+                raise _err("exit() takes no arguments", e)
+            if len(e.args) != len(params):
+                raise _err(f"{name}() takes {len(params)} argument(s), {len(e.args)} given", e)
+            for a, t in zip(e.args, params, strict=True):
+                self._expect(a, t, scope)
+            return ret
+        info = self.funcs.get(name)
+        if info is None:
+            import difflib
+            close = difflib.get_close_matches(name, [*self.funcs, *BUILTINS, *PRINT_FUNCS], 3)
+            raise _err(f"unresolved function '{name}'", e,
+                       f"did you mean {', '.join(close)}?" if close else None)
+        if len(e.args) != len(info.params):
+            raise _err(f"{name}() takes {len(info.params)} argument(s), {len(e.args)} given", e)
+        for i, a in enumerate(e.args):
+            arg_t = self._infer(a, scope, info.params[i])
+            new = self._set(info.params[i], arg_t, a, f"parameter {i + 1} of '{name}'")
+            if new != info.params[i]:
+                info.params[i] = new
+                info.locals[info.decl.params[i].name] = new
+        if info.uses_globals:
+            scope.uses_globals = True
+        return info.ret
+
+    def _infer_stmt(self, s: ast.Stmt, scope: Scope) -> None:
+        if isinstance(s, ast.Block):
+            for st in s.statements:
+                self._infer_stmt(st, scope)
+        elif isinstance(s, ast.ExprStatement):
+            self._infer(s.expr, scope)
+        elif isinstance(s, ast.If):
+            self._expect(s.cond, LONG, scope)
+            self._infer_stmt(s.then, scope)
+            if s.else_ is not None:
+                self._infer_stmt(s.else_, scope)
+        elif isinstance(s, ast.While):
+            self._expect(s.cond, LONG, scope)
+            self._infer_stmt(s.body, scope)
+        elif isinstance(s, ast.For):
+            if s.init is not None:
+                self._infer(s.init, scope)
+            if s.cond is not None:
+                self._expect(s.cond, LONG, scope)
+            if s.step is not None:
+                self._infer(s.step, scope)
+            self._infer_stmt(s.body, scope)
+        elif isinstance(s, ast.Foreach):
+            self._infer_foreach(s, scope)
+        elif isinstance(s, ast.Delete):
+            self._infer_delete(s, scope)
+        elif isinstance(s, ast.Return):
+            if scope.func is None:
+                raise _err("return outside a function", s, "use 'next' to leave a probe")
+            if s.value is not None:
+                t = self._infer(s.value, scope, scope.func.ret)
+                what = f"return of '{scope.func.decl.name}'"
+                scope.func.ret = self._set(scope.func.ret, t, s, what)
+                if t is None and scope.func.ret is not None:
+                    self._infer(s.value, scope, scope.func.ret)
+        elif isinstance(s, ast.Try):
+            self._infer_stmt(s.body, scope)
+            if s.catch_var is not None:
+                self._local_type(scope, s.catch_var, STRING)
+            self._infer_stmt(s.handler, scope)
+        elif isinstance(s, ast.Next):
+            if scope.kind != "probe":
+                raise _err("next outside a probe", s)
+        elif isinstance(s, ast.Break | ast.Continue | ast.Empty):
+            pass
+        else:
+            raise _err(f"{type(s).__name__} statements are not supported", s)
+        if scope.func is not None and scope.uses_globals:
+            scope.func.uses_globals = True
+
+    def _infer_foreach(self, s: ast.Foreach, scope: Scope) -> None:
+        if isinstance(s.array, ast.HistOp):
+            raise _err("foreach over a histogram is not supported yet", s.array)
+        var = self._array(s.array, len(s.keys), scope, write=False)
+        assert var.array is not None
+        for i, k in enumerate(s.keys):
+            if k.name in self.globals:
+                raise _err(f"foreach key '{k.name}' shadows a global", k)
+            kt = self._local_type(scope, k, var.array.keys[i])
+            var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+        if s.value is not None:
+            vt = self._local_type(scope, s.value, var.array.value)
+            var.array.value = self._set(var.array.value, vt, s.value, f"array '{var.name}'")
+        if s.slice is not None:
+            if len(s.slice) != len(var.array.keys):
+                raise _err(f"slice of '{var.name}' needs {len(var.array.keys)} keys", s)
+            for i, sk in enumerate(s.slice):
+                if not isinstance(sk, ast.Wildcard):
+                    kt = self._infer(sk, scope, var.array.keys[i])
+                    var.array.keys[i] = self._set(var.array.keys[i], kt, sk,
+                                                  f"key of '{var.name}'")
+        if s.limit is not None:
+            self._expect(s.limit, LONG, scope)
+        self._infer_stmt(s.body, scope)
+
+    def _infer_delete(self, s: ast.Delete, scope: Scope) -> None:
+        t = s.target
+        if isinstance(t, ast.Symbol):
+            var = self.globals.get(t.name)
+            if var is not None and t.name not in scope.locals:
+                scope.uses_globals = True
+                var.written = True
+                return
+            self._local_type(scope, t, None)
+            return
+        if isinstance(t, ast.Index):
+            var = self._array(t.base, len(t.indexes), scope, write=True)
+            assert var.array is not None
+            for i, k in enumerate(t.indexes):
+                if isinstance(k, ast.Wildcard):
+                    continue
+                kt = self._infer(k, scope, var.array.keys[i])
+                var.array.keys[i] = self._set(var.array.keys[i], kt, k, f"key of '{var.name}'")
+            return
+        raise _err("delete needs a variable or an array element", t)
+
+    # ----------------------------------------------------------------- layout
+
+
+def infer_types(script: ast.Script, resolution: Resolution) -> Types:
+    """Pass 3a: the script's symbols with their types."""
+    types = Types(script, resolution)
+    types.infer()
+    return types

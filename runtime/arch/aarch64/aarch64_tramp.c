@@ -1,0 +1,291 @@
+/* aarch64 trampolines: see tramp.h. */
+#define _GNU_SOURCE
+#include <elf.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+
+#include "pd_internal.h"
+#include "pd_tramp.h"
+
+/* Read by pd_a64_tramp_common: which vector state to save.  Set before any
+ * constructor arms a site (pd_ret_tramp needs it also when only BRKs are armed). */
+int pd_a64_sve;
+__attribute__((constructor(101))) static void pd_a64_sve_init(void)
+{
+    pd_a64_sve = (getauxval(AT_HWCAP) & HWCAP_SVE) != 0;
+}
+
+__attribute__((visibility("hidden"), used)) void
+pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+{
+    if (site->nentry + site->nreturn) /* a function entry (issue 7) */
+        pd_func_fire(regs, site, bias);
+    else
+        pd_run(&pd_probes[site->probe], site, regs, bias);
+}
+
+extern const uint8_t pd_a64_stub_tmpl[], pd_a64_stub_branch[], pd_a64_stub_lits[],
+    pd_a64_stub_end[], pd_a64_tramp_common[] __attribute__((visibility("hidden")));
+
+/* The frame: struct pd_regs at 0 (x0..x30, sp, pc, flags = 34 words), fpsr/fpcr at
+ * 272; the stub's three saved registers at 288..311, the site's sp at 320. */
+_Static_assert(sizeof(struct pd_regs) == 272, "pd_a64_tramp_common's frame");
+
+#define PD_A64_STP(a, b, off) "  stp x" #a ", x" #b ", [sp, #" #off "]\n"
+#define PD_A64_LDP(a, b, off) "  ldp x" #a ", x" #b ", [sp, #" #off "]\n"
+#define PD_A64_GPRS(op)                                                        \
+    op(0, 1, 0) op(2, 3, 16) op(4, 5, 32) op(6, 7, 48) op(8, 9, 64) op(10, 11, 80) \
+    op(12, 13, 96) op(14, 15, 112) op(18, 19, 144) op(20, 21, 160) op(22, 23, 176) \
+    op(24, 25, 192) op(26, 27, 208) op(28, 29, 224)
+#define PD_A64_ZREGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31"
+#define PD_A64_PREGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
+
+__asm__(".text\n"
+        ".arch_extension sve\n"
+        ".balign 8\n"
+        ".globl pd_a64_stub_tmpl, pd_a64_stub_branch, pd_a64_stub_lits, pd_a64_stub_end\n"
+        ".hidden pd_a64_stub_tmpl, pd_a64_stub_branch, pd_a64_stub_lits, pd_a64_stub_end\n"
+        "pd_a64_stub_tmpl:\n"
+        "  sub sp, sp, #32\n"
+        "  stp x16, x17, [sp]\n"
+        "  str x30, [sp, #16]\n"
+        "  adr x16, pd_a64_stub_lits\n"
+        "  ldr x17, pd_a64_stub_lits + 24\n"
+        "  blr x17\n"
+        "  ldp x16, x17, [sp]\n"
+        "  ldr x30, [sp, #16]\n"
+        "  add sp, sp, #32\n"
+        "pd_a64_stub_branch:\n"
+        "  brk #0xa64\n" /* replaced by `b site+4` in each copy */
+        ".balign 8\n"
+        "pd_a64_stub_lits:\n"
+        "  .quad 0, 0, 0, 0, 0\n" /* site pc, struct pd_site *, bias, common, C entry */
+        "pd_a64_stub_end:\n"
+        "\n"
+        ".globl pd_a64_tramp_common\n"
+        ".hidden pd_a64_tramp_common\n"
+        ".type pd_a64_tramp_common,%function\n"
+        "pd_a64_tramp_common:\n" /* x16: the stub's literals; x30: back into the stub */
+        "  hint #34\n"                /* bti c: the stub's blr may land in a guarded page */
+        "  sub sp, sp, #288\n"
+        PD_A64_GPRS(PD_A64_STP)
+        "  ldp x0, x1, [sp, #288]\n"   /* the site's x16, x17 */
+        "  stp x0, x1, [sp, #128]\n"
+        "  ldr x0, [sp, #304]\n"       /* the site's x30 */
+        "  add x1, sp, #320\n"         /* the site's sp */
+        "  stp x0, x1, [sp, #240]\n"
+        "  ldr x0, [x16]\n"            /* pc = the site */
+        "  mrs x1, nzcv\n"
+        "  stp x0, x1, [sp, #256]\n"
+        "  mrs x0, fpsr\n"
+        "  mrs x1, fpcr\n"
+        "  stp x0, x1, [sp, #272]\n"
+        "  mov x19, sp\n"              /* callee-saved across the call: the frame, */
+        "  mov x20, x30\n"             /* the way back, the literals */
+        "  mov x21, x16\n"
+        "  adrp x9, pd_a64_sve\n"
+        "  ldr w9, [x9, #:lo12:pd_a64_sve]\n"
+        "  cbnz w9, 1f\n"
+        "  sub sp, sp, #512\n"
+        "  .irp n," PD_A64_ZREGS "\n  str q\\n, [sp, #\\n*16]\n  .endr\n"
+        "  b 2f\n"
+        "1:\n"
+        "  addvl sp, sp, #-32\n"       /* z0-z31 at sp + 3 VL, */
+        "  addvl sp, sp, #-3\n"        /* p0-p15 and ffr (17 p-sized slots) at sp */
+        "  addvl x9, sp, #3\n"
+        "  .irp n," PD_A64_ZREGS "\n  str z\\n, [x9, #\\n, mul vl]\n  .endr\n"
+        "  .irp n," PD_A64_PREGS "\n  str p\\n, [sp, #\\n, mul vl]\n  .endr\n"
+        "  rdffr p0.b\n"
+        "  str p0, [sp, #16, mul vl]\n"
+        "2:\n"
+        "  mov x0, x19\n"
+        "  ldr x1, [x21, #8]\n"
+        "  ldr x2, [x21, #16]\n"
+        "  ldr x9, [x21, #32]\n"
+        "  blr x9\n"
+        "  adrp x9, pd_a64_sve\n"
+        "  ldr w9, [x9, #:lo12:pd_a64_sve]\n"
+        "  cbnz w9, 3f\n"
+        "  .irp n," PD_A64_ZREGS "\n  ldr q\\n, [sp, #\\n*16]\n  .endr\n"
+        "  b 4f\n"
+        "3:\n"
+        "  ldr p0, [sp, #16, mul vl]\n"
+        "  wrffr p0.b\n"
+        "  .irp n," PD_A64_PREGS "\n  ldr p\\n, [sp, #\\n, mul vl]\n  .endr\n"
+        "  addvl x9, sp, #3\n"
+        "  .irp n," PD_A64_ZREGS "\n  ldr z\\n, [x9, #\\n, mul vl]\n  .endr\n"
+        "4:\n"
+        "  mov sp, x19\n"
+        "  ldr x0, [sp, #240]\n"       /* x30 as the entry left it: the stub restores it */
+        "  str x0, [sp, #304]\n"
+        "  ldp x0, x1, [sp, #272]\n"
+        "  msr fpsr, x0\n"
+        "  msr fpcr, x1\n"
+        "  ldr x0, [sp, #264]\n"
+        "  msr nzcv, x0\n"
+        "  mov x30, x20\n"             /* x16, x17, x30 are the stub's to restore */
+        PD_A64_GPRS(PD_A64_LDP)
+        "  add sp, sp, #288\n"
+        "  ret\n"
+        ".size pd_a64_tramp_common, .-pd_a64_tramp_common\n");
+
+static int pd_a64_b_reaches(uintptr_t from, uintptr_t to)
+{
+    int64_t d = (int64_t)(to - from);
+    return d >= -(int64_t)0x8000000 && d < (int64_t)0x8000000 && !(d & 3);
+}
+
+static uint32_t pd_a64_b(uintptr_t from, uintptr_t to)
+{
+    return PD_A64_B | ((uint32_t)((int64_t)(to - from) >> 2) & 0x3ffffffu);
+}
+
+/* Whether the site's `B` reaches the stub (pd_tramp_prepare checks each site). */
+int pd_stub_reaches(uintptr_t site, uintptr_t stub) { return pd_a64_b_reaches(site, stub); }
+
+/* The plan's relocated code at `at` (8-aligned: its literals are) + `b resume`, in at
+ * most `room` bytes; returns the length, or -1 if a branch does not reach from there. */
+static int pd_a64_put_code(uint8_t *at, size_t room, const struct pd_plan *plan, uintptr_t bias)
+{
+    if (((uintptr_t)at & 7) || plan->code_len % 4 || plan->code_len + 4u > room)
+        return -1;
+    memcpy(at, plan->code, plan->code_len);
+    for (unsigned i = 0; i < plan->nfixups; i++) {
+        const struct pd_fixup *f = &plan->fixups[i];
+        uintptr_t t = bias + (uintptr_t)f->target;
+        uint32_t w;
+        if (f->kind == PD_FIX_B26) { /* B or BL: the opcode bits stay */
+            if (!pd_a64_b_reaches((uintptr_t)(at + f->at), t))
+                return -1;
+            memcpy(&w, at + f->at, 4);
+            w = (w & ~0x3ffffffu) | (pd_a64_b((uintptr_t)(at + f->at), t) & 0x3ffffffu);
+        } else if (f->kind == PD_FIX_ABS32 || f->kind == PD_FIX_ABS32HI) {
+            w = f->kind == PD_FIX_ABS32HI ? (uint32_t)((uint64_t)t >> 32) : (uint32_t)t;
+        } else {
+            return -1;
+        }
+        memcpy(at + f->at, &w, 4);
+    }
+    uintptr_t back = (uintptr_t)(at + plan->code_len), resume = bias + (uintptr_t)plan->resume;
+    if (!pd_a64_b_reaches(back, resume))
+        return -1;
+    uint32_t b = pd_a64_b(back, resume);
+    memcpy(at + plan->code_len, &b, 4);
+    return (int)plan->code_len + 4;
+}
+
+/* Writes the stub for `site` at `at` (PD_STUB_SIZE bytes, 8-aligned); returns its
+ * length, or -1 if the way back does not reach.  pd_tramp_prepare flushes the area. */
+int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
+{
+    size_t n = (size_t)(pd_a64_stub_end - pd_a64_stub_tmpl);
+    size_t branch = (size_t)(pd_a64_stub_branch - pd_a64_stub_tmpl);
+    size_t lits = (size_t)(pd_a64_stub_lits - pd_a64_stub_tmpl);
+    uintptr_t next = bias + (uintptr_t)site->plan.resume; /* a nop: after the site */
+    if (n > PD_STUB_SIZE)
+        return -1;
+    memcpy(at, pd_a64_stub_tmpl, n);
+    if (site->plan.tactic == PD_TACTIC_DISPLACE) { /* a function entry: its first instruction */
+        int len = pd_a64_put_code(at + n, PD_STUB_SIZE - n, &site->plan, bias);
+        if (len < 0)
+            return -1;
+        next = (uintptr_t)(at + n);
+        n += (size_t)len;
+    }
+    if (!pd_a64_b_reaches((uintptr_t)(at + branch), next))
+        return -1;
+    uint32_t b = pd_a64_b((uintptr_t)(at + branch), next);
+    memcpy(at + branch, &b, 4);
+    uint64_t lit[5] = {bias + site->pc, (uint64_t)(uintptr_t)site, bias,
+                       (uint64_t)(uintptr_t)pd_a64_tramp_common,
+                       (uint64_t)(uintptr_t)pd_a64_tramp_entry};
+    memcpy(at + lits, lit, sizeof lit);
+    return (int)n;
+}
+
+/* A function entry on the BRK path resumes in this copy of its first instruction. */
+int pd_write_ool(uint8_t *at, const struct pd_site *site, uintptr_t bias)
+{
+    if (!site->plan.code_len)
+        return -1;
+    return pd_a64_put_code(at, PD_OOL_SIZE, &site->plan, bias) < 0 ? -1 : 0;
+}
+
+/* Whether the loader mapped the object's code with PROT_BTI (guarded pages: an
+ * indirect branch must land on a landing pad): its GNU property note asks for BTI
+ * and the CPU has it.  pd_patch's mprotect must keep the flag, or patching a site
+ * would silently drop the object's branch protection for that page. */
+static int pd_a64_guarded(const struct dl_phdr_info *info)
+{
+    if (!(getauxval(AT_HWCAP2) & HWCAP2_BTI))
+        return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_GNU_PROPERTY || ph->p_memsz < 16)
+            continue;
+        const uint32_t *n = (const uint32_t *)(info->dlpi_addr + ph->p_vaddr);
+        if (n[0] != 4 || n[2] != NT_GNU_PROPERTY_TYPE_0 || memcmp(&n[3], "GNU", 4) != 0 ||
+            16 + (uint64_t)n[1] > ph->p_memsz)
+            return 0;
+        const uint8_t *d = (const uint8_t *)&n[4], *end = d + n[1];
+        while (d + 8 <= end) { /* pr_type, pr_datasz, data padded to 8 */
+            uint32_t type, size, bits;
+            memcpy(&type, d, 4);
+            memcpy(&size, d + 4, 4);
+            if (type == GNU_PROPERTY_AARCH64_FEATURE_1_AND && size >= 4 && d + 12 <= end) {
+                memcpy(&bits, d + 8, 4);
+                return (bits & GNU_PROPERTY_AARCH64_FEATURE_1_BTI) != 0;
+            }
+            d += 8 + (((uint64_t)size + 7) & ~(uint64_t)7);
+        }
+    }
+    return 0;
+}
+
+static uint32_t pd_a64_patch_insn; /* what pd_a64_write_b stores (constructor time) */
+static void pd_a64_write_b(uint8_t *at)
+{
+    __atomic_store_n((uint32_t *)(void *)at, pd_a64_patch_insn, __ATOMIC_RELEASE);
+}
+
+/* The nop becomes `B stub` in one store: a concurrently executing thread runs
+ * either the nop or the branch. */
+int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
+{
+    if (len != 4 || !pd_a64_b_reaches(addr, stub))
+        return -1;
+    pd_a64_patch_insn = pd_a64_b(addr, stub);
+    return pd_patch(addr, 4, prot, pd_a64_write_b);
+}
+
+/* No exit sites here (retplan.py): the stub's start. */
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+{
+    (void)p;
+    return stub;
+}
+
+/* Plans are one in-place B: no branch lands inside a window, no islands, nothing to
+ * link or to put back. */
+void pd_tramp_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs)
+{
+    (void)bias;
+    (void)o;
+    (void)stubs;
+}
+
+void pd_tramp_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *stubs)
+{
+    (void)info;
+    (void)o;
+    (void)stubs;
+}
+
+void pd_tramp_unlink_all(uint32_t *bytes) { (void)bytes; }
+
+/* Guarded pages stay guarded. */
+int pd_tramp_exec_prot(const struct dl_phdr_info *info)
+{
+    return pd_a64_guarded(info) ? PROT_BTI : 0;
+}

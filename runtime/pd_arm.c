@@ -1,0 +1,309 @@
+/* Arming: every probe site of the loaded objects becomes a trap or a jump to its
+ * trampoline (pd_tramp.c), objects loaded later too; and disarming, for objects
+ * unloaded and for a -x detach. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pd_internal.h"
+#include "pd_tramp.h"
+
+uint8_t *pd_obj_armed;
+uintptr_t *pd_obj_bias;
+uint8_t *pd_site_off;
+
+/* ---- arming -------------------------------------------------------------- */
+
+void pd_warn(const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (pd_seg) {
+        struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+        c->outlen = 0;
+        c->error = 0;
+        pd_rec_open_at = 0;
+        pd_emit_text(c, PD_REC_WARNING, msg);
+        pd_flush(c);
+    } else {
+        fprintf(stderr, "pydyn: WARNING: %s\n", msg);
+    }
+}
+
+/* mprotect exactly the pages the instruction spans: the page after may not be
+ * mapped at all (ENOMEM), which is a layout accident, not a failure to report. */
+int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *))
+{
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t first = addr & ~(uintptr_t)(page - 1);
+    uintptr_t last = (addr + len - 1) & ~(uintptr_t)(page - 1);
+    size_t span = last - first + (size_t)page;
+    /* other bits of prot_after (aarch64 PROT_BTI) are kept while writing too */
+    int extra = prot_after & ~(PROT_READ | PROT_WRITE | PROT_EXEC);
+    if (mprotect((void *)first, span, PROT_READ | PROT_WRITE | PROT_EXEC | extra) != 0) {
+        pd_warn("cannot make 0x%lx writable (%lu bytes from page 0x%lx): %s",
+                (unsigned long)addr, (unsigned long)span, (unsigned long)first,
+                strerror(errno));
+        return -1;
+    }
+    write((uint8_t *)addr);
+    pd_flush_icache((void *)addr, (void *)(addr + len));
+    mprotect((void *)first, span, prot_after);
+    return 0;
+}
+
+int pd_object_matches(const char *path, const char *loaded_name)
+{
+    char resolved[PATH_MAX];
+    const char *name = loaded_name;
+    if (!name || !name[0]) {
+        ssize_t n = readlink("/proc/self/exe", resolved, sizeof resolved - 1);
+        if (n <= 0)
+            return 0;
+        resolved[n] = 0;
+    } else if (!realpath(name, resolved)) {
+        return 0;
+    }
+#if defined(__aarch64__)
+    /* Under qemu-user the loader names sysroot libraries by guest paths (/lib/libc.so.6
+     * for the launcher's /usr/aarch64-linux-gnu/lib/libc.so.6); stat sees both through
+     * qemu's -L mapping: the same file is the same inode. */
+    struct stat a, b;
+    if (strcmp(resolved, path) != 0)
+        return stat(resolved, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+               a.st_ino == b.st_ino;
+#endif
+    return strcmp(resolved, path) == 0;
+}
+
+int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type == PT_LOAD && vaddr >= ph->p_vaddr && vaddr < ph->p_vaddr + ph->p_memsz)
+            return ((ph->p_flags & PF_R) ? PROT_READ : 0) |
+                   ((ph->p_flags & PF_W) ? PROT_WRITE : 0) |
+                   ((ph->p_flags & PF_X) ? pd_tramp_exec_prot(info) : 0) |
+                   ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
+    }
+    return -1;
+}
+
+static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    (void)data;
+    for (uint32_t o = 0; o < pd_module.nobjects; o++) {
+        if (pd_obj_armed[o] || pd_objects[o].abi != PD_ARCH_ABI ||
+            !pd_object_matches(pd_objects[o].path, info->dlpi_name))
+            continue;
+        pd_obj_armed[o] = 1;
+        pd_obj_bias[o] = (uintptr_t)info->dlpi_addr;
+        uintptr_t *stubs = pd_tramp_prepare(info, o);
+        if (!stubs) /* traps only: every function keeps the return-address hijack */
+            pd_ret_choose(o, NULL, pd_site_off);
+        uintptr_t *ool = pd_ool_prepare(info, o); /* function entries (issue 7) */
+        for (uint32_t s = 0; s < pd_module.nsites; s++) {
+            const struct pd_site *site = &pd_sites[s];
+            if (site->object != o || pd_site_off[s])
+                continue;
+            if ((site->fx & PD_FX_EXIT) && !(stubs && stubs[s])) {
+                /* its stub was refused after the choice (a branch into its window): a trap
+                 * there would run the handler before the exit's own instructions */
+                pd_warn("%s: function %s: the exit at window 0x%lx could not be linked; its "
+                        "returns are not probed", pd_objects[o].path, site->name,
+                        (unsigned long)site->pc);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+            uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
+            int prot = pd_segment_prot(info, (uintptr_t)site->pc);
+            if (site->nop_len == 0) { /* a function entry: the plan's bytes, and a way to run them */
+                if (prot < 0 || !(prot & PROT_EXEC) || !ool || !ool[s] ||
+                    memcmp((const void *)addr, site->plan.orig, site->plan.len) != 0) {
+                    pd_warn("%s: function %s at 0x%lx: %s; not armed", pd_objects[o].path,
+                            site->name, (unsigned long)site->pc,
+                            ool && ool[s] ? "not the instructions the plan was made for"
+                                          : "its first instruction cannot run out of line");
+                    if (pd_self)
+                        pd_self->sites_failed++;
+                    __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                    continue;
+                }
+            } else if (prot < 0 || !(prot & PROT_EXEC) || !pd_arch_is_nop((const uint8_t *)addr, site->nop_len)) {
+                pd_warn("%s: probe %s:%s at 0x%lx is not a nop in memory; not armed",
+                        pd_objects[o].path, site->provider, site->name, (unsigned long)site->pc);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+            struct pd_armed e = {.addr = addr, .bias = (uintptr_t)info->dlpi_addr, .site = site,
+                                 .stub = stubs ? stubs[s] : 0, .ool = ool ? ool[s] : 0};
+            /* every byte a trap or jump may overwrite (nop_len is 0 at a function entry) */
+            unsigned save = site->plan.len > site->nop_len ? site->plan.len : site->nop_len;
+            e.saved_len = (uint8_t)(save < PD_TRAP_LEN ? PD_TRAP_LEN
+                                    : save > sizeof e.saved ? sizeof e.saved : save);
+            e.prot = prot;
+            memcpy(e.saved, (const void *)addr, e.saved_len);
+            /* published before the first int3 is written: a thread may hit it at once */
+            struct pd_armed *a = pd_armed_insert(&e);
+            if (!a)
+                continue;
+            /* a short window jumps to its island (the stub's entry word) */
+            if (a->stub && pd_install_jump(addr, site->plan.len, prot, site->plan.len < 5 ? a->stub
+                                           : pd_stub_start(a->stub, &site->plan)) != 0) {
+                /* an exit's handler must run after the window's first instructions: its
+                 * int3 keeps sending threads to the stub (pd_sigtrap), never traps itself */
+                if (!(site->fx & PD_FX_EXIT))
+                    a->stub = 0;
+                else if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0)
+                    a->stub = 0; /* nothing written: the exit is not armed below */
+            }
+            if (!a->stub && (site->fx & PD_FX_EXIT)) {
+                pd_armed_remove(a);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                continue;
+            }
+            if (!a->stub && pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0) {
+                pd_armed_remove(a);
+                if (pd_self)
+                    pd_self->sites_failed++;
+                continue;
+            }
+            if (site->sema)
+                __atomic_add_fetch((uint16_t *)(info->dlpi_addr + (uintptr_t)site->sema), 1,
+                                   __ATOMIC_RELAXED);
+            if (pd_self)
+                pd_self->sites_armed++;
+        }
+        free(stubs);
+        free(ool);
+    }
+    return 0;
+}
+
+void pd_arm_all(void)
+{
+    if (!pd_module.nsites)
+        return;
+    uint32_t cap = 4;
+    while (cap <= 2 * pd_module.nsites)
+        cap *= 2;
+    pd_obj_armed = calloc(pd_module.nobjects + 1, 1);
+    pd_obj_bias = calloc(pd_module.nobjects + 1, sizeof *pd_obj_bias);
+    pd_site_off = calloc(pd_module.nsites, 1);
+    struct pd_armed *table = calloc(cap, sizeof *table);
+    if (!table || !pd_obj_armed || !pd_obj_bias || !pd_site_off)
+        return;
+    if (pd_install_trap_handler() != 0) {
+        pd_warn("cannot install the SIGTRAP handler: %s", strerror(errno));
+        return;
+    }
+    pd_armed_cap = cap;
+    pd_armed = table;
+    dl_iterate_phdr(pd_arm_object, NULL);
+}
+
+int pd_object_bias(uint32_t o, uintptr_t *bias)
+{
+    if (!pd_obj_armed || o >= pd_module.nobjects || !pd_obj_armed[o])
+        return 0;
+    *bias = pd_obj_bias[o];
+    return 1;
+}
+
+/* After a dlopen (pd_dlopen.c, which serializes the calls): arms the objects that
+ * are new since the last pass. */
+void pd_arm_loaded(void)
+{
+    if (pd_armed && pd_session_running())
+        dl_iterate_phdr(pd_arm_object, NULL);
+}
+
+static int pd_find_bias(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    return (uintptr_t)info->dlpi_addr == *(uintptr_t *)data;
+}
+
+/* After a dlclose: forgets the sites of armed objects that are no longer loaded
+ * (their memory is gone: nothing is read or restored there) and frees their stubs. */
+void pd_disarm_unloaded(void)
+{
+    if (!pd_armed)
+        return;
+    for (uint32_t o = 0; o < pd_module.nobjects; o++) {
+        uintptr_t bias = pd_obj_bias[o];
+        if (!pd_obj_armed[o] || bias == 0 || dl_iterate_phdr(pd_find_bias, &bias))
+            continue;
+        pd_obj_armed[o] = 0;
+        for (uint32_t i = 0; i < pd_armed_cap; i++) {
+            struct pd_armed *a = &pd_armed[i];
+            if (a->addr <= PD_ARMED_DEAD || a->site->object != o)
+                continue;
+            uintptr_t stub = a->stub, ool = a->ool;
+            pd_armed_remove(a);
+            if (pd_self)
+                pd_self->sites_armed--;
+            pd_tramp_release(stub, ool);
+        }
+    }
+}
+
+/* Detaching from a -x process: puts back every byte arming changed (int3 first, so a
+ * thread never runs a torn instruction, then the tail, then the first byte) and undoes
+ * the semaphore increments.  pd_armed, the stubs and out-of-line copies stay: a thread
+ * stopped inside a stub, or with a SIGTRAP from a site still pending, finds them and
+ * resumes correctly.  Returns the sites restored; adds to *bytes and *semas. */
+static const uint8_t *pd_restore_src;
+static unsigned pd_restore_n;
+static void pd_write_restore(uint8_t *at) { memcpy(at, pd_restore_src, pd_restore_n); }
+
+uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
+{
+    uint32_t sites = 0;
+    for (uint32_t i = 0; pd_armed && i < pd_armed_cap; i++) {
+        struct pd_armed *a = &pd_armed[i];
+        if (a->addr <= PD_ARMED_DEAD)
+            continue;
+        unsigned len = a->stub ? a->site->plan.len : PD_TRAP_LEN;
+        if (len > a->saved_len)
+            len = a->saved_len;
+        if (len > PD_TRAP_LEN && pd_patch(a->addr, PD_TRAP_LEN, a->prot, pd_write_trap) == 0) {
+            pd_restore_src = a->saved + PD_TRAP_LEN;
+            pd_restore_n = len - PD_TRAP_LEN;
+            pd_patch(a->addr + PD_TRAP_LEN, pd_restore_n, a->prot, pd_write_restore);
+            len = PD_TRAP_LEN;
+            *bytes += pd_restore_n;
+        }
+        pd_restore_src = a->saved;
+        pd_restore_n = len;
+        if (pd_patch(a->addr, len, a->prot, pd_write_restore) != 0)
+            continue;
+        *bytes += len;
+        sites++;
+        if (a->site->sema) {
+            __atomic_sub_fetch((uint16_t *)(a->bias + (uintptr_t)a->site->sema), 1,
+                               __ATOMIC_RELAXED);
+            (*semas)++;
+        }
+    }
+    pd_tramp_unlink_all(bytes); /* then the branches and islands that led into stubs */
+    return sites;
+}

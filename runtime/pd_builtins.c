@@ -1,0 +1,161 @@
+/* The context built-ins the translator calls: arguments, user memory, process
+ * identity, exit(), checked division. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <unistd.h>
+
+#include "pd_internal.h"
+#include "pd_lock.h"
+
+/* ---- context built-ins --------------------------------------------------- */
+
+static int pd_read_user(struct pd_ctx *c, uintptr_t addr, void *dst, size_t n)
+{
+    /* process_vm_readv on ourselves: a bad pointer is an error, not a crash. */
+    if (pd_read_self(dst, (const void *)addr, n) == (ssize_t)n)
+        return 0;
+    pd_error(c, "user memory read fault at 0x%lx (%u bytes)", (unsigned long)addr, (unsigned)n);
+    return -1;
+}
+
+static int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
+{
+    if (size >= 8)
+        return (int64_t)raw;
+    unsigned bits = size * 8;
+    uint64_t mask = (1ull << bits) - 1;
+    raw &= mask;
+    if (is_signed && (raw >> (bits - 1)))
+        raw |= ~mask;
+    return (int64_t)raw;
+}
+
+int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed)
+{
+    uint64_t raw = 0;
+    if (pd_read_user(c, (uintptr_t)addr, &raw, size))
+        return 0;
+    return pd_extend(raw, size, is_signed);
+}
+
+void pd_warn_probe(struct pd_ctx *c, const char *msg)
+{
+    pd_emit_text(c, PD_REC_WARNING, msg);
+}
+
+int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
+{
+    if (!c->site || index >= c->site->nargs) {
+        pd_error(c, "probe argument %u not available here", index + 1);
+        return 0;
+    }
+    const struct pd_argdesc *a = &c->site->args[index];
+    uint64_t raw = 0;
+    switch (a->kind) {
+    case PD_ARG_CONST:
+        return a->rel ? (int64_t)((uint64_t)a->value + c->bias) : a->value;
+    case PD_ARG_REG:
+        raw = (uint64_t)pd_reg(c->regs, a->reg) >> a->shift;
+        break;
+    case PD_ARG_MEM: {
+        uintptr_t addr = (uintptr_t)a->value;
+        if (a->reg >= 0)
+            addr += (uintptr_t)pd_reg(c->regs, a->reg);
+        if (a->index >= 0)
+            addr += (uintptr_t)pd_reg(c->regs, a->index) * a->scale;
+        if (a->rel)
+            addr += c->bias;
+        if (a->seg == PD_SEG_TP)
+            addr += pd_thread_pointer();
+        if (pd_read_user(c, addr, &raw, a->size))
+            return 0;
+        break;
+    }
+    default:
+        pd_error(c, "bad argument descriptor");
+        return 0;
+    }
+    return pd_extend(raw, a->size, a->is_signed);
+}
+
+int64_t pd_pid(void) { return getpid(); }
+/* gettid costs a syscall a call (~1 us in some sandboxes); pd_lock.h caches it per
+ * thread and forgets it in a forked child. */
+int64_t pd_tid(void) { return (int64_t)pd_lock_self(); }
+int64_t pd_ppid(void) { return getppid(); }
+
+/* Read each time: a process may rename itself (PR_SET_NAME) at any point. */
+const char *pd_execname(void)
+{
+    static __thread char name[17];
+    if (prctl_get_name(name) != 0)
+        strcpy(name, "?");
+#ifdef __aarch64__
+    /* Under qemu-user the kernel's comm is the emulator's ("qemu-aarch64")
+     * until the guest renames itself; report what a native kernel would. */
+    else if (strncmp(name, "qemu-", 5) == 0 && strncmp(program_invocation_short_name, "qemu-", 5) != 0)
+        snprintf(name, sizeof name, "%s", program_invocation_short_name);
+#endif
+    return name;
+}
+
+int64_t pd_target(struct pd_ctx *c)
+{
+    (void)c;
+    return pd_hdr ? pd_hdr->target_pid : 0;
+}
+
+/* exit() stops new probe handlers (session STOPPING); the launcher then runs `end`. */
+void pd_request_exit(void)
+{
+    __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+    uint32_t st = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
+    while (st < PD_SESSION_STOPPING &&
+           !__atomic_compare_exchange_n(&pd_hdr->session_state, &st, PD_SESSION_STOPPING, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        ;
+}
+
+/* Set by exit() in this thread's handler: the request waits until the handler's
+ * records are in the ring (pd_run_finish), or the launcher could finish its last
+ * drain before they arrive.  stap's exit() does not unwind the handler either. */
+__thread int pd_exit_pending;
+
+void pd_exit(struct pd_ctx *c)
+{
+    if (!pd_hdr)
+        return;
+    pd_exit_pending = 1;
+    pd_rec_open(c, PD_REC_EXIT, 0, 0);
+    pd_rec_close(c);
+}
+
+int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
+{
+    if (b == 0) {
+        c->where = where;
+        pd_error(c, "division by 0");
+        return 0;
+    }
+    if (b == -1)
+        return (int64_t)(0 - (uint64_t)a); /* INT64_MIN / -1 must not trap */
+    return a / b;
+}
+
+int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where)
+{
+    if (b == 0) {
+        c->where = where;
+        pd_error(c, "division by 0");
+        return 0;
+    }
+    if (b == -1)
+        return 0;
+    return a % b;
+}
+
+struct pd_header *pd_segment_header(void)
+{
+    return pd_hdr;
+}

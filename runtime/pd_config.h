@@ -1,0 +1,47 @@
+/* Build-time defaults of the runtime and of generated code, each defined once here:
+ * `pydyn -D NAME=N` (launcher/cli.py's list) passes -DNAME=N to every unit, which
+ * wins over the default.  Preprocessor lines only: the .S units include it too. */
+#ifndef PD_CONFIG_H
+#define PD_CONFIG_H
+
+/* ---- stap's limits (per handler run) ---- */
+#ifndef MAXACTION
+#define MAXACTION 1000 /* statements */
+#endif
+#ifndef MAXERRORS
+#define MAXERRORS 0 /* errors before the session exits */
+#endif
+#ifndef MAXSTRINGLEN
+#define MAXSTRINGLEN 512
+#endif
+#ifndef MAXNESTING
+#define MAXNESTING 10 /* script function call depth */
+#endif
+#ifndef PD_MAXBACKTRACE
+#define PD_MAXBACKTRACE 20 /* stap's MAXBACKTRACE: frames of ubacktrace() */
+#endif
+#ifndef PD_OUTBUF_SIZE
+#define PD_OUTBUF_SIZE 8192 /* a handler's records, written to the ring when it ends */
+#endif
+/* How long the launcher's stop waits for handlers still running (pd_quiesce.c). */
+#ifndef STUCK_CONTEXT_MS
+#define STUCK_CONTEXT_MS 2000
+#endif
+
+/* ---- how probes are reached ---- */
+/* 1: every site traps (as --probe-mode=trap), compiled in. */
+#ifndef PD_FORCE_TRAPS
+#define PD_FORCE_TRAPS 0
+#endif
+/* 0: the x86 stubs save no vector register even under pd_xmm_always (-x), and
+ * pd_ret_tramp only the return-value ones. */
+#ifndef PD_TRAMP_SAVE_XMM
+#define PD_TRAMP_SAVE_XMM 1
+#endif
+/* 0: stubs and pd_ret_tramp run the probes' C on the target's stack, below its red
+ * zone, instead of the thread's private stack (pd_pstack.c). */
+#ifndef PD_PRIVATE_STACK
+#define PD_PRIVATE_STACK 1
+#endif
+
+#endif

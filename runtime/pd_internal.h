@@ -1,0 +1,115 @@
+/* What the runtime's own units share and generated code never sees: the process's
+ * state (pd_runtime.c), the output ring and records (pd_ring.c), running a handler
+ * (pd_run.c), the armed-site table and the SIGTRAP handler (pd_trap.c), arming
+ * (pd_arm.c), the process registry (pd_registry.c) and the launcher's entry points
+ * (pd_launcher.c).
+ *
+ * Hidden, every one: the units are linked into one module, whose i386 code then
+ * calls them directly, without a PLT (and so without a GOT register on the FAST path,
+ * tests/test_fastpath.py). */
+#ifndef PD_INTERNAL_H
+#define PD_INTERNAL_H
+
+#include <sys/prctl.h>
+#include <sys/types.h>
+
+#include "pd_runtime.h"
+
+#pragma GCC visibility push(hidden)
+
+/* ---- process state (pd_runtime.c) ----------------------------------------- */
+
+extern size_t pd_seg_size;
+extern int pd_is_launcher;
+extern struct pd_proc *pd_self;  /* this process's registry entry */
+/* The FAST path's view of the session: on once mapped and checked, off before the
+ * segment goes. */
+void pd_fast_env_set(int on);
+uint64_t pd_now_ns(void);
+
+static inline int prctl_get_name(char name[17])
+{
+    name[16] = 0;
+    return prctl(PR_GET_NAME, (unsigned long)name, 0, 0, 0);
+}
+
+static inline uint8_t *pd_ring_data(void) { return pd_seg + pd_hdr->ring_off; }
+
+/* ---- output ring and records (pd_ring.c) ---------------------------------- */
+
+void pd_futex_wait(volatile uint32_t *word, uint32_t val, long timeout_ns);
+void pd_futex_wake(volatile uint32_t *word);
+/* Offset in c->out of the record being written (a handler has one context). */
+extern __thread uint32_t pd_rec_open_at;
+void pd_flush(struct pd_ctx *c);
+void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg);
+
+/* ---- built-ins (pd_builtins.c) --------------------------------------------- */
+
+/* Set by exit() in this thread's handler: the request waits until the handler's
+ * records are in the ring (pd_run.c's pd_run_finish). */
+extern __thread int pd_exit_pending;
+void pd_request_exit(void);
+
+/* ---- running a handler (pd_run.c) ------------------------------------------ */
+
+void pd_run(const struct pd_probe *p, const struct pd_site *site,
+            const struct pd_regs *regs, uintptr_t bias);
+#if defined(__i386__)
+#define PD_FAST_MARK_CC __attribute__((regparm(2))) /* probe in eax, env in edx */
+#else
+#define PD_FAST_MARK_CC
+#endif
+/* A FAST mark's stub calls it with the probe and &pd_fenv as immediates. */
+PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
+                                              const struct pd_fast_env *env);
+
+/* ---- armed sites and traps (pd_trap.c) ------------------------------------- */
+
+struct pd_armed {
+    uintptr_t addr;                   /* runtime address of the patched nop */
+    uintptr_t bias;
+    const struct pd_site *site;
+    uint8_t saved[24];                /* original bytes, for disarming (pd_disarm_all) */
+    uint8_t saved_len;
+    int prot;                         /* the page protection pd_patch restores */
+    uintptr_t stub;                   /* trampoline stub, 0 for a trap site */
+    uintptr_t ool;                    /* function entry: out-of-line copy the trap resumes in */
+};
+/* Open-addressing hash on addr, never resized or moved: objects dlopen'ed later are
+ * armed (and dlclose'd ones forgotten) while other threads look sites up from the
+ * SIGTRAP handler, so an entry is published by its addr store (release) and retired
+ * as PD_ARMED_DEAD. */
+extern struct pd_armed *pd_armed;
+extern uint32_t pd_armed_cap;         /* a power of two > 2 * nsites */
+extern uint32_t pd_narmed;
+#define PD_ARMED_DEAD ((uintptr_t)1)
+struct pd_armed *pd_armed_insert(const struct pd_armed *e);
+void pd_armed_remove(struct pd_armed *a);
+int pd_install_trap_handler(void);
+
+/* ---- arming (pd_arm.c) ----------------------------------------------------- */
+
+/* Per pd_objects entry: armed in this process, and at which load bias. */
+extern uint8_t *pd_obj_armed;
+extern uintptr_t *pd_obj_bias;
+extern uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never armed */
+/* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
+int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
+int pd_object_matches(const char *path, const char *loaded_name);
+void pd_arm_all(void);
+struct dl_phdr_info;
+/* The page protection of the object's segment holding vaddr, or -1. */
+int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr);
+
+/* ---- attaching and the process registry (pd_registry.c) -------------------- */
+
+/* launcher/session.py and attach.py name them */
+enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_MISMATCH = -3,
+       PD_ATTACH_EMULATOR = -4, PD_ATTACH_ENDED = -5, PD_ATTACH_ALREADY = -6 };
+int pd_map_segment(const char *name);
+void pd_unmap(void);
+
+#pragma GCC visibility pop
+
+#endif

@@ -1,0 +1,235 @@
+/* Joining a session (the preloaded module's constructor, or pd_attach.c under -x):
+ * the segment mapped and checked, this process registered in its process table, its
+ * sites armed; fork, exec and exit kept in the table; going inert at a detach. */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pd_internal.h"
+#include "pd_lock.h"
+
+/* ---- attaching and the process registry ---------------------------------- */
+
+static char pd_hex_buf[2 * PD_CHECKSUM_LEN + 1];
+static const char *pd_hex(const uint8_t *sum)
+{
+    for (int i = 0; i < 8; i++)
+        snprintf(pd_hex_buf + 2 * i, 3, "%02x", sum[i]);
+    return pd_hex_buf;
+}
+
+int pd_map_segment(const char *name)
+{
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0)
+        return PD_ATTACH_NOSHM;
+    struct stat st;
+    /* A segment of another user is never trusted (it could feed us pointers). */
+    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
+        (size_t)st.st_size < sizeof(struct pd_header)) {
+        close(fd);
+        return PD_ATTACH_BADSEG;
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return PD_ATTACH_NOSHM;
+    struct pd_header *h = m;
+    if (h->magic != PD_MAGIC || h->layout_version != PD_LAYOUT_VERSION ||
+        h->segment_size != (uint64_t)st.st_size) {
+        munmap(m, (size_t)st.st_size);
+        return PD_ATTACH_BADSEG;
+    }
+    pd_seg = m;
+    pd_hdr = h;
+    pd_seg_size = (size_t)st.st_size;
+    if (memcmp(h->checksum, pd_module.checksum, PD_CHECKSUM_LEN) != 0)
+        return PD_ATTACH_MISMATCH;
+    return PD_ATTACH_OK;
+}
+
+void pd_unmap(void)
+{
+    pd_fast_env_set(0);
+    if (pd_seg)
+        munmap(pd_seg, pd_seg_size);
+    pd_seg = NULL;
+    pd_hdr = NULL;
+}
+
+static struct pd_proc *pd_proc_at(uint32_t i)
+{
+    return (struct pd_proc *)(pd_seg + pd_hdr->proctab_off + (uint64_t)i * pd_hdr->proc_entry_size);
+}
+
+static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
+{
+    size_t n = strnlen(src, cap - 1);
+    memcpy(dst, src, n);
+    memset(dst + n, 0, cap - n);
+}
+
+/* An exec'd image re-registers under the same pid: its old entry is marked
+ * EXECED, so the table keeps the history the launcher reports with -v.  That
+ * history is the first to go: with no free entry left, an EXECED one is reused
+ * (a fork+exec storm needs one entry per process, not two). */
+static struct pd_proc *pd_register(uint32_t state)
+{
+    if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
+        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    pid_t pid = getpid();
+    struct pd_proc *slot = NULL, *execed = NULL;
+    for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
+        struct pd_proc *p = pd_proc_at(i);
+        if (p->state == PD_PROC_ALIVE && p->pid == pid)
+            p->state = PD_PROC_EXECED;
+        if (!slot && p->state == PD_PROC_FREE)
+            slot = p;
+        if (!execed && p->state == PD_PROC_EXECED)
+            execed = p;
+    }
+    if (!slot)
+        slot = execed;
+    if (slot) {
+        memset(slot, 0, sizeof *slot);
+        slot->pid = pid;
+        slot->ppid = getppid();
+        slot->abi = PD_ARCH_ABI;
+        slot->start_ns = pd_now_ns();
+        char comm[17] = {0};
+        prctl_get_name(comm);
+        pd_copy_name(slot->comm, sizeof slot->comm, comm);
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[n > 0 ? n : 0] = 0;
+        pd_copy_name(slot->exe, sizeof slot->exe, exe);
+        __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
+        __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
+    } else {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+    }
+    pd_unlock(&pd_hdr->proctab_lock);
+    return slot;
+}
+
+static void pd_fire_process_probes(uint32_t kind)
+{
+    for (uint32_t i = 0; i < pd_module.nprobes; i++) {
+        const struct pd_probe *p = &pd_probes[i];
+        if (p->kind != kind)
+            continue;
+        if (p->object >= 0 && !pd_object_matches(pd_objects[p->object].path, NULL))
+            continue;
+        pd_run(p, NULL, NULL, 0);
+    }
+}
+
+static void pd_atfork_child(void)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert)
+        return;
+    pd_self = pd_register(PD_PROC_ALIVE);
+    if (pd_self)
+        pd_self->sites_armed = pd_narmed;
+    pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
+}
+
+/* Whether this process is a qemu-user emulator (qemu-aarch64 ...): it carries the
+ * session's environment to its guest, whose own loader preloads the guest's module
+ * (issue 8).  The host module loaded into the emulator itself stays out, so the pid
+ * is registered once, by the guest. */
+static int pd_in_emulator(void)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return 0;
+    exe[n] = 0;
+    const char *base = strrchr(exe, '/');
+    base = base ? base + 1 : exe;
+    return strncmp(base, "qemu-", 5) == 0;
+}
+
+/* Joins the session of segment `name`: maps and checks it, registers this process and
+ * arms its sites.  0 or a PD_ATTACH_* error.  Run by the constructor of a preloaded
+ * module, and by pd_attach_live (pd_attach.c) in a process pydyn -x attached to. */
+int pd_session_attach(const char *name)
+{
+    if (pd_seg && !pd_inert)
+        return PD_ATTACH_ALREADY;
+    if (pd_in_emulator())
+        return PD_ATTACH_EMULATOR;
+    int rc = pd_map_segment(name);
+    if (rc == PD_ATTACH_NOSHM || rc == PD_ATTACH_BADSEG) {
+        /* The session is gone (or never was): stay inert, say nothing loud. */
+        pd_unmap();
+        return rc;
+    }
+    if (rc == PD_ATTACH_MISMATCH) {
+        fprintf(stderr,
+                "pydyn: error: probe module %s (" PD_ARCH_NAME ") was built from another "
+                "source (checksum %s) than this session's; probes not armed in pid %d\n",
+                "for this process", pd_hex(pd_module.checksum), (int)getpid());
+        __atomic_add_fetch(&pd_hdr->mismatch_count, 1, __ATOMIC_RELAXED);
+        pd_register(PD_PROC_REFUSED);
+        pd_unmap();
+        return rc;
+    }
+    if (__atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) > PD_SESSION_RUNNING) {
+        pd_unmap();
+        return PD_ATTACH_ENDED;
+    }
+    /* a later -x session reloading the same module file (dlopen returns the loaded
+     * one) finds it inert; the zero pages of the last segment stay mapped */
+    __atomic_store_n(&pd_inert, 0, __ATOMIC_RELEASE);
+    pd_fast_env_set(1);
+    pd_lock_setup();
+    pd_pstat_setup();
+    pd_quiesce_attach();
+    pd_follow_init();
+    pd_altstack_init();
+    pd_self = pd_register(PD_PROC_ALIVE);
+    pd_arm_all();
+    static int atfork_set; /* once, though a -x process may be attached again */
+    if (!atfork_set)
+        pthread_atfork(NULL, NULL, pd_atfork_child);
+    atfork_set = 1;
+    pd_fire_process_probes(PD_PROBE_PROCESS_BEGIN);
+    return PD_ATTACH_OK;
+}
+
+__attribute__((constructor)) static void pd_target_init(void)
+{
+    const char *name = getenv("PYDYN_SHM");
+    if (name && *name) /* else the launcher, a -x process (pd_attach.c) or no session */
+        pd_session_attach(name);
+}
+
+/* After pd_disarm_all: no probe, fork handler or destructor touches the session again.
+ * The segment's pages are replaced by zero pages instead of unmapped: a thread stopped
+ * half way into a handler may still hold pointers into them. */
+void pd_go_inert(void)
+{
+    __atomic_store_n(&pd_inert, 1, __ATOMIC_RELEASE);
+    pd_fast_env_set(0);
+    if (pd_seg)
+        mmap(pd_seg, pd_seg_size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+}
+
+__attribute__((destructor)) static void pd_target_fini(void)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert)
+        return;
+    pd_fire_process_probes(PD_PROBE_PROCESS_END);
+    if (pd_self && pd_self->pid == getpid()) {
+        pd_self->end_ns = pd_now_ns();
+        __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+    }
+}

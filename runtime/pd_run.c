@@ -1,0 +1,228 @@
+/* Running a probe handler: the reentrancy guard, the globals lock, the context, and
+ * the end of a run (errors, records to the ring, exit()); the FAST path's own runner
+ * (pd_fast_mark) for handlers the translator proved FAST. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+
+#include "pd_internal.h"
+#include "pd_lock.h"
+
+/* ---- running a handler --------------------------------------------------- */
+
+/* The end of a handler run: report its error (a FAST handler's deferred MAXACTION
+ * too), then write its records to the ring. */
+static void pd_run_finish(struct pd_ctx *c)
+{
+    if (c->error == PD_ERROR_DEFERRED) {
+        c->error = 0;
+        pd_error(c, "MAXACTION exceeded");
+    }
+    if (c->error) {
+        /* Output of the failed handler up to the error is kept, as stap does. */
+        char msg[256];
+        if (c->where)
+            snprintf(msg, sizeof msg, "%s near %s", c->errmsg, c->where);
+        else
+            snprintf(msg, sizeof msg, "%s", c->errmsg);
+        c->error = 0;
+        pd_rec_open_at = c->outlen;
+        pd_emit_text(c, PD_REC_ERROR, msg);
+        uint32_t n = __atomic_add_fetch(&pd_hdr->error_count, 1, __ATOMIC_RELAXED);
+        if (n > MAXERRORS) {
+            pd_exit_pending = 1;
+            pd_rec_open(c, PD_REC_EXIT, 0, 0);
+            pd_rec_close(c);
+        }
+    }
+    pd_flush(c);
+    if (pd_exit_pending) {
+        pd_exit_pending = 0;
+        pd_request_exit();
+    }
+}
+
+/* The reentrancy guard's address, found once (one TLS descriptor call). */
+#define PD_GUARD(g)                 \
+    int *g = &pd_in_handler.busy;   \
+    __asm__("" : "+r"(g))
+
+void pd_run(const struct pd_probe *p, const struct pd_site *site,
+                   const struct pd_regs *regs, uintptr_t bias)
+{
+    if (!pd_seg || __atomic_load_n(&pd_inert, __ATOMIC_ACQUIRE))
+        return;
+    uint32_t state = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
+    int launcher_probe = p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END ||
+                         p->kind == PD_PROBE_ERROR;
+    if (state != PD_SESSION_RUNNING && !(launcher_probe && pd_is_launcher))
+        return;
+    PD_GUARD(guard);
+    if (*guard) {
+        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    *guard = 1;
+    /* in flight until its records are in the ring (pd_quiesce.h); the launcher's own
+     * begin/end/error probes: nobody waits for them */
+    struct pd_fast_tls *tls = (struct pd_fast_tls *)(void *)guard; /* busy is first */
+    pd_slots_current(tls);
+    int inside = !(launcher_probe && pd_is_launcher);
+    if (inside && !pd_quiesce_enter(tls, PD_BUSY_PROBE + (uint32_t)(p - pd_probes))) {
+        *guard = 0;
+        return;
+    }
+    int saved_errno = errno;
+
+    struct pd_ctx *c = __builtin_alloca(sizeof(struct pd_ctx));
+    c->probe = p;
+    c->site = site;
+    c->regs = regs;
+    c->bias = bias;
+    c->globals = pd_seg + pd_hdr->globals_off;
+    c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    c->error = 0;
+    c->nesting = 0;
+    c->where = NULL;
+    c->cslot = ((struct pd_fast_tls *)(void *)guard)->cslot;
+    c->outlen = 0;
+    c->errmsg[0] = 0;
+    pd_rec_open_at = 0;
+
+    if (p->locks & PD_PROBE_LOCKS) {
+        int rc = pd_lock(&pd_hdr->globals_lock);
+        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
+            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            if (inside)
+                pd_quiesce_leave(tls);
+            errno = saved_errno;
+            *guard = 0;
+            return;
+        }
+        if (rc == PD_LOCK_RECOVERED)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+    }
+    p->handler(c);
+    if (p->locks & PD_PROBE_LOCKS)
+        pd_unlock(&pd_hdr->globals_lock);
+    pd_run_finish(c);
+    if (inside)
+        pd_quiesce_leave(tls);
+    errno = saved_errno;
+    *guard = 0;
+}
+
+/* A FAST handler failed: the rest of its context, then pd_run_finish. */
+uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr_t regs)
+{
+    struct pd_ctx *c = (struct pd_ctx *)cp;
+    int saved_errno = errno;
+    c->probe = (const struct pd_probe *)p;
+    c->site = (const struct pd_site *)site;
+    c->regs = (const struct pd_regs *)regs;
+    c->nesting = 0;
+    c->outlen = 0;
+    c->errmsg[0] = 0;
+    pd_rec_open_at = 0;
+    pd_run_finish(c);
+    errno = saved_errno;
+    return 0;
+}
+
+__attribute__((noinline, cold)) PD_FAST_FN struct pd_fast_tls *pd_fast_tls_dynamic(void)
+{
+    return &pd_in_handler;
+}
+
+/* A FAST handler failed: its report, with the vector registers saved (given the TLS
+ * block, not the context: the caller keeps one register fewer). */
+static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_fast_tls *t)
+{
+    struct pd_ctx *c = (struct pd_ctx *)(void *)t->ctx;
+    pd_xmm_call(pd_fast_failed, (uintptr_t)c, 0, 0, 0);
+    c->error = 0;
+}
+
+/* pd_run for a FAST probe (issue 6): no lock, no errno (nothing here calls libc), no
+ * vector register, no stack frame for a context: the one in pd_in_handler, whose
+ * cslot, globals and actions (the session's, set on the thread's first hit) stay set
+ * between hits.  Those and probe are all a FAST handler and its error report read
+ * (site, regs and bias stay NULL: fastprobe.py's whitelist has no context built-in).
+ * A FAST mark's stub calls this with the probe and &pd_fenv as immediates; only an
+ * error leaves through pd_xmm_call.  noipa: gcc would split off the state check, a
+ * jump more. */
+__attribute__((noipa)) PD_FAST_FN PD_FAST_MARK_CC void
+pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
+{
+    if (__atomic_load_n(env->state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+        return;
+    struct pd_fast_tls *t = pd_fast_tls_of(env);
+    if (t->busy) { /* a signal handler's probe inside a handler: as pd_run does */
+        __atomic_add_fetch(env->skipped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    t->busy = 1;
+    struct pd_ctx *c = (struct pd_ctx *)(void *)t->ctx;
+    c->probe = p;
+    uint32_t epoch = __atomic_load_n(&env->epoch, __ATOMIC_ACQUIRE);
+    if (PD_UNLIKELY(t->epoch != epoch)) { /* the thread's first hit since it joined */
+        c->globals = env->globals;
+        c->actions = env->maxaction;
+        t->epoch = epoch;
+        pd_slots_current(t);
+    }
+    if (!pd_quiesce_enter_on(t, PD_BUSY_FAST, env->state)) { /* STOPPING came in between */
+        t->busy = 0;
+        return;
+    }
+    /* the probe from c: nothing but t stays in a (callee-saved, pushed) register */
+    __asm__ volatile("" ::: "memory");
+    c->probe->handler(c);
+    if (PD_UNLIKELY(((struct pd_ctx *)(void *)t->ctx)->error))
+        pd_fast_error(t);
+    pd_quiesce_leave(t);
+    t->busy = 0;
+}
+
+static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_site *site,
+                                   const struct pd_regs *regs, uintptr_t bias)
+{
+    (void)site, (void)regs, (void)bias;
+    pd_fast_mark(p, &pd_fenv);
+}
+
+static uintptr_t pd_run_saved(uintptr_t p, uintptr_t site, uintptr_t regs, uintptr_t bias)
+{
+    pd_run((const struct pd_probe *)p, (const struct pd_site *)site,
+           (const struct pd_regs *)regs, bias);
+    return 0;
+}
+
+/* A probe from a trampoline, whose stub did not save the vector registers. */
+static PD_FAST_FN void pd_fire_probe(const struct pd_probe *p, const struct pd_site *site,
+                                     const struct pd_regs *regs, uintptr_t bias)
+{
+    if (p->locks & PD_PROBE_FAST)
+        pd_run_fast(p, site, regs, bias);
+    else
+        pd_xmm_call(pd_run_saved, (uintptr_t)p, (uintptr_t)site, (uintptr_t)regs, bias);
+}
+
+/* For pd_func.c (function probes, issue 7): called before the vector registers are saved. */
+PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
+                             const struct pd_regs *regs, uintptr_t bias)
+{
+    pd_fire_probe(p, site, regs, bias);
+}
+
+PD_FAST_FN int pd_session_running(void)
+{
+    return pd_seg && __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) ==
+                         PD_SESSION_RUNNING;
+}
+
+PD_FAST_FN void pd_count_skipped(unsigned n)
+{
+    if (pd_seg && n)
+        __atomic_add_fetch(&pd_hdr->skipped_count, n, __ATOMIC_RELAXED);
+}
