@@ -299,10 +299,12 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
+    define_map = dict(d.split("=", 1) for d in defines)
     if opts.pass_ == 2:
         # stap's pass 2 elaborates: types are inferred and checked, so a script with a
-        # semantic error fails here, not only at -p3.
-        checked = translate(script, resolution, defines=dict(d.split("=", 1) for d in defines))
+        # semantic error fails here, not only at -p3 (the C made for that is dropped).
+        checked = translate(script, resolution, plan_sites(script, resolution, define_map),
+                            defines=define_map, runtime=b"")
         for warning in checked.warnings:
             _warning(opts, warning)
         for sites in resolution.points.values():
@@ -314,7 +316,6 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
-    define_map = dict(d.split("=", 1) for d in defines)
     plans = plan_sites(script, resolution, define_map)
     program = translate(script, resolution, plans, defines=define_map,
                         runtime=runtime_digest())
