@@ -516,8 +516,10 @@ class ModuleCache:
                                self.compiler_inputs())
         if guru:   # -g changes guru_mode conditions and what translates: never shared
             inputs.append(KeyInput("guru mode", "1"))
-        # options that change the program without being in its text (-G NAME=VALUE)
-        inputs.extend(KeyInput(what, value) for what, value in extra)
+        # options that change the program without being in its text (-G NAME=VALUE,
+        # --compatible, -I tapset files)
+        inputs.extend(KeyInput(what, _sha(value.encode(errors="surrogateescape")),
+                               f"{len(value)} chars") for what, value in extra)
         try:
             return self.lookup(Lookup(inputs, target_path))
         except CacheRefused as exc:

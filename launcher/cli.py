@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour diagnostics: auto (on a tty, default), always, never")
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
-    p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
+    p.add_argument("-e", dest="program", metavar="SCRIPT", action="append",
+                   help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
     p.add_argument("-x", dest="attach_pid", metavar="PID", type=int,
                    help="attach to the running process PID (target() is PID)")
@@ -123,32 +124,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
     p.add_argument("-W", dest="werror", action="store_true", help="treat warnings as errors")
     p.add_argument("--suppress-handler-errors", action="store_true",
-                   help="an error ends only its handler, not the session (still counted)")
-    # SystemTap's options that mean nothing different for pydyn are taken, so a stap
-    # command line runs as it is: the runtime is always dyninst-like (user space),
-    # -u (no elision), -b (bulk per-cpu files: one ring here), -m (module name: pydyn
-    # names modules by their cache key), --compatible (pydyn speaks the current
-    # language), --skip-badvars, --prologue-searching, -I (tapset directories: pydyn's
-    # built-ins are in the translator).
+                   help="an error ends only its handler, never the session (each is still "
+                        "printed and counted)")
+    # SystemTap's options are taken so a stap command line runs as it is; those that
+    # mean nothing different for pydyn say so in their help.
     compat = p.add_argument_group("accepted for SystemTap compatibility")
     compat.add_argument("--runtime", choices=("dyninst",), default="dyninst",
                         help="only dyninst: pydyn runs in user space")
     compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
                         help="same as --runtime=dyninst")
     compat.add_argument("-u", dest="unoptimized", action="store_true",
-                        help="unoptimized: keep unused functions and globals")
-    compat.add_argument("-b", dest="bulk", action="store_true", help="bulk mode")
-    compat.add_argument("-m", dest="module_name", metavar="NAME", help="module name")
-    compat.add_argument("--compatible", metavar="VERSION", help="language version")
+                        help="unoptimized: taken, no effect (pydyn elides as it does)")
+    compat.add_argument("-b", dest="bulk", action="store_true",
+                        help="bulk mode: taken, the output has one ring anyway")
+    compat.add_argument("-m", dest="module_name", metavar="NAME",
+                        help="module name: checked, not used (modules are named by their key)")
+    compat.add_argument("--compatible", metavar="VERSION",
+                        help="the version `%%( systemtap_v ... %%)` compares against")
     compat.add_argument("--skip-badvars", action="store_true",
-                        help="unresolvable context variables read as 0")
-    compat.add_argument("--prologue-searching", nargs="?", const="always", metavar="WHEN",
-                        help="function probes after the prologue")
+                        help="taken; an unresolvable context variable is still an error")
+    compat.add_argument("--prologue-searching", nargs="?", const="always",
+                        choices=("always", "never"),
+                        help="taken; function probes are at the entry as the patch plan has it")
     compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
-                        help="tapset directory")
-    compat.add_argument("-t", dest="timing", action="store_true", help="probe timing")
-    compat.add_argument("-k", dest="keep_tmp", action="store_true", help="keep temp files")
-    compat.add_argument("-q", dest="quiet", action="store_true", help="quiet")
+                        help="tapset directory: its .stp files are parsed, the functions, "
+                             "globals and probe aliases a script uses taken")
+    compat.add_argument("-t", dest="timing", action="store_true",
+                        help="taken; probe timing is not collected")
+    compat.add_argument("-k", dest="keep_tmp", action="store_true",
+                        help="taken; builds are kept in the cache anyway")
+    compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
     return p
 
 
@@ -161,8 +166,44 @@ def cache_dir(option: str | None) -> Path:
     return Path(base) / "pydyn"
 
 
+def _check_options(opts: argparse.Namespace) -> None:
+    """What stap refuses before it parses, refused as early (-p1 included)."""
+    import re
+    if opts.command and opts.attach_pid is not None:
+        raise PydynError("-c and -x exclude each other: start a command or attach to one")
+    ring = opts.bufsize << 20
+    if ring <= 0 or ring & (ring - 1):
+        raise PydynError(f"-s {opts.bufsize}: the ring size must be a power of two MiB")
+    if opts.module_name is not None and not re.fullmatch(r"[A-Za-z0-9_]+", opts.module_name):
+        raise PydynError(f"-m {opts.module_name!r}: a module name is letters, digits and '_'")
+    if opts.compatible is not None and not re.fullmatch(r"\d+(\.\d+)*", opts.compatible):
+        raise PydynError(f"--compatible={opts.compatible}: expected a version such as 4.0")
+    tmpdir = os.environ.get("TMPDIR")
+    if tmpdir and not os.path.isdir(tmpdir):
+        raise PydynError(f"TMPDIR={tmpdir}: not a directory (builds need a temporary "
+                         "directory)")
+    for d in opts.tapset_dirs:
+        if not os.path.isdir(d):
+            raise PydynError(f"-I {d}: not a directory")
+
+
+def _tapsets(dirs: Sequence[str]) -> list[tuple[str, str]]:
+    """-I DIR: every .stp under DIR (sorted), as (text, path)."""
+    out = []
+    for d in dirs:
+        for path in sorted(Path(d).rglob("*.stp")):
+            try:
+                out.append((path.read_text(errors="surrogateescape"), str(path)))
+            except OSError as exc:
+                raise PydynError(f"-I {d}: cannot read {path}: {exc.strerror}") from exc
+    return out
+
+
 def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
     if opts.program is not None:
+        if len(opts.program) > 1:
+            raise PydynError("-e given more than once: one script a run")
+        opts.program = opts.program[0]
         if opts.script is not None:
             opts.args.insert(0, opts.script)
         return opts.program, "<input>"
@@ -369,7 +410,7 @@ def run(argv: Sequence[str]) -> int:
             return 0
     if opts.list_point or opts.list_vars:
         from .listing import list_probes
-        pattern = opts.program if opts.program is not None else opts.script
+        pattern = opts.program[-1] if opts.program is not None else opts.script
         if pattern is None:
             raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
                              ".mark(\"*\")'")
@@ -383,6 +424,11 @@ def run(argv: Sequence[str]) -> int:
                                 verbose=opts.verbose, target_path=target):
             print(line)
         return 0
+    _check_options(opts)
+    if opts.suppress_handler_errors and not any(d.startswith("MAXERRORS=")
+                                                for d in opts.defines):
+        # errors then never end the session: the exit's WARNING still counts them
+        opts.defines.append("MAXERRORS=1000000000")
     defines = _check_defines(opts.defines)
     # The same module either way: the runtime reads the mode when it arms (inherited
     # by every process of the session); -D PD_FORCE_TRAPS=1 compiles the choice in.
@@ -400,7 +446,8 @@ def run(argv: Sequence[str]) -> int:
         from .script import parse_script
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
-                              guru=opts.guru)
+                              guru=opts.guru, compatible=opts.compatible,
+                              library=_tapsets(opts.tapset_dirs))
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         step(1, "parsed user script", t0)
@@ -436,7 +483,11 @@ def run(argv: Sequence[str]) -> int:
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
                                     argv_cmd[0] if argv_cmd else None,
                                     target_path, guru=opts.guru,
-                                    extra=[("global -G", g) for g in opts.set_globals],
+                                    extra=[*(("global -G", g) for g in opts.set_globals),
+                                           *((("--compatible", opts.compatible),)
+                                             if opts.compatible else ()),
+                                           *(("tapset -I", f"{p}\0{t}")
+                                             for t, p in _tapsets(opts.tapset_dirs))],
                                     ) if cache else (None, None)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)

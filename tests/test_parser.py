@@ -382,8 +382,10 @@ def test_locations_point_at_defining_tokens() -> None:
 
 
 def test_empty_script() -> None:
-    script = parse("# nothing\n")
-    assert script.probes == () and script.functions == () and script.globals == ()
+    # stap: nothing left to parse (comments only, or all preprocessed away) is an error
+    for text in ("# nothing\n", "@define foo %( 1 %)\n"):
+        with pytest.raises(ScriptError, match="the script is empty"):
+            parse(text)
 
 
 # -- preprocessor ----------------------------------------------------------------------------

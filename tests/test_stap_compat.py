@@ -80,3 +80,83 @@ def test_alias_cycle_is_an_error(cache: Path) -> None:
     rc, out, err = run(cache, "probe a = b { } probe b = a { } probe a { }")
     assert rc == 1
     assert "expands more than" in err and "error:" in err
+
+
+def test_tapset_dir_functions_globals_aliases(cache: Path, target: Path, tmp_path: Path) -> None:
+    # -I DIR: what the script uses of DIR's .stp files is taken (a function reaching
+    # another function and a global, a probe alias on the target); the rest is not,
+    # so an unused function that could not be typed does no harm
+    lib = tmp_path / "tapsets"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "a.stp").write_text("global scale = 3\n"
+                               "function scaled(x) { return x * scale + one() }\n"
+                               "function untyped(y) { return y }\n")
+    (lib / "sub" / "b.stp").write_text(
+        f'function one() {{ return 1 }}\nprobe ticks = process("{target}").mark("tick") {{ }}\n')
+    script = "global t\nprobe ticks { t += scaled($arg1) }\nprobe end { printf(\"t=%d\\n\", t) }"
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "t=22"      # (0+1+2+3)*3 + 4
+    (lib / "bad.stp").write_text("function broken( {")
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 1 and "bad.stp:1:" in err and "error:" in err
+
+
+def test_set_global_on_the_command_line(cache: Path, target: Path) -> None:
+    script = f'''global step = 1, label = "none"
+probe process("{target}").mark("tick") {{ n += step }}
+global n
+probe end {{ printf("%s %d\\n", label, n) }}'''
+    rc, out, err = run(cache, script, "-G", "step=10", "-G", "label=ten", "-c", f"{target} 3")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "ten 30"
+    rc, out, err = run(cache, script, "-G", "nosuch=1")
+    assert rc == 1 and "no global 'nosuch'" in err
+
+
+def test_stap_command_line_options(cache: Path, target: Path) -> None:
+    # what stap runs with under its testsuite: accepted, or refused as stap refuses
+    script = f'probe process("{target}").mark("done") {{ printf("done %d\\n", $arg1) }}'
+    rc, out, err = run(cache, script, "--runtime=dyninst", "-u", "-w", "-b", "-m", "mod_1",
+                       "-D", "SOME_MACRO", "-D", "OTHER=2", "--compatible=4.0",
+                       "-c", f"{target} 2")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "done 2"
+    for bad, message in ((["-m", "x^y"], "a module name"),
+                         (["-e", "probe end { }"], "-e given more than once"),
+                         (["-c", str(target), "-x", "1"], "exclude each other"),
+                         (["-s", "0"], "power of two"),
+                         (["--runtime=kernel"], "invalid choice")):
+        rc, out, err = run(cache, "probe begin { }", "-p1", *bad)
+        assert rc != 0 and message in err, (bad, err)
+
+
+def test_suppress_handler_errors_keeps_the_session(cache: Path, target: Path) -> None:
+    # without the option the first error ends the session; with it every tick runs
+    script = f'''global n, hits
+probe process("{target}").mark("tick") {{ hits++; if ($arg1 % 2) n = 1 / 0 }}
+probe end {{ printf("hits=%d n=%d\\n", hits, n) }}'''
+    rc, out, err = run(cache, script, "--suppress-handler-errors", "-c", f"{target} 6")
+    assert out.splitlines()[-1] == "hits=6 n=0"
+    assert "Number of errors: 3" in err
+
+
+def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
+    script = f'global unused\nprobe process("{target}").mark("done") {{ x = 1 }}'
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 0 and "WARNING" in err
+    rc, out, err = run(cache, script, "-p2", "-w")
+    assert rc == 0 and "WARNING" not in err
+    rc, out, err = run(cache, script, "-p2", "-W")
+    assert rc == 1 and "-W makes warnings errors" in err
+
+
+def test_pass2_checks_types(cache: Path, target: Path) -> None:
+    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1 }}'
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 1 and "type mismatch" in err
+
+
+def test_printd_needs_two_values(cache: Path) -> None:
+    rc, out, err = run(cache, 'probe begin { printd(",", 1) }', "-p1")
+    assert rc == 1 and "at least two values" in err

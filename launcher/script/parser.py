@@ -12,6 +12,7 @@ with real nesting only, which is bounded by MAX_NESTING.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -22,6 +23,7 @@ from ..errors import ScriptError, SourceLocation
 from . import ast
 from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
+from .library import LibraryFile, merge_library
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .preprocess import Config, Preprocessor
 
@@ -67,8 +69,9 @@ def _print_format(name: str) -> tuple[bool, bool] | None:
 
 class Parser:
     def __init__(self, tokens: Iterator[Token], filename: str, lines: list[str],
-                 guru: bool = False) -> None:
+                 guru: bool = False, library: Sequence[LibraryFile] = ()) -> None:
         self._guru = guru
+        self.library = library
         self._src = tokens
         self._filename = filename
         self._lines = lines
@@ -114,7 +117,10 @@ class Parser:
 
     # -- top level ----------------------------------------------------------------
 
-    def script(self) -> ast.Script:
+    def parts(self) -> tuple[list[ast.Probe], list[ast.Function], list[ast.Global],
+                             list[ast.Embedded], list[AliasDef]]:
+        """The file's declarations in source order: probes, functions, globals, top-level
+        embedded C and probe aliases (not yet expanded)."""
         probes: list[ast.Probe] = []
         functions: list[ast.Function] = []
         globals_: list[ast.Global] = []
@@ -155,7 +161,20 @@ class Parser:
                 embedded.append(self._embedded(self.advance()))
             else:
                 self.fail("'probe', 'global' or 'function'")
+        return probes, functions, globals_, embedded, aliases
+
+    def script(self) -> ast.Script:
+        probes, functions, globals_, embedded, aliases = self.parts()
         first = self._lines[0] if self._lines else ""
+        if not (probes or functions or globals_ or embedded or aliases):
+            # stap: a script with nothing left after preprocessing is a parse error
+            raise ScriptError("the script is empty (nothing left after preprocessing)",
+                              self._tok.loc)
+        if self.library:
+            lib = merge_library(probes, functions, globals_, aliases, self.library)
+            aliases.extend(lib.aliases)
+            functions.extend(lib.functions)
+            globals_.extend(lib.globals)
         probes = expand_aliases(probes, aliases, _builtin_aliases)
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
                           SourceLocation(self._filename, 1, 1, first), tuple(embedded),
@@ -936,6 +955,10 @@ class Parser:
                 self.advance()
                 args.append(self.expression())
         self.expect_op(")", "',' or ')'")
+        if fmt is not None and fmt[1] and len(args) < 3:
+            # stap's parser: a delimiter joins at least two values
+            raise ScriptError(f"{name.text}() needs a delimiter and at least two values",
+                              name.loc)
         return ast.Call(name.text, tuple(args), name.loc)
 
 
@@ -983,21 +1006,39 @@ def _builtin_aliases() -> list[AliasDef]:
 
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
                  runtime: str = "dyninst", kernel_release: str | None = None,
-                 guru: bool = False) -> ast.Script:
+                 guru: bool = False, compatible: str | None = None,
+                 library: Sequence[tuple[str, str]] = ()) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
     `runtime` are what `%( arch == ... %)` and `%( runtime == ... %)` test;
     `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`;
-    `guru` (-g) allows embedded C and sets `guru_mode`.
+    `guru` (-g) allows embedded C and sets `guru_mode`; `compatible` (--compatible)
+    is what `systemtap_v` compares against; `library` holds the (text, path) of tapset
+    files (-I), each parsed, what the script uses of them taken (library.py).
     """
-    lines = split_lines(text)
-    tokens = tokenize(text, filename, lines)
-    config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru) \
-        if kernel_release is None else Config(args=tuple(args), arch=arch, runtime=runtime,
-                                              kernel_release=kernel_release, guru=guru)
+    extra: dict[str, str] = {}
+    if kernel_release is not None:
+        extra["kernel_release"] = kernel_release
+    if compatible is not None:
+        extra["systemtap_version"] = compatible
+    config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru, **extra)
     with _recursion_headroom():
-        parser = Parser(Preprocessor(tokens, config), filename, lines, guru)
+        files = []
+        for lib_text, lib_path in library:
+            # tapsets may hold embedded C without -g, as stap's own do
+            lib_lines = split_lines(lib_text)
+            lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
+                                     dataclasses.replace(config, guru=True)),
+                        lib_path, lib_lines, True)
+            try:
+                _, funcs, globs, _, aliases = lp.parts()
+            except RecursionError:
+                raise ScriptError("script nested too deeply", lp.peek().loc) from None
+            files.append(LibraryFile(lib_path, tuple(funcs), tuple(globs), tuple(aliases)))
+        lines = split_lines(text)
+        parser = Parser(Preprocessor(tokenize(text, filename, lines), config), filename, lines,
+                        guru, files)
         try:
             return parser.script()
         except RecursionError:
