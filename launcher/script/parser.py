@@ -23,8 +23,8 @@ from ..errors import ScriptError, SourceLocation
 from . import ast
 from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
-from .library import LibraryFile, merge_library
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
+from .library import LibraryFile, merge_library
 from .preprocess import Config, Preprocessor
 
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
