@@ -517,7 +517,7 @@ class Emitter:
             args = list(e.args[1:])
         else:
             args = list(e.args)
-            if name in ("printd", "printdln"):
+            if name in ("printd", "printdln", "sprintd", "sprintdln"):
                 if not args or not isinstance(args[0], ast.StringLiteral):
                     raise _err(f"{name}() needs a literal delimiter first", e)
                 delim = args.pop(0)

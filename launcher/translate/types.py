@@ -92,7 +92,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "usymdata": ((LONG,), STRING),
 }
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
-               "printdln"}
+               "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
               "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
               "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
