@@ -432,6 +432,7 @@ struct pd_statdesc {
     uint8_t hist_linear;
     int64_t lo, hi, step;
     uint8_t variance; /* @variance is read: keep the Welford state (two divisions a hit) */
+    uint8_t shift;    /* @variance(s, N): the state kept in values << N, as stap does */
 };
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
@@ -459,6 +460,7 @@ uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t *
 void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
 void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
+int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
 

@@ -160,3 +160,39 @@ def test_pass2_checks_types(cache: Path, target: Path) -> None:
 def test_printd_needs_two_values(cache: Path) -> None:
     rc, out, err = run(cache, 'probe begin { printd(",", 1) }', "-p1")
     assert rc == 1 and "at least two values" in err
+
+
+def _stap_welford(values: list[int], shift: int = 0) -> tuple[int, int]:
+    """(running avg_s, variance_s) as stap's __stp_stat_add keeps them (32-bit delta,
+    C division truncating toward zero)."""
+    def cdiv(a: int, b: int) -> int:
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    avg_s, m2, var_s = values[0] << shift, 0, 0
+    for count, v in enumerate(values[1:], start=2):
+        delta = ((v << shift) - avg_s + 2**31) % 2**32 - 2**31
+        avg_s += cdiv(delta, count)
+        m2 += delta * ((v << shift) - avg_s)
+        var_s = cdiv(m2, count - 1)
+    return avg_s, var_s
+
+
+def test_variance_in_stap_integer_arithmetic(cache: Path, target: Path) -> None:
+    # a statistic alone: total variance around the exact average (_stp_stat_get), with a
+    # bit shift; an array entry: the running variance as stap's pmap copy gives it
+    values = [i * i % 37 for i in range(25)]
+    script = f'''global s, t, k
+probe process("{target}").mark("tick") {{
+  v = $arg1 * $arg1 % 37; s <<< v; t <<< v; k[$arg1 % 2] <<< v }}
+probe end {{ printf("%d %d %d %d\\n", @variance(s), @variance(t, 5), @variance(k[0]),
+                    @variance(k[1])) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 25")
+    assert rc == 0, err
+
+    def whole(shift: int) -> int:
+        avg_s, var_s = _stap_welford(values, shift)
+        n = len(values)
+        exact = (sum(values) << shift) // n
+        return ((n * (avg_s - exact) ** 2 + (n - 1) * var_s) // (n - 1)) >> (2 * shift)
+    want = [whole(0), whole(5), _stap_welford(values[0::2])[1], _stap_welford(values[1::2])[1]]
+    assert out.splitlines()[-1] == " ".join(map(str, want))

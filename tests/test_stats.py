@@ -530,7 +530,7 @@ def test_sort_is_stable_and_by_string() -> None:
     # runtime/map.c _stp_map_sort: a stable merge sort of the insertion-ordered
     # list; strings compare with strcmp.
     assert format_global_exit("a", {"x": 1, "y": 2, "z": 1, "w": 2}) == \
-        ['a["y"]=0x2', 'a["w"]=0x2', 'a["x"]=0x1', 'a["z"]=0x1']
+        ['a["y"]=2', 'a["w"]=2', 'a["x"]=1', 'a["z"]=1']
     assert format_global_exit("s", {1: "apple", 2: "pear", 3: "Zebra"}) == \
         ['s[2]="pear"', 's[1]="apple"', 's[3]="Zebra"']
     with pytest.raises(TypeError, match="mixes value types"):

@@ -30,7 +30,7 @@ from ..guru import (
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name
-from .analysis import GlobalPlan, counter_update, kcount_update
+from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import is_fast, where_table
 from .layout import GlobalsLayout
@@ -244,8 +244,14 @@ class Emitter:
             return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
         if isinstance(e, ast.StatOp):
             sp = self.stat_ptr(e.operand)
+            read = f"pd_stat_get(c, s_, {STAT_OPS[e.op]})"
+            if e.op == "variance":
+                # the statistic's one shift: its values were added with it
+                shift = self.tr.plan.variance_shift.get(_stat_name(e.operand), 0)
+                read = (f"pd_stat_variance(c, s_, {shift}, "
+                        f"{int(isinstance(e.operand, ast.Index))})")
             return (f"({{ const struct pd_stat *s_ = {sp}; "
-                    f"s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
+                    f"s_ ? {read} "
                     f": (pd_error(c, \"empty aggregate\"), 0); }})")
         if isinstance(e, ast.Call):
             return self.call(e)
@@ -903,7 +909,8 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             lo, hi, step = var.hist_linear or (0, 0, 1)
             out.append(f"static const struct pd_statdesc sd_{var.name} = "
                        f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
-                       f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}}};")
+                       f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}, "
+                       f"{unit.plan.variance_shift.get(var.name, 0)}}};")
         if var.array is not None:
             out.append(f"static const struct pd_mapdesc md_{var.name} = "
                        f"{{{_mapdesc_fields(unit, var, unit.limits.type_size(var.array.value))}}};")
