@@ -843,7 +843,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pydyn", type=Path, default=ROOT / ".venv" / "bin" / "pydyn",
                     help="the pydyn to test (default: this checkout's .venv/bin/pydyn)")
     ap.add_argument("-j", "--jobs", type=int, default=2, help="tests run at once (2)")
-    ap.add_argument("--timeout", type=float, default=60, help="seconds per test (60)")
+    # stap's own expect timeouts are 150 s and more; a 2,000-statement probe compiles
+    # for most of a minute on a loaded 2-core machine
+    ap.add_argument("--timeout", type=float, default=150, help="seconds per test (150)")
     ap.add_argument("-k", dest="pattern", default="", help="only tests whose name has this")
     ap.add_argument("--list-fails", action="store_true",
                     help="print each failing test with its first error line")
@@ -863,7 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ, PATH=f"{make_shim(tmp, a.pydyn)}:{os.environ['PATH']}",
                    PYDYN_CACHE_DIR=os.environ.get("PYDYN_CACHE_DIR",
                                                   str(Path.home() / ".cache" / "pydyn-stap")),
-                   LC_ALL="C", SYSTEMTAP_TESTSUITE="1")
+                   LC_ALL="C", SYSTEMTAP_TESTSUITE="1", SRCDIR=str(suite.parent))
         env.pop("COLUMNS", None)
         todo = [t for t in tests if t.out_of_scope is None]
         t0 = time.monotonic()

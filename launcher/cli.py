@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--skip-badvars", action="store_true",
                         help="taken; an unresolvable context variable is still an error")
     compat.add_argument("--prologue-searching", nargs="?", const="always",
-                        choices=("always", "never"),
+                        choices=("auto", "always", "never"),
                         help="taken; function probes are at the entry as the patch plan has it")
     compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
                         help="tapset directory: its .stp files are parsed, the functions, "
@@ -154,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("-k", dest="keep_tmp", action="store_true",
                         help="taken; builds are kept in the cache anyway")
     compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
+    compat.add_argument("-d", dest="symbol_modules", action="append", default=[],
+                        metavar="MODULE",
+                        help="taken; symbols are read from every probed object anyway")
+    compat.add_argument("--ldd", action="store_true",
+                        help="taken; shared libraries are found as the target loads them")
     return p
 
 

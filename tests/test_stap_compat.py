@@ -196,3 +196,17 @@ probe end {{ printf("%d %d %d %d\\n", @variance(s), @variance(t, 5), @variance(k
         return ((n * (avg_s - exact) ** 2 + (n - 1) * var_s) // (n - 1)) >> (2 * shift)
     want = [whole(0), whole(5), _stap_welford(values[0::2])[1], _stap_welford(values[1::2])[1]]
     assert out.splitlines()[-1] == " ".join(map(str, want))
+
+
+def test_begin_and_end_get_ten_times_the_statement_budget(cache: Path, target: Path) -> None:
+    # MAXACTION_INTERRUPTIBLE (MAXACTION * 10): 3,000 statements run in begin and end,
+    # the same loop in a probe on the target exceeds MAXACTION (1,000)
+    loop = "for (i = 0; i < 1500; i++) n++"
+    script = f'''probe begin {{ {loop}; printf("begin %d\\n", n) }}
+probe process("{target}").mark("done") {{ {loop}; printf("mark %d\\n", n) }}
+probe end {{ {loop}; printf("end %d\\n", n) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert "MAXACTION exceeded" in err
+    assert [ln for ln in out.splitlines() if ln[:1] in "bme"][-2:] == ["begin 1500", "end 1500"]
+    rc, out, err = run(cache, script, "-D", "MAXACTION_INTERRUPTIBLE=2000", "-c", f"{target} 1")
+    assert "MAXACTION exceeded" in err and "begin 1500" not in out
