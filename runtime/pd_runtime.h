@@ -568,6 +568,13 @@ char *pd_text_str(char *dst, const char *s, int64_t max, int quoted);
 char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
                           const char *fallback);
 char *pd_tokenize(char *dst, const char *s, const char *delim);
+/* pd_tapset.c: stap's tapset functions that need C */
+int64_t pd_strtol(const char *s, int64_t base);
+int64_t pd_stringat(struct pd_ctx *c, const char *s, int64_t pos);
+int64_t pd_strpos(const char *s1, const char *s2);
+int64_t pd_randint(struct pd_ctx *c, int64_t n);
+char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs);
+char *pd_errno_str(char *dst, int64_t err);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);

@@ -4,6 +4,7 @@ and, where a toolchain exists, -m32."""
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -210,3 +211,39 @@ probe end {{ {loop}; printf("end %d\\n", n) }}'''
     assert [ln for ln in out.splitlines() if ln[:1] in "bme"][-2:] == ["begin 1500", "end 1500"]
     rc, out, err = run(cache, script, "-D", "MAXACTION_INTERRUPTIBLE=2000", "-c", f"{target} 1")
     assert "MAXACTION exceeded" in err and "begin 1500" not in out
+
+
+def test_tapset_functions_in_a_probe(cache: Path, target: Path) -> None:
+    # runtime/pd_tapset.c and launcher/script/tapset.py, each called in a probe on the
+    # target with the mark's values
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%d %d %d|%s|%s|%s|%s|%s\\n", stringat(s, 1), strpos(s, "c"), strtol(" 1", 10),
+         ctime($arg2 * 100000000), errno_str($arg2), errno_str(-$arg2), string_quoted(s),
+         text_strn(s, 0, 0))
+  print_char(stringat(s, 0)); print_char(10)
+  printf("%x %x %x %x %d %d\\n", ntohs($arg2), ntohl($arg2), ntohll($arg2), big_endian2($arg2),
+         little_endian2($arg2 + 0x10000), arch_bytes())
+  r = randint($arg2); printf("rand ok %d\\n", r >= 0 && r < $arg2)
+  printf("[%s]\\n", sprintd(",", $arg2, s))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 abc")
+    assert rc == 0, err
+    when = datetime.datetime.fromtimestamp(300000000, datetime.UTC)
+    assert out.splitlines()[-5:] == [
+        f'98 2 0|{when:%a %b %e %H:%M:%S %Y}|ESRCH|ESRCH|"abc"|abc', "a",
+        "300 3000000 300000000000000 300 3 8", "rand ok 1", "[3,abc]"]
+    rc, out, err = run(cache, f'probe process("{target}").mark("word") {{ '
+                              'println(stringat(user_string($arg1), 9)) }', "-c", f"{target} 0 ab")
+    assert rc == 1 and "Position out of bounds" in err
+
+
+def test_argv_and_indent_from_the_tapset(cache: Path, target: Path) -> None:
+    script = f'''probe process("{target}").mark("tick") {{
+  printf("%s%d %s/%s\\n", indent($arg1 ? -1 : 1), argc, argv[1], argv[2])
+}}'''
+    rc, out, err = run(cache, script, "one", "-G", "argv_2=two", "-c", f"{target} 2")
+    assert rc == 0, err
+    lines = out.splitlines()[-2:]
+    assert [ln.split(":", 1)[1] for ln in lines] == ["1 one/two", "1 one/two"]
+    assert all(ln.split(":")[0].strip().isdigit() for ln in lines)

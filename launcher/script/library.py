@@ -1,11 +1,11 @@
-"""Tapset files (`-I DIR`): what a script uses of them joins the script.
+"""Tapset files (`-I DIR`, and pydyn's own: tapset.py): what a script uses of them joins
+the script.
 
 As stap does, every file is parsed (a syntax error in any is an error), but only what the
 script reaches is taken: functions it calls (and the functions and globals those reach),
-globals it names, and every probe alias (an alias is used by naming it in a probe point,
-which the alias expansion that follows decides).  A name the script defines itself wins
-over a tapset's.  Plain probes in tapset files are not taken: stap runs them only with
-the tapset pulled in by something else, which pydyn has no need of.
+globals it names (and then the file's plain probes, which set them up), and every probe
+alias (an alias is used by naming it in a probe point, which the alias expansion that
+follows decides).  A name the script defines itself wins over a tapset's.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class LibraryFile:
     """One parsed tapset file's declarations."""
 
     path: str
+    probes: tuple[ast.Probe, ...]   # run when the script takes one of the file's globals
     functions: tuple[ast.Function, ...]
     globals: tuple[ast.Global, ...]
     aliases: tuple[AliasDef, ...]
@@ -33,6 +34,7 @@ class Taken:
     functions: tuple[ast.Function, ...]
     globals: tuple[ast.Global, ...]
     aliases: tuple[AliasDef, ...]
+    probes: tuple[ast.Probe, ...]
 
 
 def _names(nodes: object) -> tuple[set[str], set[str]]:
@@ -63,6 +65,8 @@ def merge_library(probes: Sequence[ast.Probe], functions: Sequence[ast.Function]
         lib_aliases.extend(f.aliases)
     taken_f: dict[str, ast.Function] = {}
     taken_g: dict[str, ast.Global] = {}
+    taken_p: list[ast.Probe] = []
+    pending = list(library)
     todo: list[object] = [tuple(probes), tuple(functions), tuple(a.body for a in aliases),
                           tuple(a.body for a in lib_aliases),
                           tuple(p.condition for a in [*aliases, *lib_aliases]
@@ -76,4 +80,13 @@ def merge_library(probes: Sequence[ast.Probe], functions: Sequence[ast.Function]
         for name in symbols - own_globals - taken_g.keys():
             if name in lib_globals:
                 taken_g[name] = lib_globals[name]
-    return Taken(tuple(taken_f.values()), tuple(taken_g.values()), tuple(lib_aliases))
+        if not todo:
+            # a file whose global is taken brings its plain probes (they set it up), and
+            # what those reach
+            for f in pending:
+                if f.probes and any(g.name in taken_g for g in f.globals):
+                    todo.append(f.probes)
+                    taken_p.extend(f.probes)
+            pending = [f for f in pending if not any(p in taken_p for p in f.probes)]
+    return Taken(tuple(taken_f.values()), tuple(taken_g.values()), tuple(lib_aliases),
+                 tuple(taken_p))

@@ -26,6 +26,7 @@ from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
 from .preprocess import Config, Preprocessor
+from .tapset import groups_for as tapset_groups_for
 
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
@@ -175,6 +176,7 @@ class Parser:
             aliases.extend(lib.aliases)
             functions.extend(lib.functions)
             globals_.extend(lib.globals)
+            probes = [*lib.probes, *probes]
         probes = expand_aliases(probes, aliases, _builtin_aliases)
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
                           SourceLocation(self._filename, 1, 1, first), tuple(embedded),
@@ -1025,17 +1027,18 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru, **extra)
     with _recursion_headroom():
         files = []
-        for lib_text, lib_path in library:
+        for lib_text, lib_path in [*library, *tapset_groups_for(text)]:
             # tapsets may hold embedded C without -g, as stap's own do
             lib_lines = split_lines(lib_text)
             lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
                                      dataclasses.replace(config, guru=True)),
                         lib_path, lib_lines, True)
             try:
-                _, funcs, globs, _, aliases = lp.parts()
+                probes, funcs, globs, _, aliases = lp.parts()
             except RecursionError:
                 raise ScriptError("script nested too deeply", lp.peek().loc) from None
-            files.append(LibraryFile(lib_path, tuple(funcs), tuple(globs), tuple(aliases)))
+            files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
+                                     tuple(aliases)))
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config), filename, lines,
                         guru, files)

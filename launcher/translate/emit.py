@@ -463,8 +463,19 @@ class Emitter:
         if name == "isinstr":
             return f"(int64_t)(strstr({args[0]}, {args[1]}) != NULL)"
         if name == "strtol":
-            base = args[1] if len(args) > 1 else "10"
-            return f"(int64_t)strtoll({args[0]}, NULL, (int)({base}))"
+            return f"pd_strtol({args[0]}, {args[1] if len(args) > 1 else '10'})"
+        if name in ("stringat", "randint"):
+            return f"pd_{name}(c, {', '.join(args)})"
+        if name == "strpos":
+            return f"pd_strpos({args[0]}, {args[1]})"
+        if name == "ctime":
+            if not args:
+                args = ["(pd_gettime_ns(1) / 1000000000)"]
+            return f"pd_ctime(c, {self.strtemp()}, {args[0]})"
+        if name == "errno_str":
+            return f"pd_errno_str({self.strtemp()}, {args[0]})"
+        if name == "string_quoted":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 1)"
         if name == "str_replace":
             t = self.strtemp()
             return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
@@ -487,7 +498,9 @@ class Emitter:
         if name == "text_str":
             return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
         if name == "text_strn":
-            return f"pd_text_str({self.strtemp()}, {args[0]}, {args[1]}, (int)({args[2]}))"
+            # a length of 0 (or less) is the whole string, as stap has it
+            return (f"pd_text_str({self.strtemp()}, {args[0]}, "
+                    f"({{ int64_t n_ = {args[1]}; n_ > 0 ? n_ : -1; }}), (int)({args[2]}))")
         fp_ops = {"fp_add": "+", "fp_sub": "-", "fp_mul": "*", "fp_div": "/", "fp_lt": "<",
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:

@@ -74,6 +74,10 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_string_nofault": ((LONG,), STRING),
     "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
     "tokenize": ((STRING, STRING), STRING),
+    # runtime/pd_tapset.c
+    "stringat": ((STRING, LONG), LONG), "strpos": ((STRING, STRING), LONG),
+    "randint": ((LONG,), LONG), "ctime": ((LONG,), STRING), "errno_str": ((LONG,), STRING),
+    "string_quoted": ((STRING,), STRING),
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
@@ -537,6 +541,8 @@ class Types:
         if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
+            if name == "ctime" and not e.args:
+                params = ()
             if name == "substr" and len(e.args) == 2:
                 params = (STRING, LONG)
             if name == "exit" and e.args:
