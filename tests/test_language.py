@@ -554,13 +554,14 @@ probe end { println("end") }
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded near ")
     assert r.err_lines[1] == ERRORS_1
     assert r.err_lines[2] == "hint: MAXACTION exceeded: raise -D MAXACTION=N"
-    # 5000 iterations need more than the default 1000 actions
-    loop = "probe begin { for (i = 0; i < 5000; i++) ; println(i); exit() }"
+    # 50000 iterations need more than begin's default 10 * 1000 actions
+    # (MAXACTION_INTERRUPTIBLE)
+    loop = "probe begin { for (i = 0; i < 50000; i++) ; println(i); exit() }"
     r = pydyn(loop)
     assert r.stdout == ""
     assert r.returncode == 1
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded")
-    assert ok(pydyn(loop, defines=("MAXACTION=100000",))) == "5000\n"
+    assert ok(pydyn(loop, defines=("MAXACTION=100000",))) == "50000\n"
     # the module built with -D must not be reused without it
     r = pydyn(loop)
     assert r.returncode == 1

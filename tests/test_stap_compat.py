@@ -247,3 +247,33 @@ def test_argv_and_indent_from_the_tapset(cache: Path, target: Path) -> None:
     lines = out.splitlines()[-2:]
     assert [ln.split(":", 1)[1] for ln in lines] == ["1 one/two", "1 one/two"]
     assert all(ln.split(":")[0].strip().isdigit() for ln in lines)
+
+
+@pytest.mark.parametrize("script, message", [
+    ("probe end { break }", "'break' outside a loop"),
+    ("function f() { continue } probe begin { while (1) f() }", "'continue' outside a loop"),
+    ("probe a.* = begin { }", "an alias name cannot have wildcards"),
+    ("global a probe begin { a[1,2,3,4,5,6,7,8,9,10] = 1 }", "more than 9 indexes"),
+    ("probe begin { println(" + ", ".join(str(i) for i in range(33)) + ") }",
+     "at most 32 values"),
+    ("probe timer.hz(100).randomize(5) { }", "cannot be randomized"),
+    ("global a probe begin { a[1] = 1; foreach (k in a @sum +) println(k) }",
+     "sorts an array of statistics"),
+    ("global a probe begin { a[1] = 1; foreach (k in a) a[k]++ }",
+     "variable 'a' modified during 'foreach' iteration"),
+    ("global a function f() { a[2] = 1 } function g() { f() }\n"
+     "probe begin { a[1] = 1; foreach (k in a) g() }",
+     "variable 'a' modified during 'foreach' iteration"),
+])
+def test_semantic_errors_stap_reports(cache: Path, script: str, message: str) -> None:
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 1 and message in err and "error:" in err, err
+
+
+def test_reading_and_deleting_while_iterating_is_allowed(cache: Path, target: Path) -> None:
+    script = f'''global a, n
+probe process("{target}").mark("tick") {{ a[$arg1] = $arg1 }}
+probe end {{ foreach (k in a) {{ n += a[k]; delete a[k] }} printf("%d %d\\n", n, [1] in a) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 4")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "6 0"

@@ -28,6 +28,9 @@ from .library import LibraryFile, merge_library
 from .preprocess import Config, Preprocessor
 from .tapset import groups_for as tapset_groups_for
 
+# stap's limits: a map's index tuple (PR10750 also bounds a print's values)
+_MAX_INDEXES = 9
+_MAX_PRINT_ARGS = 32
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
 
@@ -79,6 +82,7 @@ class Parser:
         self._tok = next(tokens)
         self._depth = 0
         self._in_function = False
+        self._loops = 0            # loops around the statement being parsed
 
     # -- token helpers ----------------------------------------------------------
 
@@ -274,10 +278,12 @@ class Parser:
             body = self._embedded(self.advance())
         else:
             self._in_function = True
+            loops, self._loops = self._loops, 0
             try:
                 body = self.block()
             finally:
                 self._in_function = False
+                self._loops = loops
         return ast.Function(name.text, tuple(params), return_type, body, private, priority,
                             name.loc)
 
@@ -292,6 +298,8 @@ class Parser:
             for p in points:
                 if p.optional or p.condition is not None:
                     raise ScriptError("an alias name takes no '?', '!' or condition", p.loc)
+                if any("*" in c.name for c in p.components):
+                    raise ScriptError("an alias name cannot have wildcards", p.loc)
             targets = self.probe_points(in_braces=False)
             if not self._tok.is_op("{"):
                 self.fail("'{'")
@@ -469,12 +477,11 @@ class Parser:
             elif t.is_kw("next"):
                 self.advance()
                 stmt = ast.Next(t.loc)
-            elif t.is_kw("break"):
+            elif t.is_kw("break", "continue"):
                 self.advance()
-                stmt = ast.Break(t.loc)
-            elif t.is_kw("continue"):
-                self.advance()
-                stmt = ast.Continue(t.loc)
+                if not self._loops:
+                    raise ScriptError(f"'{t.text}' outside a loop", t.loc)
+                stmt = ast.Break(t.loc) if t.text == "break" else ast.Continue(t.loc)
             elif self._starts_expression(t):
                 stmt = ast.ExprStatement(self.expression(), t.loc)
             else:
@@ -515,10 +522,17 @@ class Parser:
         assert result is not None
         return result
 
+    def _loop_body(self) -> ast.Stmt:
+        self._loops += 1
+        try:
+            return self.statement()
+        finally:
+            self._loops -= 1
+
     def while_loop(self) -> ast.While:
         kw = self.advance()
         cond = self._paren_expression()
-        return ast.While(cond, self.statement(), kw.loc)
+        return ast.While(cond, self._loop_body(), kw.loc)
 
     def for_loop(self) -> ast.For:
         kw = self.advance()
@@ -530,7 +544,7 @@ class Parser:
             self.expect_op(";")
             step = None if self._tok.is_op(")") else self.expression()
         self.expect_op(")")
-        return ast.For(init, cond, step, self.statement(), kw.loc)
+        return ast.For(init, cond, step, self._loop_body(), kw.loc)
 
     def _sort(self, tok: Token, column: int, current: ast.SortSpec | None,
               aggregate: str | None = None) -> ast.SortSpec:
@@ -601,7 +615,7 @@ class Parser:
                 self.advance()
                 limit = self.expression()
         self.expect_op(")")
-        body = self.statement()
+        body = self._loop_body()
         return ast.Foreach(tuple(keys), value, array, slice_, sort, limit, body, kw.loc)
 
     def return_statement(self) -> ast.Return:
@@ -863,6 +877,8 @@ class Parser:
                     self.advance()
                     continue
                 self.expect_op("]", "',' or ']'")
+                if len(keys) > _MAX_INDEXES:
+                    raise ScriptError(f"more than {_MAX_INDEXES} indexes", lb.loc)
                 return tuple(keys)
 
     def indexable(self) -> ast.Symbol | ast.HistOp:
@@ -957,6 +973,8 @@ class Parser:
                 self.advance()
                 args.append(self.expression())
         self.expect_op(")", "',' or ')'")
+        if fmt is not None and len(args) - (fmt[0] or fmt[1]) > _MAX_PRINT_ARGS:
+            raise ScriptError(f"{name.text}() takes at most {_MAX_PRINT_ARGS} values", name.loc)
         if fmt is not None and fmt[1] and len(args) < 3:
             # stap's parser: a delimiter joins at least two values
             raise ScriptError(f"{name.text}() needs a delimiter and at least two values",

@@ -15,7 +15,7 @@ from ..format import parse_format
 from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
 from ..script import ast
-from ..script.walk import is_param_name
+from ..script.walk import is_param_name, iter_nodes
 from .common import LONG, STAT, STRING, _err
 
 
@@ -643,7 +643,35 @@ class Types:
                                                   f"key of '{var.name}'")
         if s.limit is not None:
             self._expect(s.limit, LONG, scope)
+        if s.sort is not None and s.sort.aggregate is not None and \
+                var.array.value not in (None, STAT):
+            raise _err(f"'@{s.sort.aggregate}' sorts an array of statistics; "
+                       f"'{var.name}' holds {var.array.value}s", s.sort)
+        # stap's no_var_mutation_during_iteration_check: the array may not be written
+        # (here or in a function called here) while it is iterated
+        for n in iter_nodes(s.body):
+            target = n.target if isinstance(n, ast.Assign) else \
+                n.operand if isinstance(n, ast.IncDec) else None
+            called = n.name if isinstance(n, ast.Call) and n.name in self.funcs else None
+            if (isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol)
+                    and target.base.name == var.name) or \
+                    (called and var.name in self._arrays_written_by(called, set())):
+                raise _err(f"variable '{var.name}' modified during 'foreach' iteration",
+                           n if isinstance(n, ast.Node) else s)
         self._infer_stmt(s.body, scope)
+
+    def _arrays_written_by(self, func: str, seen: set[str]) -> set[str]:
+        """Arrays the function (or one it calls) writes an element of."""
+        seen.add(func)
+        out: set[str] = set()
+        for n in iter_nodes(self.funcs[func].decl.body):
+            target = n.target if isinstance(n, ast.Assign) else \
+                n.operand if isinstance(n, ast.IncDec) else None
+            if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol):
+                out.add(target.base.name)
+            if isinstance(n, ast.Call) and n.name in self.funcs and n.name not in seen:
+                out |= self._arrays_written_by(n.name, seen)
+        return out
 
     def _infer_delete(self, s: ast.Delete, scope: Scope) -> None:
         t = s.target
