@@ -277,3 +277,15 @@ probe end {{ foreach (k in a) {{ n += a[k]; delete a[k] }} printf("%d %d\\n", n,
     rc, out, err = run(cache, script, "-c", f"{target} 4")
     assert rc == 0, err
     assert out.splitlines()[-1] == "6 0"
+
+
+def test_user_string_with_a_default(cache: Path, target: Path) -> None:
+    # user_string(addr, default) and user_string_n(addr, n, default): the default for
+    # an address that cannot be read, instead of an error
+    script = f'''probe process("{target}").mark("word") {{
+  printf("%s|%s|%s|%s\\n", user_string($arg1, "bad"), user_string(8, "bad"),
+         user_string_n($arg1, 2, "bad"), user_string_n(8, 2, "worse"))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 hello")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "hello|bad|he|worse"

@@ -479,6 +479,10 @@ class Emitter:
         if name == "str_replace":
             t = self.strtemp()
             return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
+        if name == "user_string" and len(args) == 2:
+            name = "user_string2"
+        if name == "user_string_n" and len(args) == 3:
+            name = "user_string_n2"
         if name in ("user_string2", "user_string_n2"):
             t = self.strtemp()
             n = args[1] if name == "user_string_n2" else "MAXSTRINGLEN"

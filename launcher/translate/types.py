@@ -543,6 +543,9 @@ class Types:
                 params = (STRING,)
             if name == "ctime" and not e.args:
                 params = ()
+            # stap's two-argument forms: a default for an unreadable address
+            if name in ("user_string", "user_string_n") and len(e.args) == len(params) + 1:
+                params = (*params, STRING)
             if name == "substr" and len(e.args) == 2:
                 params = (STRING, LONG)
             if name == "exit" and e.args:
