@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--compatible", metavar="VERSION",
                         help="the version `%%( systemtap_v ... %%)` compares against")
     compat.add_argument("--skip-badvars", action="store_true",
-                        help="taken; an unresolvable context variable is still an error")
+                        help="defines STP_SKIP_BADVARS (@const); an unresolvable context "
+                             "variable is still an error")
     compat.add_argument("--prologue-searching", nargs="?", const="always",
                         choices=("auto", "always", "never"),
                         help="taken; function probes are at the entry as the patch plan has it")
@@ -430,6 +431,8 @@ def run(argv: Sequence[str]) -> int:
             print(line)
         return 0
     _check_options(opts)
+    if opts.skip_badvars:
+        opts.defines.append("STP_SKIP_BADVARS=1")
     if opts.suppress_handler_errors and not any(d.startswith("MAXERRORS=")
                                                 for d in opts.defines):
         # errors then never end the session: the exit's WARNING still counts them

@@ -13,6 +13,10 @@
 #ifndef MAXACTION_INTERRUPTIBLE
 #define MAXACTION_INTERRUPTIBLE (MAXACTION * 10)
 #endif
+/* --skip-badvars (a script may read it with @const("STP_SKIP_BADVARS")) */
+#ifndef STP_SKIP_BADVARS
+#define STP_SKIP_BADVARS 0
+#endif
 #ifndef MAXERRORS
 #define MAXERRORS 0 /* errors before the session exits */
 #endif

@@ -289,3 +289,15 @@ def test_user_string_with_a_default(cache: Path, target: Path) -> None:
     rc, out, err = run(cache, script, "-c", f"{target} 0 hello")
     assert rc == 0, err
     assert out.splitlines()[-1] == "hello|bad|he|worse"
+
+
+def test_const_operator(cache: Path, target: Path) -> None:
+    # @const("C expression") in guru mode, compiled in the probed process's ABI;
+    # --skip-badvars defines STP_SKIP_BADVARS
+    script = f'''probe process("{target}").mark("done") {{
+  printf("%d %d\\n", @const("sizeof(long)"), @const("STP_SKIP_BADVARS")) }}'''
+    rc, out, err = run(cache, script, "-g", "--skip-badvars", "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == ("4 1" if target.name.endswith("m32") else "8 1")
+    rc, out, err = run(cache, script, "-p1")
+    assert rc == 1 and "@const is only allowed in guru mode" in err

@@ -41,7 +41,7 @@ _ARITH_PREC = {"<<": 1, ">>": 1, ">>>": 1, ".": 2, "+": 3, "-": 3, "*": 4, "/": 
 _COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _STAT_OPS = frozenset({"count", "sum", "min", "max", "avg", "variance"})
 # @-operators stap has that pydyn does not: kernel-only, guru-only or too new.
-_UNSUPPORTED_AT = frozenset({"perf", "probewrite", "const", "kregister", "kderef",
+_UNSUPPORTED_AT = frozenset({"perf", "probewrite", "kregister", "kderef",
                              "uregister", "uderef"})
 _EXPR_START_OPS = frozenset({"(", "-", "+", "!", "~", "++", "--", "&", "["})
 _STMT_KEYWORDS = frozenset({"try", "if", "for", "foreach", "while", "return", "delete",
@@ -941,6 +941,18 @@ class Parser:
                     params.append(self._literal_number("bit shift"))
             self.expect_op(")", "')'" if params or name != "variance" else "',' or ')'")
             return ast.StatOp(name, operand, tuple(params), t.loc)
+        if name == "const":
+            # @const("NAME"): the C constant NAME as a long, in guru mode only (stap's rule)
+            if not self._guru:
+                raise ScriptError("@const is only allowed in guru mode", t.loc,
+                                  hint="run with -g")
+            self.advance()
+            self.expect_op("(")
+            if self._tok.kind is not Kind.STRING:
+                self.fail("a literal string naming a C constant")
+            code = self.string_literal().value
+            self.expect_op(")")
+            return ast.Embedded(code, t.loc)
         if name in _UNSUPPORTED_AT:
             raise ScriptError(f"'{t.text}' is not supported", t.loc)
         raise ScriptError(f"unknown operator '{t.text}'", t.loc,
