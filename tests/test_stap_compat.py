@@ -301,3 +301,22 @@ def test_const_operator(cache: Path, target: Path) -> None:
     assert out.splitlines()[-1] == ("4 1" if target.name.endswith("m32") else "8 1")
     rc, out, err = run(cache, script, "-p1")
     assert rc == 1 and "@const is only allowed in guru mode" in err
+
+
+def test_foreach_over_histogram_buckets(cache: Path, target: Path) -> None:
+    # foreach (count = bucket in @hist_log(s)) and @hist_linear(s, ...)[bucket], with
+    # stap's bucket numbers (log: 64 holds 0; linear: 0 is the underflow)
+    script = f'''global s, k
+probe process("{target}").mark("tick") {{ s <<< $arg1; k[$arg1 % 2] <<< $arg1 * 10 }}
+probe end {{
+  foreach (n = b in @hist_log(s)) if (n) printf("log %d:%d\\n", b, n)
+  foreach (b in @hist_linear(k[1], 0, 100, 20) limit 4)
+    printf("lin %d:%d\\n", b, @hist_linear(k[1], 0, 100, 20)[b])
+  printf("out of range %d\\n", @hist_log(s)[500])
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 6")
+    assert rc == 0, err
+    # ticks 0..5: 0 -> 64, 1 -> 65, 2..3 -> 66, 4..5 -> 67; k[1] holds 10, 30, 50
+    assert out.splitlines()[-9:] == ["log 64:1", "log 65:1", "log 66:2", "log 67:2",
+                                     "lin 0:0", "lin 1:1", "lin 2:1", "lin 3:1",
+                                     "out of range 0"]

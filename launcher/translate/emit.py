@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ...shmlayout.globals import ENTRY_HEAD, PD_PROBE_FAST
+from ...shmlayout.globals import (
+    ENTRY_HEAD,
+    PD_HIST_LOG_BUCKETS,
+    PD_HIST_MAX_BUCKETS,
+    PD_PROBE_FAST,
+)
 from .. import kstat
 from ..elf import dwarf
 from ..elf.functions import FunctionSite
@@ -197,7 +202,7 @@ class Emitter:
             return p if t == STRING else f"(*{p})"
         if isinstance(e, ast.Index):
             if isinstance(e.base, ast.HistOp):
-                raise _err("indexing a histogram is not supported yet", e)
+                return self.hist_bucket(e)
             p, t, _ = self.ptr(e, False)
             if t == STRING:
                 return f"({{ char *p_ = {p}; p_ ? p_ : \"\"; }})"
@@ -731,7 +736,42 @@ class Emitter:
         self.stmt(s)
         self.indent -= 1
 
+    def hist_buckets(self, h: ast.HistOp) -> int:
+        """The buckets of a histogram as stap numbers them (pd_stat_add's layout): log
+        128 (64 holds 0), linear underflow, one a step from lo to hi, overflow."""
+        if h.kind == "log":
+            return PD_HIST_LOG_BUCKETS
+        lo, hi, step = h.params
+        return min((hi - lo) // step + 3, PD_HIST_MAX_BUCKETS)
+
+    def hist_bucket(self, e: ast.Index) -> str:
+        assert isinstance(e.base, ast.HistOp) and len(e.indexes) == 1
+        n = self.hist_buckets(e.base)
+        return (f"({{ const struct pd_stat *s_ = {self.stat_ptr(e.base.operand)}; "
+                f"int64_t b_ = {self.expr(e.indexes[0])}; "
+                f"s_ && b_ >= 0 && b_ < {n} ? s_->hist[b_] : 0; }})")
+
+    def foreach_hist(self, s: ast.Foreach, h: ast.HistOp) -> None:
+        sp = self.temp("const struct pd_stat *")
+        i, lim = self.temp("int64_t"), self.temp("int64_t")
+        self.line(f"{sp} = {self.stat_ptr(h.operand)};")
+        self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
+        self.check()
+        self.line(f"for ({i} = 0; {sp} && {i} < {self.hist_buckets(h)} && "
+                  f"({lim} < 0 || {i} < {lim}); {i}++) {{")
+        self.indent += 1
+        self.line(f"{self.local(s.keys[0].name)} = {i};")
+        if s.value is not None:
+            self.line(f"{self.local(s.value.name)} = {sp}->hist[{i}];")
+        self.indent -= 1
+        self.block(s.body)
+        self.line("}")
+        self.check()
+
     def foreach(self, s: ast.Foreach) -> None:
+        if isinstance(s.array, ast.HistOp):
+            self.foreach_hist(s, s.array)
+            return
         assert isinstance(s.array, ast.Symbol)
         var = self.tr.globals[s.array.name]
         assert var.array is not None

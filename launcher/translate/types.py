@@ -266,7 +266,7 @@ class Types:
     def _index_type(self, node: ast.Index, scope: Scope, t: str | None = None,
                     write: bool = False) -> str | None:
         if isinstance(node.base, ast.HistOp):
-            self._infer(node.base.operand, scope)
+            self._infer(node.base, scope)
             for k in node.indexes:
                 self._expect(k, LONG, scope)
             return LONG
@@ -625,7 +625,18 @@ class Types:
 
     def _infer_foreach(self, s: ast.Foreach, scope: Scope) -> None:
         if isinstance(s.array, ast.HistOp):
-            raise _err("foreach over a histogram is not supported yet", s.array)
+            # the buckets of a histogram: key the bucket's index, value its count
+            if len(s.keys) != 1 or s.slice is not None or s.sort is not None:
+                raise _err("foreach over a histogram takes one key, no slice and no sort",
+                           s.array)
+            self._infer(s.array, scope)   # (marks the statistic's histogram kept)
+            self._local_type(scope, s.keys[0], LONG)
+            if s.value is not None:
+                self._local_type(scope, s.value, LONG)
+            if s.limit is not None:
+                self._expect(s.limit, LONG, scope)
+            self._infer_stmt(s.body, scope)
+            return
         var = self._array(s.array, len(s.keys), scope, write=False)
         assert var.array is not None
         for i, k in enumerate(s.keys):
