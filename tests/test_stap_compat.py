@@ -5,6 +5,7 @@ and, where a toolchain exists, -m32."""
 from __future__ import annotations
 
 import datetime
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -320,3 +321,32 @@ probe end {{
     assert out.splitlines()[-9:] == ["log 64:1", "log 65:1", "log 66:2", "log 67:2",
                                      "lin 0:0", "lin 1:1", "lin 2:1", "lin 3:1",
                                      "out of range 0"]
+
+
+def test_regex_match_in_a_probe(cache: Path, target: Path) -> None:
+    # =~ / !~ compiled to DFA tables at translate time, matched against the target's
+    # strings in the probe
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%s %d %d %d %d\\n", s, s =~ "^[a-z]+[0-9]{{2,3}}$", s !~ "x", s =~ "(ab|cd)+e",
+         s =~ "[[:upper:]]")
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 abc12 ab1234 cdabe Xyz")
+    assert rc == 0, err
+    assert out.splitlines()[-4:] == ["abc12 1 1 0 0", "ab1234 0 1 0 0", "cdabe 0 1 1 0",
+                                     "Xyz 0 1 0 1"]
+    rc, out, err = run(cache, 'probe begin { x = "a" =~ "a{2" }', "-p2")
+    assert rc == 1 and "bad regular expression" in err
+
+
+@pytest.mark.parametrize("pattern", [
+    "abc", "^abc$", "a(b|cd)*e", "[^0-9]+$", "^(a|b){2,3}c?$", "x+y*z?", "[[:digit:]]{3}",
+    "(^a|b$)", "a.c", "[a\\-z]", "^$", "(ab){0,2}c",
+])
+def test_regex_dfa_matches_like_python(pattern: str) -> None:
+    from pydyn.launcher.translate.regex import compile_regex
+    dfa = compile_regex(pattern.encode())
+    for text in ["", "abc", "xabcx", "ae", "abcdbe", "aab", "abac", "ac", "a-z", "12",
+                 "x", "yz", "xyz", "123", "ababc", "abababc", "b", "ba", "a.c", "aXc"]:
+        py_pattern = pattern.replace("[[:digit:]]", "[0-9]")
+        assert dfa.search(text.encode()) == bool(re.search(py_pattern, text)), (pattern, text)

@@ -34,12 +34,13 @@ from ..guru import (
 )
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
-from ..script.walk import entry_values, is_param_name
+from ..script.walk import entry_values, is_param_name, iter_nodes
 from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import is_fast, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
+from .regex import compile_regex, regex_c
 from .types import PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
@@ -65,6 +66,7 @@ class Unit:
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
+        self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
 
     def format_id(self, fmt: Format) -> int:
         key = (type(fmt).__name__, repr(fmt))
@@ -260,6 +262,9 @@ class Emitter:
                     f": (pd_error(c, \"empty aggregate\"), 0); }})")
         if isinstance(e, ast.Call):
             return self.call(e)
+        if isinstance(e, ast.RegexMatch):
+            found = f"{self.tr.regexes[e.pattern.as_bytes()]}({self.expr(e.left)})"
+            return f"(int64_t)!{found}" if e.op == "!~" else found
         if isinstance(e, ast.Defined):
             return "1" if self._defined(e.operand) else "0"
         if isinstance(e, ast.Embedded):
@@ -976,6 +981,12 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
                 out.extend(kstat.descriptors_c(var.name, lay,
                                                _mapdesc_fields(unit, var, lay.value_size)))
     out.append("")
+    for n in iter_nodes((script.probes, script.functions)):
+        if isinstance(n, ast.RegexMatch) and n.pattern.as_bytes() not in unit.regexes:
+            name = f"re_{len(unit.regexes)}"
+            unit.regexes[n.pattern.as_bytes()] = name
+            out.extend(regex_c(name, n.pattern.value, compile_regex(n.pattern.as_bytes()),
+                               n.pattern.loc))
     for f in script.functions:
         out.append(_func_signature(unit.funcs[f.name]) + ";")
     for f in script.functions:

@@ -17,6 +17,7 @@ from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
 from .common import LONG, STAT, STRING, _err
+from .regex import RegexError, compile_regex
 
 
 @dataclass
@@ -371,6 +372,13 @@ class Types:
             return self._entry_type(e, scope)
         if isinstance(e, ast.Wildcard):
             raise _err("unexpected '*'", e)
+        if isinstance(e, ast.RegexMatch):
+            self._expect(e.left, STRING, scope)
+            try:
+                compile_regex(e.pattern.as_bytes())
+            except RegexError as exc:
+                raise _err(f"bad regular expression: {exc}", e.pattern) from None
+            return LONG
         raise _err(f"{type(e).__name__} expressions are not supported yet", e)
 
     def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
