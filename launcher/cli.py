@@ -134,7 +134,7 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
                         help="same as --runtime=dyninst")
     compat.add_argument("-u", dest="unoptimized", action="store_true",
-                        help="unoptimized: taken, no effect (pydyn elides as it does)")
+                        help="unoptimized: keep functions no probe calls (compiled, typed)")
     compat.add_argument("-b", dest="bulk", action="store_true",
                         help="bulk mode: taken, the output has one ring anyway")
     compat.add_argument("-m", dest="module_name", metavar="NAME",
@@ -458,6 +458,9 @@ def run(argv: Sequence[str]) -> int:
                               library=_tapsets(opts.tapset_dirs))
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
+        if not opts.unoptimized:
+            from .script.elide import elide_unused_functions
+            script = elide_unused_functions(script)
         step(1, "parsed user script", t0)
         return script
 
@@ -494,6 +497,7 @@ def run(argv: Sequence[str]) -> int:
                                     extra=[*(("global -G", g) for g in opts.set_globals),
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
+                                           *((("-u", "1"),) if opts.unoptimized else ()),
                                            *(("tapset -I", f"{p}\0{t}")
                                              for t, p in _tapsets(opts.tapset_dirs))],
                                     ) if cache else (None, None)

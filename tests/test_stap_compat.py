@@ -350,3 +350,17 @@ def test_regex_dfa_matches_like_python(pattern: str) -> None:
                  "x", "yz", "xyz", "123", "ababc", "abababc", "b", "ba", "a.c", "aXc"]:
         py_pattern = pattern.replace("[[:digit:]]", "[0-9]")
         assert dfa.search(text.encode()) == bool(re.search(py_pattern, text)), (pattern, text)
+
+
+def test_unused_functions_are_elided_unless_u(cache: Path, target: Path) -> None:
+    # a function no probe calls is dropped before typing (its parameter needs no type),
+    # one reached through another is kept; -u keeps every function, as stap's -u
+    script = f'''function unused(x) {{ return x }}
+function helper(y) {{ return y + 1 }}
+function used() {{ return helper(41) }}
+probe process("{target}").mark("done") {{ printf("%d\\n", used()) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "42"
+    rc, out, err = run(cache, script, "-u", "-p2")
+    assert rc == 1 and "unresolved type for parameter 'x'" in err
