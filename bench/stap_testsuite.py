@@ -723,6 +723,8 @@ def run_interrupted(t: Test, env: dict[str, str], timeout: float) -> None:
     etext = b"".join(err).decode("utf-8", errors="replace")
     if "Traceback (most recent call last)" in etext:
         t.first_error = "traceback: " + etext.strip().splitlines()[-1]
+        if os.environ.get("STAP_TESTSUITE_TRACEBACKS"):
+            print(f"{t.name}:\n{etext}", file=sys.stderr)
         return
     err_line = next((ln for ln in etext.splitlines() if re.search(r"error", ln, re.I)), "")
     head, sep, rest = text.partition("systemtap starting probe\n")
