@@ -23,7 +23,7 @@ DEB_PACKAGES += postgresql-15 openjdk-17-jre-headless gdb
 DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
 
-.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo test lint clean bench stap-testsuite
+.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench stap-testsuite
 
 deps: deb-deps py-deps
 
@@ -100,6 +100,11 @@ lint: py-deps .mypy-tree/pydyn
 	$(VPY) -m ruff check launcher shmlayout runtime tests bench
 	$(VPY) -m mypy
 
+# The unit tests (marker `unit`: no compiler, no target process), in well under a minute.
+check: py-deps
+	$(VPY) -m pytest -q -m unit tests
+
+# Everything: what CI runs.
 test: deps examples lint
 	$(VPY) -m pytest -q tests
 

@@ -48,8 +48,10 @@ static void pd_pslot_release(void *v)
     pd_pslot_mine = -1;
     pd_in_handler.cslot = (int64_t *)1;
     pd_in_handler.inflight = (uint32_t *)1; /* pd_quiesce.c: the header's count */
-    if (h && k > 0 && mine)
+    if (h && k > 0 && mine) {
+        pd_quiesce_disown(k);
         __atomic_fetch_and(&h->stat_slots, ~((uint64_t)1 << (k - 1)), __ATOMIC_RELEASE);
+    }
 }
 
 PD_FAST_FN void pd_slots_rejoin(struct pd_fast_tls *t, uint32_t epoch)
@@ -125,6 +127,12 @@ int pd_slot_lock(struct pd_ctx *c, uint32_t *w)
     if (rc == PD_LOCK_DEADLOCK) { /* cannot happen outside a nested handler; never hang */
         if (c)
             pd_error(c, "statistic slot lock held by this thread");
+        return -1;
+    }
+    if (rc == PD_LOCK_TIMEOUT) { /* its holder is stopped or stuck: the handler is half done */
+        __atomic_add_fetch(&pd_segment_header()->lock_timeouts, 1, __ATOMIC_RELAXED);
+        if (c)
+            pd_error(c, "statistic slot lock held by a stopped or stuck thread");
         return -1;
     }
     if (rc == PD_LOCK_RECOVERED)

@@ -13,9 +13,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -116,7 +117,7 @@ def abi_binary(built: dict[str, Path], abi: str) -> Path:
     return built[abi]
 
 
-# The 8-thread programs (test_fastprobe's THREADS_C, rel_target's `threads` mode)
+# The 8-thread programs (test_trampolines's THREADS_C, rel_target's `threads` mode)
 # fire "hammer" with (thread id, i) for i < per: one script and one check serve them.
 def thread_sums_script(binary: Path, handler_extra: str = "", end_extra: str = "") -> str:
     return (f'global hits, ids\nprobe process("{binary}").mark("hammer") '
@@ -134,8 +135,51 @@ def assert_thread_sums(stdout: str, per: int, threads: int = 8) -> None:
         sorted(f"id {i} {want}" for i in range(threads)), stdout
 
 
-def run_pydyn(cache: Path, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`pydyn ARGS` (this interpreter's launcher) with its module cache in `cache`."""
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+def pydyn_argv(*args: str, command: str = "cli") -> list[str]:
+    """The command line of `pydyn ARGS` (`pydyn-run ARGS` with command="run_module"): this
+    interpreter's launcher, whatever is first on PATH (or whether anything is at all)."""
+    return [sys.executable, "-m", f"pydyn.launcher.{command}", *args]
+
+
+def pydyn_env(cache: Path, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a run: this one, the module cache in `cache`, then `env`."""
+    return {**os.environ, "PYDYN_CACHE_DIR": str(cache), **(env or {})}
+
+
+def start_pydyn(cache: Path, *args: str, env: Mapping[str, str] | None = None,
+                **popen: Any) -> subprocess.Popen[str]:
+    """`pydyn ARGS` started with its module cache in `cache`, as text; by default in a
+    session of its own (a test can kill its whole process group, targets included) with
+    stdout and stderr piped; `popen` overrides those."""
+    kw: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                          "start_new_session": True, **popen}
+    return subprocess.Popen(pydyn_argv(*args), text=True, env=pydyn_env(cache, env), **kw)
+
+
+def run_pydyn(cache: Path, *args: str, timeout: float = 180,
+              env: Mapping[str, str] | None = None, prefix: Sequence[str] = (),
+              command: str = "cli", **run: Any) -> subprocess.CompletedProcess[str]:
+    """`pydyn ARGS` run to its end with its module cache in `cache` (the `cache` fixture of
+    conftest.py) and `env` added to the environment; output captured as text.  `prefix`
+    runs pydyn under a command (`setarch -R`: what it starts inherits the personality);
+    `run` goes to subprocess.run (cwd, input, umask)."""
+    return subprocess.run([*prefix, *pydyn_argv(*args, command=command)],
+                          capture_output=True, text=True, env=pydyn_env(cache, env),
+                          timeout=timeout, **run)
+
+
+def run_pydyn_clean(cache: Path, *args: str, rc: int = 0,
+                    **kw: Any) -> subprocess.CompletedProcess[str]:
+    """run_pydyn that must exit with `rc` and, when it succeeds without -v (which talks on
+    stderr), print nothing on stderr."""
+    r = run_pydyn(cache, *args, **kw)
+    assert r.returncode == rc, r.stderr
+    if rc == 0 and "-v" not in args:
+        assert r.stderr == "", r.stderr
+    return r
+
+
+def run_module(cache: Path, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """`pydyn-run ARGS` (launcher/run_module.py: a module pair that `pydyn -p4` built), as
+    run_pydyn runs pydyn."""
+    return run_pydyn(cache, *args, command="run_module", **kw)

@@ -21,8 +21,7 @@ import os
 import re
 import shutil
 import subprocess
-import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from cbuild import (
     assert_thread_sums,
     build_c,
     have_cc,
+    run_pydyn,
     thread_sums_script,
 )
 
@@ -45,9 +45,6 @@ from pydyn.launcher.plan.x86 import plan_site
 A64_CC = os.environ.get("PYDYN_CC_AARCH64", "aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64")
 SYSROOT = "/usr/aarch64-linux-gnu"
-TIMEOUT = 80
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
 
 pytestmark = [
     pytest.mark.skipif(shutil.which(A64_CC) is None,
@@ -128,18 +125,6 @@ def build_a64_cxx(a64dir: Path, src: Path, out: str, opt: str = "-O2",
     return build_a64(a64dir, [src], out, opt=opt, extra=extra, cc=A64_CXX)
 
 
-@pytest.fixture(scope="module")
-def run_pydyn(tmp_path_factory: pytest.TempPathFactory) -> Run:
-    cache = tmp_path_factory.mktemp("a64-cache")
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-        return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                              capture_output=True, text=True, env=env, timeout=TIMEOUT)
-
-    return run
-
-
 def lines_with(text: str, prefix: str) -> list[list[str]]:
     return sorted(line.split()[1:] for line in text.splitlines() if line.startswith(prefix))
 
@@ -200,14 +185,14 @@ def args_builds(a64dir: Path) -> dict[str, SiteScan]:
 
 @pytest.fixture(scope="module", params=MODES)
 def args_session(request: pytest.FixtureRequest, a64dir: Path, args_builds: dict[str, SiteScan],
-                 run_pydyn: Run) -> ArgsSession:
+                 cache: Path) -> ArgsSession:
     """Both builds in one session, started from a shell line through qemu-aarch64: the
     m64 module the emulator itself inherits must stay out of the way."""
     scans = args_builds
     script = a64dir / "args.stp"
     script.write_text("".join(args_script(tag, scans[tag]) for tag in FLAVOURS))
     command = "; ".join(qemu_cmd(Path(scans[tag].info.path)) for tag in FLAVOURS)
-    return ArgsSession(scans, run_pydyn("-v", f"--probe-mode={request.param}", str(script),
+    return ArgsSession(scans, run_pydyn(cache, "-v", f"--probe-mode={request.param}", str(script),
                                         "-c", command), request.param)
 
 
@@ -299,12 +284,12 @@ def test_semaphore_is_down_without_pydyn(counter: Path) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_counting_with_semaphore_under_qemu(counter: Path, a64dir: Path, run_pydyn: Run,
+def test_counting_with_semaphore_under_qemu(counter: Path, a64dir: Path, cache: Path,
                                             mode: str) -> None:
     n = 3000
     script = a64dir / "count.stp"
     script.write_text(count_script(counter))
-    res = run_pydyn("-v", f"--probe-mode={mode}", str(script), "-c", f"{counter} {n}")
+    res = run_pydyn(cache, "-v", f"--probe-mode={mode}", str(script), "-c", f"{counter} {n}")
     assert res.returncode == 0, res
     s = n * (n - 1) // 2
     # The program's stdout is a pipe: flushed at its exit, after the probe output.
@@ -318,22 +303,22 @@ def test_counting_with_semaphore_under_qemu(counter: Path, a64dir: Path, run_pyd
 
 
 def test_execname_under_qemu_is_the_guest_program(counter: Path, a64dir: Path,
-                                                  run_pydyn: Run) -> None:
+                                                  cache: Path) -> None:
     # The kernel's comm under qemu-user is the emulator's; stap users expect the program.
     script = f'probe process("{counter}").mark("tick") {{ printf("n=%s\\n", execname()); exit() }}'
-    res = run_pydyn("-e", script, "-c", f"{counter} 5")
+    res = run_pydyn(cache, "-e", script, "-c", f"{counter} 5")
     assert res.returncode == 0, res
     assert f"n={counter.name[:15]}" in res.stdout.splitlines(), res.stdout
 
 
 def test_aarch64_target_without_qemu_is_refused(counter: Path, a64dir: Path,
-                                                run_pydyn: Run) -> None:
+                                                cache: Path) -> None:
     script = a64dir / "count.stp"
     script.write_text(count_script(counter))
     env_qemu = "/nonexistent/qemu-aarch64"
     os.environ["PYDYN_QEMU_AARCH64"] = env_qemu
     try:
-        res = run_pydyn(str(script), "-c", f"{counter} 5")
+        res = run_pydyn(cache, str(script), "-c", f"{counter} 5")
     finally:
         del os.environ["PYDYN_QEMU_AARCH64"]
     assert res.returncode == 1
@@ -341,10 +326,10 @@ def test_aarch64_target_without_qemu_is_refused(counter: Path, a64dir: Path,
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_exact_counts_with_8_threads(a64dir: Path, run_pydyn: Run, mode: str) -> None:
+def test_exact_counts_with_8_threads(a64dir: Path, cache: Path, mode: str) -> None:
     """qemu-user runs guest threads as host threads: 8 of them pass one site at once,
-    each hit an atomic add and a locked array update (test_fastprobe.py's program)."""
-    from test_fastprobe import THREADS_C
+    each hit an atomic add and a locked array update (test_trampolines.py's program)."""
+    from test_trampolines import THREADS_C
     src = a64dir / "threads.c"
     src.write_text(THREADS_C)
     binary = build_a64(a64dir, [src], "threads", extra=("-pthread", "-no-pie"))
@@ -353,7 +338,7 @@ def test_exact_counts_with_8_threads(a64dir: Path, run_pydyn: Run, mode: str) ->
     script = a64dir / "threads.stp"
     script.write_text("global insn\n" + thread_sums_script(
         binary, f"; insn = user_uint32({pc:#x})", ' printf("insn threads %x\\n", insn);'))
-    res = run_pydyn("-v", f"--probe-mode={mode}", str(script), "-c", f"{binary} {per}")
+    res = run_pydyn(cache, "-v", f"--probe-mode={mode}", str(script), "-c", f"{binary} {per}")
     assert res.returncode == 0, res
     assert coverage_line(res.stderr) == "sites: 1 total, 0 trap, 1 nop"
     assert_thread_sums(res.stdout, per)
@@ -387,7 +372,7 @@ def regs_prog(a64dir: Path) -> Path:
     ("auto", "max,sve-default-vector-length=256", 256),  # z registers of 2048 bits
     ("trap", "", None),
 ])
-def test_registers_survive_the_probe(regs_prog: Path, a64dir: Path, run_pydyn: Run, mode: str,
+def test_registers_survive_the_probe(regs_prog: Path, a64dir: Path, cache: Path, mode: str,
                                      cpu: str, vl: int | None) -> None:
     """x0-x28, nzcv, q0-q31 (and z0-z31, p0-p15, ffr with SVE) are what they were before
     the mark, after a handler that runs libc code: a64_regs prints each one that is not."""
@@ -395,7 +380,8 @@ def test_registers_survive_the_probe(regs_prog: Path, a64dir: Path, run_pydyn: R
     pcs = {site.name: site.pc for site in get_probe_sites(str(regs_prog)).sites}
     script = a64dir / "regs.stp"
     script.write_text(REGS_SCRIPT.format(prog=regs_prog, **pcs))
-    res = run_pydyn(f"--probe-mode={mode}", str(script), "-c", qemu_cmd(regs_prog, str(n), cpu=cpu))
+    res = run_pydyn(cache, f"--probe-mode={mode}", str(script), "-c",
+                    qemu_cmd(regs_prog, str(n), cpu=cpu))
     assert res.returncode == 0, res
     m = re.search(rf"^a64_regs: {n} calls, sve (\d+), 0 bad$", res.stdout, re.M)
     assert m, res.stdout
@@ -419,7 +405,7 @@ probe end {{
 """
 
 
-def test_mixed_session_shares_one_array(a64dir: Path, run_pydyn: Run) -> None:
+def test_mixed_session_shares_one_array(a64dir: Path, cache: Path) -> None:
     if not have_cc():
         pytest.skip("no native C compiler")
     w64 = build_c(PROGS / "a64_worker.c", a64dir / "worker_x86_64", opt="-O2")
@@ -428,8 +414,8 @@ def test_mixed_session_shares_one_array(a64dir: Path, run_pydyn: Run) -> None:
     script = a64dir / "mixed.stp"
     script.write_text(MIXED_SCRIPT.format(w64=w64, wa64=wa64))
     # Both run at once: by_arch is a keyed counter (per-thread tables in the segment,
-    # tests/test_kcount.py) that both ISAs add to and the end probe merges.
-    res = run_pydyn("-v", str(script), "-c", f"{w64} {n} & {qemu_cmd(wa64, str(n))}; wait")
+    # tests/test_counters_keyed.py) that both ISAs add to and the end probe merges.
+    res = run_pydyn(cache, "-v", str(script), "-c", f"{w64} {n} & {qemu_cmd(wa64, str(n))}; wait")
     assert res.returncode == 0, res
     s = n * (n - 1) // 2
     out = res.stdout.splitlines()

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 import test_aarch64
-from cbuild import PROGS
-from test_aarch64 import MODES, QEMU, SYSROOT, Run, build_a64, qemu_cmd
+from cbuild import PROGS, run_pydyn
+from test_aarch64 import MODES, QEMU, SYSROOT, build_a64, qemu_cmd
 from test_aarch64 import pytestmark as pytestmark  # the same skips: no cross compiler, qemu
 from test_dwarf import ENTRY, check_entry_session
-from test_functions import SCRIPT as REC_SCRIPT
-from test_functions import fib_calls
+from test_func_probes import SCRIPT as REC_SCRIPT
+from test_func_probes import fib_calls
 
 from pydyn.launcher.elf.functions import get_functions
 from pydyn.launcher.plan.aarch64 import plan_function, relocate
@@ -41,7 +41,7 @@ RETURNS = {
     "f_b": [105], "f_target": [105, 111], "call_bl": [1], "f_bcond": [20, 10],
     "f_cbz": [40, 30], "f_tbz": [50, 60], "f_tbnz": [80, 90], "f_pac": [111], "f_bti": [70],
 }
-# the relocation each entry needs (patchplan_a64.relocate's name for it)
+# the relocation each entry needs (plan/aarch64.py relocate's name for it)
 FORMS = {"f_adr": "adr", "f_adrp": "adrp", "f_ldrx": "ldr literal", "f_ldrw": "ldr literal",
          "f_ldrsw": "ldr literal", "f_ldrd": "ldr literal", "f_ldrq": "ldr literal",
          "f_prfm": "prfm literal, a hint: dropped", "f_b": "b", "f_bl": "bl",
@@ -51,7 +51,6 @@ N = 3   # args8 calls
 
 # test_aarch64.py's module fixtures, registered here under their names
 a64dir = test_aarch64.a64dir
-run_pydyn = test_aarch64.run_pydyn
 
 
 def expected_args(n: int) -> list[list[int]]:
@@ -90,13 +89,13 @@ def relocation_script(builds: dict[str, Path]) -> str:
 
 @pytest.mark.parametrize("mode", MODES)
 def test_relocated_entries_args_and_returns(fn_builds: dict[str, Path], a64dir: Path,
-                                            run_pydyn: Run, mode: str) -> None:
+                                            cache: Path, mode: str) -> None:
     """Every PC-relative first instruction runs right from the stub (or the BRK's
     out-of-line copy), $arg1..$arg8 are x0-x7, $return is x0; -O0 and -O2 in one session."""
     script = a64dir / "reloc.stp"
     script.write_text(relocation_script(fn_builds))
     command = "; ".join(qemu_cmd(fn_builds[o], str(N)) for o in OPTS)
-    res = run_pydyn("-v", f"--probe-mode={mode}", str(script), "-c", command)
+    res = run_pydyn(cache, "-v", f"--probe-mode={mode}", str(script), "-c", command)
     assert res.returncode == 0, res.stderr
     assert "WARNING" not in res.stderr and "not armed" not in res.stderr, res.stderr
     plain = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=60)
@@ -127,6 +126,7 @@ def test_plans_name_the_relocation(fn_builds: dict[str, Path]) -> None:
     assert pac.entry == pac.addr               # paciasp is moved into the stub
 
 
+@pytest.mark.unit
 def test_entries_that_cannot_move_are_refused() -> None:
     for word in (0xD4200000, 0xD4400000, 0x00000000):      # brk #0, hlt #0, udf #0
         with pytest.raises(ValueError):
@@ -140,14 +140,14 @@ def test_entries_that_cannot_move_are_refused() -> None:
 # --- recursion 10,000 deep, -O0 and -O2 ------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
-def test_recursion_counts_and_return_values(a64dir: Path, run_pydyn: Run, mode: str) -> None:
-    """test_functions.py's script: fib's calls and returned sum, depth(10000)'s 10,001
+def test_recursion_counts_and_return_values(a64dir: Path, cache: Path, mode: str) -> None:
+    """test_func_probes.py's script: fib's calls and returned sum, depth(10000)'s 10,001
     entries and returns (the return probe sees 10000 at the top), globs, probefunc()."""
     n = 12
     calls, total = fib_calls(n)
     for opt in OPTS:
         exe = build_a64(a64dir, [PROGS / "func_rec.c"], f"rec{opt}", opt=opt)
-        res = run_pydyn(f"--probe-mode={mode}", "-e", REC_SCRIPT.format(exe=exe), "-c",
+        res = run_pydyn(cache, f"--probe-mode={mode}", "-e", REC_SCRIPT.format(exe=exe), "-c",
                         f"sh -c '{qemu_cmd(exe, str(n), '10000')}; echo status=$?'")
         assert res.returncode == 0, res.stderr
         out = res.stdout.splitlines()
@@ -161,7 +161,7 @@ def test_recursion_counts_and_return_values(a64dir: Path, run_pydyn: Run, mode: 
 # --- longjmp out of probed frames ---------------------------------------------------------
 
 @pytest.mark.parametrize("mode", MODES)
-def test_longjmp_out_of_probed_frames(a64dir: Path, run_pydyn: Run, mode: str) -> None:
+def test_longjmp_out_of_probed_frames(a64dir: Path, cache: Path, mode: str) -> None:
     # gcc cannot tell that dive's recursion ends in longjmp
     exe = build_a64(a64dir, [PROGS / "func_jmp.c"], f"jmp-{mode}",
                     extra=("-Wno-infinite-recursion",))
@@ -171,7 +171,7 @@ probe process("{exe}").function("dive").return {{ dr++ }}
 probe process("{exe}").function("after").return {{ ar++; as += $return }}
 probe end {{ printf("de=%d dr=%d ar=%d as=%d\\n", de, dr, ar, as) }}
 """
-    res = run_pydyn(f"--probe-mode={mode}", "-e", script, "-c",
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c",
                     f"sh -c '{qemu_cmd(exe)}; echo status=$?'")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
@@ -184,7 +184,7 @@ probe end {{ printf("de=%d dr=%d ar=%d as=%d\\n", de, dr, ar, as) }}
 # --- DWARF parameters by name, @entry -------------------------------------------------
 
 @pytest.mark.parametrize("opt", OPTS)
-def test_dwarf_parameters_and_entry_values(a64dir: Path, run_pydyn: Run, opt: str) -> None:
+def test_dwarf_parameters_and_entry_values(a64dir: Path, cache: Path, opt: str) -> None:
     """test_dwarf.py's @entry script: `$n`/`$x` by name (at -O2 from DWARF's location
     lists, x0; at -O0 the prologue's stack slot is not written yet: the ABI register,
     which `-L -v` marks), each return with its own entry's value 10,000 deep, and the
@@ -192,18 +192,18 @@ def test_dwarf_parameters_and_entry_values(a64dir: Path, run_pydyn: Run, opt: st
     rec = build_a64(a64dir, [PROGS / "func_rec.c"], f"recg{opt}", opt=opt, extra=("-g",))
     jmp = build_a64(a64dir, [PROGS / "func_jmp.c"], f"jmpg{opt}", opt=opt,
                     extra=("-g", "-Wno-infinite-recursion"))
-    listed = run_pydyn("-L", "-v", f'process("{rec}").function("fib")')
+    listed = run_pydyn(cache, "-L", "-v", f'process("{rec}").function("fib")')
     abi = "(ABI)" if opt == "-O0" else ""
     assert '$n:long int pc=' in listed.stdout and f'locations="n=x0{abi}"' in listed.stdout, \
         listed.stdout
     check_entry_session(run_pydyn(
-        "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
+        cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
         f"sh -c '{qemu_cmd(rec, '15', '10000')}; {qemu_cmd(jmp)}; echo status=$?'"))
 
 
 # --- libraries: one the program dlopens, and libc from the qemu sysroot -------------------
 
-def test_library_functions(a64dir: Path, run_pydyn: Run) -> None:
+def test_library_functions(a64dir: Path, cache: Path) -> None:
     """`.library(PATH).function` in a library dlopen'ed and dlclose'd 20 times (re-armed
     each time), and libc's malloc: the guest loader names it /lib/libc.so.6, the launcher
     finds it in the sysroot, the runtime matches the two by inode."""
@@ -221,14 +221,14 @@ probe end {{ printf("n=%d s=%d r=%d m=%d malloc=%d\\n", n, s, r, m,
   me > 0 && me == mr && mr == ms) }}
 """
     iters = 20
-    res = run_pydyn("-e", script, "-c", f"{exe} {lib} {iters}")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {lib} {iters}")
     assert res.returncode == 0, res.stderr
     args = [x for i in range(iters) for x in (i, 1000 + i)]
     rets = sum(3 * x + 1 for x in args)
     assert f"sum={rets} unloaded={iters} leaked=no" in res.stdout
     assert f"n={2 * iters} s={sum(args)} r={rets} m={2 * iters} malloc=1" in res.stdout, \
         res.stdout
-    listed = run_pydyn("-p2", "-e", script)
+    listed = run_pydyn(cache, "-p2", "-e", script)
     assert f'process("{SYSROOT}/lib/libc.so.6").function("malloc")' in listed.stdout
 
 
@@ -248,7 +248,7 @@ def bti_prog(a64dir: Path) -> Path:
 
 
 def test_bti_object_probes_after_the_landing_pad(bti_prog: Path, a64dir: Path,
-                                                 run_pydyn: Run) -> None:
+                                                 cache: Path) -> None:
     """main (paciasp, called by libc with blr) and args8 (bti c, called through a
     pointer) keep their landing pads: the probe is the next instruction, the page keeps
     PROT_BTI (patching it in place would raise SIGILL here, as it did before
@@ -269,13 +269,13 @@ probe {rets} {{ printf("got bti %s %d\\n", probefunc(), $return) }}
 probe end {{ printf("main=%d args8=%d\\n", e["main"], e["args8"]) }}
 """
     for mode in MODES:
-        res = run_pydyn(f"--probe-mode={mode}", "-e", script, "-c", f"{bti_prog} {N}")
+        res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{bti_prog} {N}")
         assert res.returncode == 0, res.stderr
         assert f"main=1 args8={N}" in res.stdout, res.stdout
         assert [v for v in lines_with(res.stdout, "args ")] == \
             [[str(x) for x in row] for row in expected_args(N)]
         assert returns_by_function(res.stdout, "bti") == returns
-    refused = run_pydyn("-p2", "-e", f'probe {p}.function("main").return {{ }}')
+    refused = run_pydyn(cache, "-p2", "-e", f'probe {p}.function("main").return {{ }}')
     assert refused.returncode == 1
     assert "main signs its return address (paciasp)" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr
@@ -284,11 +284,11 @@ probe end {{ printf("main=%d args8=%d\\n", e["main"], e["args8"]) }}
 # --- no pointer authentication: paciasp/autiasp are nops ----------------------------------
 
 def test_without_pointer_authentication(fn_builds: dict[str, Path], a64dir: Path,
-                                        run_pydyn: Run) -> None:
+                                        cache: Path) -> None:
     exe = fn_builds["-O2"]
     script = (f'probe process("{exe}").function("f_pac").return, '
               f'process("{exe}").function("pac_active").return '
               f'{{ printf("got %s %d\\n", probefunc(), $return) }}')
-    res = run_pydyn("-e", script, "-c", qemu_cmd(exe, "1", cpu="cortex-a72"))
+    res = run_pydyn(cache, "-e", script, "-c", qemu_cmd(exe, "1", cpu="cortex-a72"))
     assert res.returncode == 0, res.stderr
     assert "got f_pac 111" in res.stdout and "got pac_active 0" in res.stdout, res.stdout

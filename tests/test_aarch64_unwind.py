@@ -21,10 +21,16 @@ from pathlib import Path
 
 import pytest
 import test_aarch64
-from cbuild import PROGS
-from test_aarch64 import MODES, Run, build_a64_cxx, qemu_cmd
+from cbuild import PROGS, run_pydyn
+from test_aarch64 import MODES, build_a64_cxx, qemu_cmd
 from test_aarch64 import pytestmark as pytestmark  # the same skips: cross gcc, qemu, sysroot
-from test_functions2 import BT_SCRIPT, EXC_END, EXC_PROBES, check_bt_session, skipped
+from test_func_stripped_dlopen_unwind import (
+    BT_SCRIPT,
+    EXC_END,
+    EXC_PROBES,
+    check_bt_session,
+    skipped,
+)
 
 # name: compiler flags; "pac" builds sign their return addresses (paciasp / pacibsp)
 FLAVOURS = {"O0": ("-O0",), "O2": ("-O2",),
@@ -34,7 +40,6 @@ FLAVOURS = {"O0": ("-O0",), "O2": ("-O2",),
 LINK = ("-rdynamic", "-ldl")     # func_exc.cc's backtrace check names frames by dladdr
 
 a64dir = test_aarch64.a64dir
-run_pydyn = test_aarch64.run_pydyn
 
 
 def build(a64dir: Path, src: str, flavour: str) -> Path:
@@ -69,7 +74,7 @@ def test_builds_sign_their_return_addresses(exc_builds: list[Path]) -> None:
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_cxx_exception_through_return_probed_frames(exc_builds: list[Path], run_pydyn: Run,
+def test_cxx_exception_through_return_probed_frames(exc_builds: list[Path], cache: Path,
                                                     mode: str) -> None:
     """outer -> middle (a cleanup) -> relay (catch, rethrow) -> thrower, which throws every
     third call: caught by outer, the program's results are the unprobed ones, the three
@@ -83,7 +88,7 @@ def test_cxx_exception_through_return_probed_frames(exc_builds: list[Path], run_
         EXC_PROBES.format(exe=exe, k=k) for k, exe in enumerate(exc_builds))
     script += EXC_END.format(count=len(exc_builds))
     command = "; ".join(qemu_cmd(exe, str(n)) for exe in exc_builds)
-    res = run_pydyn(f"--probe-mode={mode}", "-e", script, "-c", command)
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", command)
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     k = len(exc_builds)
@@ -129,7 +134,7 @@ REC_END = """probe end {{ for (k = 0; k < {count}; k++)
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_exceptions_through_recursion(rec_builds: list[Path], run_pydyn: Run,
+def test_exceptions_through_recursion(rec_builds: list[Path], cache: Path,
                                       mode: str) -> None:
     """Throws from the bottom of a recursion of `.return`-probed frames, 12 and 300 deep,
     caught in the middle of it (the frames above return through their probes again) or
@@ -146,7 +151,7 @@ def test_exceptions_through_recursion(rec_builds: list[Path], run_pydyn: Run,
         REC_PROBES.format(exe=exe, k=k) for k, (exe, _) in enumerate(runs))
     script += REC_END.format(count=len(runs))
     command = "; ".join(qemu_cmd(exe, *map(str, r)) for exe, r in runs)
-    res = run_pydyn(f"--probe-mode={mode}", "-e", script, "-c", command)
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", command)
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     totals = [f"total={rec_expect(*r)[3]}" for _, r in runs]
@@ -165,14 +170,14 @@ BT_CASES = [("O0", "auto"), ("O2", "auto"), ("pacO2", "auto"), ("bkeyO2", "trap"
 
 
 @pytest.mark.parametrize("flavour, mode", BT_CASES, ids=[f"{f}-{m}" for f, m in BT_CASES])
-def test_ubacktrace_through_hooked_frames(a64dir: Path, run_pydyn: Run, flavour: str,
+def test_ubacktrace_through_hooked_frames(a64dir: Path, cache: Path, flavour: str,
                                           mode: str) -> None:
     """From bt_leaf's entry, called through four bt_mid frames whose return addresses
     are hooked (bt_mid.return): the walk reads each saved x30 where the CFI says it is,
     strips its signature, substitutes the real return address for pd_ret_tramp and
     names every frame as stap does: ` 0xADDR : NAME+0xOFF/0xSIZE [PATH]`."""
     exe = build(a64dir, "func_exc.cc", flavour)
-    res = run_pydyn(f"--probe-mode={mode}", "-e", BT_SCRIPT.format(exe=exe),
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", BT_SCRIPT.format(exe=exe),
                     "-c", qemu_cmd(exe, "3"))
     # libc after main has no tables: printed, and the walk ends there
     assert len(check_bt_session(res, exe)) == 7

@@ -7,6 +7,8 @@ import pytest
 from pydyn.launcher.elf.argspec import ArgKind, ArgSpec, parse_sdt_args, split_sdt_args
 from pydyn.launcher.elf.symbols import Symbol, SymbolTable
 
+pytestmark = pytest.mark.unit   # no compiler, no target process: `make check`
+
 GOT = 0x3FF4
 TLS = (0x3EF8, 0x14, 8)          # PT_TLS vaddr, memsz, align -> block of 0x18 bytes
 

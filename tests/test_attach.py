@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c
+from cbuild import PROGS, build_c, run_pydyn, start_pydyn
 
 from pydyn.launcher.attach import read_maps
 from pydyn.launcher.elf.reader import get_elf_info
@@ -28,11 +28,6 @@ SRC = PROGS / "attach_loop.c"
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64",
                                 reason="ptrace attach is implemented for x86-64 hosts")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("attach-cache")
 
 
 @pytest.fixture(scope="module")
@@ -56,14 +51,6 @@ probe end {{
     printf("G %d target %d\\n", g, target())
 }}
 """
-
-
-def pydyn_cmd(*args: str) -> list[str]:
-    return [sys.executable, "-m", "pydyn.launcher.cli", *args]
-
-
-def env_for(cache: Path) -> dict[str, str]:
-    return dict(os.environ, PYDYN_CACHE_DIR=str(cache))
 
 
 @dataclass
@@ -139,9 +126,8 @@ def run_attached(cache: Path, target: Target, script: str, *extra: str,
                  during: object = None, interrupt_after: float | None = None) -> Attached:
     """pydyn -v -x target; while attached, records the sites' bytes and semaphores
     (and calls `during()`); optionally ends the session with SIGINT."""
-    cmd = pydyn_cmd("-v", "-e", script, "-x", str(target.pid), *extra)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env_for(cache))
+    proc = start_pydyn(cache, "-v", "-e", script, "-x", str(target.pid), *extra,
+                       start_new_session=False)
     assert proc.stderr is not None and proc.stdout is not None
     sites, semas = site_addresses(target.pid, target.binary)
     err_lines: list[str] = []
@@ -277,11 +263,6 @@ def test_children_forked_and_execed_after_attach_are_followed(
     assert lines[-1] == "semaphores 0 0"
 
 
-def run_pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(pydyn_cmd(*args), capture_output=True, text=True,
-                          env=env_for(cache), timeout=TIMEOUT)
-
-
 def assert_one_line_error(res: subprocess.CompletedProcess[str], *needles: str) -> None:
     assert res.returncode == 1, res
     lines = res.stderr.strip().splitlines()
@@ -349,6 +330,7 @@ def test_attach_refused_when_another_tracer_holds_the_process(
         target.finish()
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("scope, words", [(1, "only a parent may attach"),
                                           (2, "only root"), (3, "disabled until reboot")])
 def test_yama_scope_is_named(monkeypatch: pytest.MonkeyPatch, scope: int, words: str) -> None:
@@ -460,9 +442,8 @@ def test_ctrl_c_during_the_attach_waits_for_it_and_restores(
     target = start_target(binary, 1, "lock")
     try:
         assert run_pydyn(cache, "-p4", "-e", script, "-x", str(target.pid)).returncode == 0
-        proc = subprocess.Popen(pydyn_cmd("-v", "-e", script, "-x", str(target.pid)),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=env_for(cache))
+        proc = start_pydyn(cache, "-v", "-e", script, "-x", str(target.pid),
+                           start_new_session=False)
         assert proc.stderr is not None
         for line in proc.stderr:
             if line.startswith("Pass 4:"):
@@ -490,10 +471,8 @@ def test_attach_refused_when_the_class_has_no_toolchain(binaries: dict[str, Path
     cc.chmod(0o755)
     target = start_target(binaries["m32"], 1)
     try:
-        res = subprocess.run(pydyn_cmd("--disable-cache", "-e", "probe begin { }",
-                                       "-x", str(target.pid)),
-                             capture_output=True, text=True, timeout=TIMEOUT,
-                             env=dict(os.environ, CC=str(cc)))
+        res = run_pydyn(tmp_path, "--disable-cache", "-e", "probe begin { }",
+                        "-x", str(target.pid), timeout=TIMEOUT, env={"CC": str(cc)})
         assert_one_line_error(res, "no m32 toolchain", "gcc-12-multilib")
     finally:
         target.finish()
@@ -514,9 +493,9 @@ def test_attach_again_after_detach(cache: Path, binaries: dict[str, Path]) -> No
 def test_timeout_ends_a_command_session_as_exit_does(cache: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     with out.open("w") as f:   # a file: the command, which runs on, holds no pipe of ours
-        rc = subprocess.run(pydyn_cmd("-v", "-T", "0.5", "-e", 'probe end { printf("end\\n") }',
-                                      "-c", "sleep 10"), stdout=f, stderr=subprocess.STDOUT,
-                            env=env_for(cache), timeout=TIMEOUT).returncode
+        rc = start_pydyn(cache, "-v", "-T", "0.5", "-e", 'probe end { printf("end\\n") }',
+                         "-c", "sleep 10", stdout=f, stderr=subprocess.STDOUT,
+                         start_new_session=False).wait(timeout=TIMEOUT)
     text = out.read_text()
     assert rc == 0 and "end\n" in text, text
     pid = int(text.split("pydyn: started sleep as pid ")[1].split()[0])

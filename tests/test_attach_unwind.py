@@ -43,11 +43,6 @@ probe end {{ printf("tr=%d tlo=%d thi=%d ts=%d\\nor=%d lo=%d hi=%d os=%d\\nbr=%d
 """
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("attach-unwind-cache")   # the runtime compiled once
-
-
 def number(pattern: str, text: str) -> int:
     m = re.search(pattern, text)
     assert m, (pattern, text)

@@ -15,11 +15,10 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import build_c
+from cbuild import build_c, run_pydyn, start_pydyn
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTER = ROOT / "examples" / "src" / "counter.c"
@@ -57,13 +56,6 @@ class FakeGcc:
         return self.log.read_text().splitlines() if self.log.exists() else []
 
 
-def pydyn(args: list[str], cache: Path, env: dict[str, str] | None = None,
-          umask: int = -1) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PYDYN_CACHE_DIR": str(cache), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=full, timeout=180, umask=umask)
-
-
 def script_for(binary: Path, extra: str = "") -> str:
     return (f'global hits, total\nprobe process("{binary}").mark("tick") '
             "{ hits++; total += $arg1 }\n"
@@ -87,37 +79,37 @@ def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path) -
     gcc = FakeGcc(tmp_path)
     cache = tmp_path / "cache"
     script = script_for(counter)
-    cold = pydyn(["-v", "-e", script, "-c", f"{counter} 100"], cache, gcc.env)
+    cold = run_pydyn(cache, "-v", "-e", script, "-c", f"{counter} 100", env=gcc.env)
     assert cold.returncode == 0, cold.stderr
     assert "hits=100 total=4950" in cold.stdout
     assert "Pass 4: compiled m64" in cold.stderr
     assert gcc.calls(), "the cold run compiles with the fake gcc"
     gcc.arm()
     warm_env = {**gcc.env, "PYDYN_DEBUG_NO_ELF": "1"}
-    warm = pydyn(["-v", "-e", script, "-c", f"{counter} 100"], cache, warm_env)
+    warm = run_pydyn(cache, "-v", "-e", script, "-c", f"{counter} 100", env=warm_env)
     assert warm.returncode == 0, warm.stderr
     assert "hits=100 total=4950" in warm.stdout
     assert "Pass 2: using cached probe sites (1 probe site(s))" in warm.stderr
     assert "Pass 4: using cached m64" in warm.stderr
     assert gcc.calls() == []
     # -p4 on a hit prints the cached paths, m64 first, still without gcc or ELF parsing.
-    p4 = pydyn(["-p4", "-e", script, "-c", f"{counter} 1"], cache, warm_env)
+    p4 = run_pydyn(cache, "-p4", "-e", script, "-c", f"{counter} 1", env=warm_env)
     paths = module_paths(p4)
     assert paths[0].name.endswith("_m64.so") and paths[0].parent == entries(cache)[0]
     assert gcc.calls() == []
     # The guard is real: a miss under PYDYN_DEBUG_NO_ELF must parse ELF and is refused.
-    miss = pydyn(["-e", script_for(counter, "probe begin { println(1) }"), "-c", str(counter)],
-                 cache, {"PYDYN_DEBUG_NO_ELF": "1"})
+    miss = run_pydyn(cache, "-e", script_for(counter, "probe begin { println(1) }"), "-c",
+                     str(counter), env={"PYDYN_DEBUG_NO_ELF": "1"})
     assert miss.returncode == 1
     assert "PYDYN_DEBUG_NO_ELF is set, but pydyn parsed the ELF file" in miss.stderr
 
 
-def test_entry_layout_manifest_and_hash_log(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_entry_layout_manifest_and_hash_log(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     # A string argument keeps this format in the launcher (integer-only ones are
     # formatted in the probe), so the manifest must carry it.
     script = script_for(counter, 'probe begin { printf("%s\\n", execname()) }')
-    paths = module_paths(pydyn(["-p4", "-e", script], cache))
+    paths = module_paths(run_pydyn(cache, "-p4", "-e", script))
     key = paths[0].name.split("_")[1]
     entry = paths[0].parent
     assert entry == cache / key and len(key) == 32
@@ -146,28 +138,29 @@ def test_entry_layout_manifest_and_hash_log(tmp_path: Path, counter: Path) -> No
     assert (entry / "lib" / "x86_64-linux-gnu" / f"pydyn_{key}.so").resolve() == paths[0]
 
 
-def test_key_follows_its_inputs(tmp_path: Path, counter: Path, sdt_cflags: object) -> None:
-    cache = tmp_path / "cache"
+def test_key_follows_its_inputs(tmp_path: Path, warm_cache: Path, counter: Path,
+                                sdt_cflags: object) -> None:
+    cache = warm_cache
     script = script_for(counter)
-    base = key_of(pydyn(["-p4", "-e", script], cache))
-    assert key_of(pydyn(["-p4", "-e", script], cache)) == base
-    assert key_of(pydyn(["-p4", "-D", "MAXACTION=77", "-e", script], cache)) != base
-    assert key_of(pydyn(["-p4", "-e", script, "extra-arg"], cache)) != base
+    base = key_of(run_pydyn(cache, "-p4", "-e", script))
+    assert key_of(run_pydyn(cache, "-p4", "-e", script)) == base
+    assert key_of(run_pydyn(cache, "-p4", "-D", "MAXACTION=77", "-e", script)) != base
+    assert key_of(run_pydyn(cache, "-p4", "-e", script, "extra-arg")) != base
     # The same path rebuilt with another build-id is another entry.
     copy = tmp_path / "counter"
     build_c(COUNTER, copy)
     other = script_for(copy)
-    first = key_of(pydyn(["-p4", "-e", other], cache))
+    first = key_of(run_pydyn(cache, "-p4", "-e", other))
     build_c(COUNTER, copy, extra=["-DPYDYN_TEST_VARIANT=1", "-Wl,--build-id=sha1"],
             opt="-O1")
-    assert key_of(pydyn(["-p4", "-e", other], cache)) != first
+    assert key_of(run_pydyn(cache, "-p4", "-e", other)) != first
 
 
-def test_damaged_entry_is_reported_once_and_rebuilt(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_damaged_entry_is_reported_once_and_rebuilt(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     script = script_for(counter)
     run = ["-v", "-e", script, "-c", f"{counter} 10"]
-    paths = module_paths(pydyn(["-p4", *run[1:]], cache))
+    paths = module_paths(run_pydyn(cache, "-p4", *run[1:]))
     key = paths[0].name.split("_")[1]
     manifest = paths[0].parent / f"pydyn_{key}.json"
     for damage in ("truncate-module", "alter-module", "truncate-manifest", "alter-manifest"):
@@ -180,7 +173,7 @@ def test_damaged_entry_is_reported_once_and_rebuilt(tmp_path: Path, counter: Pat
         else:
             target.write_text(data.decode().replace('"needs_wait": true',
                                                     '"needs_wait": false'))
-        res = pydyn(run, cache)
+        res = run_pydyn(cache, *run)
         assert res.returncode == 0, (damage, res.stderr)
         assert "hits=10 total=45" in res.stdout
         warnings = [line for line in res.stderr.splitlines() if "damaged" in line]
@@ -188,7 +181,7 @@ def test_damaged_entry_is_reported_once_and_rebuilt(tmp_path: Path, counter: Pat
         assert warnings[0].startswith(f"pydyn: warning: cache entry {paths[0].parent}")
         assert "rebuilding" in warnings[0]
         assert "Pass 4: compiled m64" in res.stderr
-    again = pydyn(run, cache)
+    again = run_pydyn(cache, *run)
     assert "Pass 4: using cached" in again.stderr and "damaged" not in again.stderr
 
 
@@ -196,10 +189,8 @@ def test_concurrent_runs_of_one_script(tmp_path: Path, counter: Path) -> None:
     gcc = FakeGcc(tmp_path)
     cache = tmp_path / "cache"
     script = script_for(counter)
-    env = {**os.environ, "PYDYN_CACHE_DIR": str(cache), **gcc.env}
-    procs = [subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", "-e", script,
-                               "-c", f"{counter} 200"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(3)]
+    procs = [start_pydyn(cache, "-e", script, "-c", f"{counter} 200", env=gcc.env,
+                         start_new_session=False) for _ in range(3)]
     for proc in procs:
         out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
@@ -208,8 +199,8 @@ def test_concurrent_runs_of_one_script(tmp_path: Path, counter: Path) -> None:
     assert len(entries(cache)) == 1
     assert not list(entries(cache)[0].glob("*.tmp*"))
     gcc.arm()
-    warm = pydyn(["-v", "-e", script, "-c", f"{counter} 5"], cache,
-                 {**gcc.env, "PYDYN_DEBUG_NO_ELF": "1"})
+    warm = run_pydyn(cache, "-v", "-e", script, "-c", f"{counter} 5",
+                     env={**gcc.env, "PYDYN_DEBUG_NO_ELF": "1"})
     assert warm.returncode == 0, warm.stderr
     assert "Pass 4: using cached" in warm.stderr and gcc.calls() == []
 
@@ -217,20 +208,20 @@ def test_concurrent_runs_of_one_script(tmp_path: Path, counter: Path) -> None:
 def test_cache_dir_is_created_private(tmp_path: Path, counter: Path) -> None:
     cache = tmp_path / "deep" / "cache"
     # umask 002 (user private groups) must not make our own entries group-writable.
-    module_paths(pydyn(["-p4", "-e", script_for(counter)], cache, umask=0o002))
+    module_paths(run_pydyn(cache, "-p4", "-e", script_for(counter), umask=0o002))
     assert cache.stat().st_mode & 0o777 == 0o700
     entry = entries(cache)[0]
     assert entry.stat().st_mode & 0o777 == 0o700
     assert not [p for p in entry.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o022]
-    again = pydyn(["-v", "-p4", "-e", script_for(counter)], cache, umask=0o002)
+    again = run_pydyn(cache, "-v", "-p4", "-e", script_for(counter), umask=0o002)
     assert "Pass 4: using cached" in again.stderr and "refusing" not in again.stderr
 
 
 @pytest.mark.parametrize("how", ["group-writable", "other-owner"])
-def test_unsafe_entry_is_refused(tmp_path: Path, counter: Path, how: str) -> None:
-    cache = tmp_path / "cache"
+def test_unsafe_entry_is_refused(warm_cache: Path, counter: Path, how: str) -> None:
+    cache = warm_cache
     script = script_for(counter)
-    entry = module_paths(pydyn(["-p4", "-e", script, "-c", f"{counter} 10"], cache))[0].parent
+    entry = module_paths(run_pydyn(cache, "-p4", "-e", script, "-c", f"{counter} 10"))[0].parent
     if how == "group-writable":
         entry.chmod(0o770)
         expect = "writable by group or others"
@@ -240,7 +231,7 @@ def test_unsafe_entry_is_refused(tmp_path: Path, counter: Path, how: str) -> Non
         nobody = pwd.getpwnam("nobody")
         os.chown(entry, nobody.pw_uid, nobody.pw_gid)
         expect = "owned by nobody"
-    res = pydyn(["-v", "-e", script, "-c", f"{counter} 10"], cache)
+    res = run_pydyn(cache, "-v", "-e", script, "-c", f"{counter} 10")
     assert res.returncode == 0, res.stderr
     assert "hits=10 total=45" in res.stdout
     refusals = [line for line in res.stderr.splitlines() if "refusing" in line]
@@ -254,43 +245,43 @@ def test_unsafe_cache_directory_is_refused(tmp_path: Path, counter: Path) -> Non
     cache = tmp_path / "shared"
     cache.mkdir()
     cache.chmod(0o777)
-    res = pydyn(["-e", script_for(counter), "-c", f"{counter} 3"], cache)
+    res = run_pydyn(cache, "-e", script_for(counter), "-c", f"{counter} 3")
     assert res.returncode == 0, res.stderr
     assert "refusing cache directory" in res.stderr and "not using the module cache" in res.stderr
     assert list(cache.iterdir()) == []
 
 
-def test_lru_eviction_keeps_the_size_limit(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_lru_eviction_keeps_the_size_limit(warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     keys = []
     for i in range(3):
         script = script_for(counter, f"probe begin {{ println({i}) }}")
-        keys.append(key_of(pydyn(["-p4", "-e", script], cache)))
+        keys.append(key_of(run_pydyn(cache, "-p4", "-e", script)))
     sizes = {e.name: sum(f.stat().st_size for f in e.rglob("*") if f.is_file()
                          and not f.is_symlink()) for e in entries(cache)}
     assert len(sizes) == 3
     # Use entry 0 again so entry 1 is the least recently used.
     os.utime(cache / keys[1] / f"pydyn_{keys[1]}.json", (1, 1))
-    assert key_of(pydyn(["-p4", "-e", script_for(counter, "probe begin { println(0) }")],
-                        cache)) == keys[0]
+    assert key_of(run_pydyn(cache, "-p4", "-e",
+                            script_for(counter, "probe begin { println(0) }"))) == keys[0]
     limit_mib = (max(sizes.values()) * 3.5) / (1 << 20)
-    new = key_of(pydyn(["-p4", "--cache-size", f"{limit_mib:.4f}", "-e",
-                        script_for(counter, "probe begin { println(9) }")], cache))
+    new = key_of(run_pydyn(cache, "-p4", "--cache-size", f"{limit_mib:.4f}", "-e",
+                           script_for(counter, "probe begin { println(9) }")))
     left = {e.name for e in entries(cache)}
     assert new in left and keys[1] not in left and {keys[0], keys[2]} <= left
 
 
-def test_clean_and_disable(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_clean_and_disable(tmp_path: Path, warm_cache: Path, counter: Path) -> None:
+    cache = warm_cache
     script = script_for(counter)
-    module_paths(pydyn(["-p4", "-e", script], cache))
+    module_paths(run_pydyn(cache, "-p4", "-e", script))
     assert entries(cache)
-    res = pydyn(["--clean-cache"], cache)
+    res = run_pydyn(cache, "--clean-cache")
     assert res.returncode == 0, res.stderr
     assert "removed 1 entry" in res.stderr
     assert entries(cache) == [] and not (cache / "index").exists()
     off = tmp_path / "unused"
-    run = pydyn(["-v", "--disable-cache", "-e", script, "-c", f"{counter} 4"], off)
+    run = run_pydyn(off, "-v", "--disable-cache", "-e", script, "-c", f"{counter} 4")
     assert run.returncode == 0, run.stderr
     assert "hits=4 total=6" in run.stdout and "Pass 4: compiled m64" in run.stderr
     assert not off.exists()

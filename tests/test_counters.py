@@ -17,16 +17,14 @@ objdump, that the FAST handler for `n++` holds no lock prefix on x86-64 and i386
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, abi_binary, build_abis, have_sdt_h, run_pydyn
-from test_fastpath import _functions
+from cbuild import PROGS, abi_binary, build_abis, have_sdt_h, run_module, run_pydyn
+from test_fast_handlers import _functions
 
 TIMEOUT = 120
 PER = 20000
@@ -41,11 +39,6 @@ def script_text(nprogs: int) -> str:
             f"probe {peek} {{ v = n; if (v < last) bad++; last = v; reads++ }}\n"
             'probe end { printf("n=%d t=%d f=%d bad=%d last=%d reads=%d\\n", '
             "n, t, f, bad, last, reads) }\n")
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("counter-cache")
 
 
 @pytest.fixture(scope="module")
@@ -177,10 +170,8 @@ def test_initial_value_from_pydyn_run(progs: dict[str, Path], cache: Path,
     r = run_pydyn(cache, "-p4", str(script), str(b64), str(b32), timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     m64, m32 = r.stdout.split()
-    r = subprocess.run([sys.executable, "-m", "pydyn.launcher.run_module", m64, "--compat",
-                        m32, "-c", f"{b64} 8 1000 exec {b32}", "n=1000000000000", "t=-5"],
-                       capture_output=True, text=True, timeout=TIMEOUT,
-                       env={**os.environ, "PYDYN_CACHE_DIR": str(cache)})
+    r = run_module(cache, m64, "--compat", m32, "-c", f"{b64} 8 1000 exec {b32}",
+                   "n=1000000000000", "t=-5", timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     assert f"n={10**12 + 16000} t={16 * tri(1000) - 5} f=16000 " in r.stdout, r.stdout
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import pty
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cbuild import run_pydyn, start_pydyn
 
 PY = "/usr/bin/python3.11"
 
@@ -46,16 +46,11 @@ if os.path.exists(PY):
         f'process("{PY}").mark("functon__entry")', "did you mean function__entry"))
 
 
-def pydyn(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, timeout=60, **kw)  # type: ignore
-
-
 @pytest.mark.parametrize("bad", TABLE, ids=[b.id for b in TABLE])
-def test_diagnostic_shape(bad: Broken, tmp_path: Path) -> None:
+def test_diagnostic_shape(bad: Broken, tmp_path: Path, cache: Path) -> None:
     path = tmp_path / "bad.stp"
     path.write_text(bad.text)
-    r = pydyn(["-p3", str(path)])
+    r = run_pydyn(cache, "-p3", str(path))
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
     assert "\033[" not in r.stderr            # stderr is a pipe: no colour
     head, source, caret, *rest = r.stderr.splitlines()
@@ -72,15 +67,13 @@ def test_diagnostic_shape(bad: Broken, tmp_path: Path) -> None:
         assert not any(line.startswith("note:") for line in rest)
 
 
-def run_on_pty(args: list[str], env: dict[str, str] | None = None) -> tuple[int, bytes]:
+def run_on_pty(cache: Path, *args: str) -> tuple[int, bytes]:
     """Run pydyn with stderr on a pseudo-tty; its exit status and what it wrote there."""
     master, slave = pty.openpty()
-    environ = {k: v for k, v in os.environ.items() if k != "NO_COLOR"}
-    environ.update(env or {})
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=slave, env=environ)
+        # an empty $NO_COLOR is an unset one
+        proc = start_pydyn(cache, *args, env={"NO_COLOR": ""}, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=slave, start_new_session=False)
         os.close(slave)
         slave = -1
         err = b""
@@ -99,22 +92,22 @@ def run_on_pty(args: list[str], env: dict[str, str] | None = None) -> tuple[int,
         os.close(master)
 
 
-def test_color_always_never_and_tty() -> None:
+def test_color_always_never_and_tty(cache: Path) -> None:
     script = "probe begin { x = fooo(1) }"
-    always = pydyn(["--color=always", "-p3", "-e", script]).stderr
+    always = run_pydyn(cache, "--color=always", "-p3", "-e", script).stderr
     assert "\033[1;31merror:\033[0m" in always and "\033[1m<input>:1:19:\033[0m" in always
     assert "\033[1;32m^~~~\033[0m" in always
-    assert "\033[" not in pydyn(["--color", "never", "-p3", "-e", script]).stderr
+    assert "\033[" not in run_pydyn(cache, "--color", "never", "-p3", "-e", script).stderr
     # auto on a tty colours; --color=never wins over the tty
     for args, coloured in ((["-p3"], True), (["--color=never", "-p3"], False)):
-        rc, err = run_on_pty([*args, "-e", script])
+        rc, err = run_on_pty(cache, *args, "-e", script)
         assert rc == 1
         assert (b"\033[1;31merror:" in err) is coloured, err
         assert b"unresolved function 'fooo'" in err
 
 
-def test_plain_error_has_no_location_and_one_line() -> None:
-    r = pydyn(["-p3", "/nonexistent/script.stp"])
+def test_plain_error_has_no_location_and_one_line(cache: Path) -> None:
+    r = run_pydyn(cache, "-p3", "/nonexistent/script.stp")
     assert r.returncode == 1
     assert r.stderr.splitlines() == [
         "pydyn: error: cannot read script /nonexistent/script.stp: No such file or directory"]
@@ -126,23 +119,24 @@ RUN = ["-e", SITE_SCRIPT, "-c", f"{PY} -c pass"]
 
 @pytest.mark.skipif(not os.path.exists(PY), reason="Debian's python3.11 not installed")
 def test_cold_build_progress_on_tty_only(tmp_path: Path) -> None:
-    rc, err = run_on_pty(RUN, env={"PYDYN_CACHE_DIR": str(tmp_path / "a")})
+    # Caches of its own, not linked to the session's runtime objects: the line shows only
+    # for a build that outlasts half a second, one that compiles the runtime too.
+    tty_cache = tmp_path / "tty"
+    rc, err = run_on_pty(tty_cache, *RUN)
     assert rc == 0, err
     text = err.decode()
     assert text.count("pydyn: compiling ") == 1, text
     assert "pydyn: compiling 1 probe site(s) into m64" in text and " modules ..." in text
     assert "\r\033[K" in text, text          # erased when the build is done
-    piped = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", "-p4", "-e",
-                            SITE_SCRIPT], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "PYDYN_CACHE_DIR": str(tmp_path / "b")})
+    piped = run_pydyn(tmp_path / "pipe", "-p4", "-e", SITE_SCRIPT, timeout=120)
     assert piped.returncode == 0, piped.stderr
     assert piped.stderr == ""
-    rc, warm = run_on_pty(RUN, env={"PYDYN_CACHE_DIR": str(tmp_path / "a")})  # cache hit
+    rc, warm = run_on_pty(tty_cache, *RUN)  # cache hit
     assert rc == 0 and b"compiling" not in warm
 
 
-def test_version_and_help_examples() -> None:
-    r = pydyn(["--version"])
+def test_version_and_help_examples(cache: Path) -> None:
+    r = run_pydyn(cache, "--version")
     assert r.returncode == 0 and r.stdout.startswith("pydyn ") and r.stdout.split()[1][0].isdigit()
-    r = pydyn(["--help"])
+    r = run_pydyn(cache, "--help")
     assert r.returncode == 0 and "examples:" in r.stdout and "pydyn -l " in r.stdout

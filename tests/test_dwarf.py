@@ -12,10 +12,8 @@ in registers) is a translate-time error naming it.
 from __future__ import annotations
 
 import functools
-import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,12 +23,7 @@ from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
 from pydyn.launcher.elf.dwarf import get_dwarf
 from pydyn.launcher.errors import TargetError
 
-TIMEOUT = 120
 SRC = PROGS / "dwarf_params.c"
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 def decl_line(func: str) -> int:
@@ -57,11 +50,6 @@ def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
         debug = () if b is NODWARF else ("-g",)
         return build_c(SRC, tmp / f"dp-{b.id}", m32=b.m32, opt=b.opt, extra=debug)
     return one
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dwarf-cache")
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
@@ -113,7 +101,7 @@ def test_parameter_values_exact(progs: Progs, cache: Path, b: Build) -> None:
     # at -O0 on x86-64 $z cannot be read (test_param_after_a_struct)
     z = '"-"' if b.id == "m64-O0" else "sprint($z)"
     script = SCRIPT.format(exe=exe, z=z, fill_line=decl_line("fill"))
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 4")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 4")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     adds = [ln for ln in out if ln.startswith("add ")]
@@ -137,10 +125,8 @@ def test_parameter_values_exact(progs: Progs, cache: Path, b: Build) -> None:
     assert "total=6012 buf=hello  len=6" in res.stdout   # the program is unchanged
     assert "WARNING" not in res.stderr, res.stderr
     if b.id == "m64-O2":   # a cache hit reads no DWARF (no ELF parse at all)
-        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache), PYDYN_DEBUG_NO_ELF="1")
-        again = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", "-e", script,
-                                "-c", f"{exe} 4"], capture_output=True, text=True, env=env,
-                               timeout=TIMEOUT)
+        again = run_pydyn(cache, "-e", script, "-c", f"{exe} 4",
+                          env={"PYDYN_DEBUG_NO_ELF": "1"})
         assert again.returncode == 0, again.stderr
         assert [ln for ln in again.stdout.splitlines() if ln.startswith("add ")] == adds
 
@@ -148,7 +134,7 @@ def test_parameter_values_exact(progs: Progs, cache: Path, b: Build) -> None:
 def test_param_after_a_struct(progs: Progs, cache: Path) -> None:
     exe = progs(Build("m64-O0", False, "-O0"))
     script = f'probe process("{exe}").function("mixed") {{ println($z) }}'
-    res = pydyn(cache, "-p3", "-e", script)
+    res = run_pydyn(cache, "-p3", "-e", script)
     assert res.returncode == 1 and res.stdout == ""
     first = res.stderr.splitlines()[0]
     assert first == (f"<input>:1:{script.index('$z') + 1}: error: '$z': {exe}: parameter "
@@ -174,18 +160,18 @@ def listing(b: Build, exe: Path) -> list[str]:
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_listing_golden(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
-    res = pydyn(cache, "-L", f'process("{exe}").function("*@dwarf_params.c")')
+    res = run_pydyn(cache, "-L", f'process("{exe}").function("*@dwarf_params.c")')
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == listing(b, exe)
-    res = pydyn(cache, "-L", f'process("{exe}").function("add").return')
+    res = run_pydyn(cache, "-L", f'process("{exe}").function("add").return')
     assert res.stdout.splitlines() == [
         f'process("{exe}").function("add@{SRC}:{decl_line("add")}").return $return:long']
-    res = pydyn(cache, "-L", "-v", f'process("{exe}").function("add")')
+    res = run_pydyn(cache, "-L", "-v", f'process("{exe}").function("add")')
     where = {"m64-O0": "a=%rdi(ABI) b=%rsi(ABI)", "m64-O2": "a=%rdi b=%rsi"}.get(
         b.id, "a=4(%esp) b=8(%esp)")
     assert res.stdout.endswith(f' locations="{where}"\n'), res.stdout
     # functions without DWARF (the C runtime's) are listed by their symbol name
-    res = pydyn(cache, "-l", f'process("{exe}").function("_start")')
+    res = run_pydyn(cache, "-l", f'process("{exe}").function("_start")')
     assert res.stdout == f'process("{exe}").function("_start")\n'
 
 
@@ -197,7 +183,7 @@ def test_without_dwarf(progs: Progs, cache: Path) -> None:
         (f'probe process("{exe}").function("add@dwarf_params.c") {{ }}', 7),
         (f'probe process("{exe}").function("add") {{ println($a) }}', 0),
     ]:
-        res = pydyn(cache, "-e", script)
+        res = run_pydyn(cache, "-e", script)
         assert res.returncode == 1 and res.stdout == "" and "Traceback" not in res.stderr
         first = res.stderr.splitlines()[0]
         assert f"{exe}: has no DWARF debug information (.debug_info); rebuild it with -g" \
@@ -221,7 +207,7 @@ def test_without_dwarf(progs: Progs, cache: Path) -> None:
 def test_bad_parameter_uses(progs: Progs, cache: Path, script: str,
                             message: str) -> None:
     exe = progs(M64_O2)
-    res = pydyn(cache, "-e", script.format(exe=exe))
+    res = run_pydyn(cache, "-e", script.format(exe=exe))
     assert res.returncode == 1 and res.stdout == "" and "Traceback" not in res.stderr
     want = message.format(exe=exe, src=SRC, line=decl_line("add"), mline=decl_line("mixed"))
     assert want in res.stderr.splitlines()[0], res.stderr
@@ -254,8 +240,8 @@ def test_entry_values_in_return_probes(progs: Progs, cache: Path, tmp_path: Path
     progs(b)
     rec = build_c(PROGS / "func_rec.c", tmp_path / "rec", m32=b.m32, opt=b.opt, extra=("-g",))
     jmp = build_c(PROGS / "func_jmp.c", tmp_path / "jmp", m32=b.m32, opt=b.opt, extra=("-g",))
-    check_entry_session(pydyn(cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
-                              f"sh -c '{rec} 15 10000; {jmp}; echo status=$?'"))
+    check_entry_session(run_pydyn(cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
+                                  f"sh -c '{rec} 15 10000; {jmp}; echo status=$?'"))
 
 
 def check_entry_session(res: subprocess.CompletedProcess[str]) -> None:
@@ -281,6 +267,6 @@ def check_entry_session(res: subprocess.CompletedProcess[str]) -> None:
      "@entry of a string is not supported: only long values"),
 ])
 def test_bad_entry(progs: Progs, cache: Path, script: str, message: str) -> None:
-    res = pydyn(cache, "-p3", "-e", script.format(exe=progs(M64_O2)))
+    res = run_pydyn(cache, "-p3", "-e", script.format(exe=progs(M64_O2)))
     assert res.returncode == 1 and res.stdout == "" and "Traceback" not in res.stderr
     assert res.stderr.splitlines()[0].endswith(f"error: {message}"), res.stderr

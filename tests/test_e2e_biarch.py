@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h
+from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h, start_pydyn
 
 TIMEOUT = 60
 SRC = PROGS / "biarch_proc.c"
@@ -60,16 +60,6 @@ def static_prog(progs: Progs) -> str:
     if res.returncode != 0:
         pytest.skip(f"cannot link a static program (libc.a missing?): {res.stderr[-300:]}")
     return str(out)
-
-
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pydyn-cache")
-
-
-def pydyn_argv() -> list[str]:
-    exe = shutil.which("pydyn")
-    return [exe] if exe else [sys.executable, "-m", "pydyn.launcher.cli"]
 
 
 def segments_of(pid: int) -> list[str]:
@@ -129,13 +119,12 @@ def _default_signals() -> None:
         signal.signal(sig, signal.SIG_DFL)
 
 
-def start_pydyn(cache: Path, script: str, command: Sequence[str]) -> subprocess.Popen[str]:
-    """pydyn in its own session (so its whole process group can be cleaned up), with
-    faulthandler on: a hung pydyn is sent SIGABRT and prints its threads' stacks."""
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache), PYTHONFAULTHANDLER="1")
-    return subprocess.Popen([*pydyn_argv(), "-e", script, "-c", shlex.join(command)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True, preexec_fn=_default_signals)
+def start_session(cache: Path, script: str, command: Sequence[str]) -> subprocess.Popen[str]:
+    """pydyn -e SCRIPT -c COMMAND in its own session (so its whole process group can be
+    cleaned up), with faulthandler on: a hung pydyn is sent SIGABRT and prints its
+    threads' stacks."""
+    return start_pydyn(cache, "-e", script, "-c", shlex.join(command),
+                       env={"PYTHONFAULTHANDLER": "1"}, preexec_fn=_default_signals)
 
 
 def cleanup(proc: subprocess.Popen[str]) -> None:
@@ -155,9 +144,9 @@ def cleanup(proc: subprocess.Popen[str]) -> None:
         os.unlink(seg)
 
 
-def run_pydyn(cache: Path, script: str, command: Sequence[str], *,
-              timeout: float = TIMEOUT) -> Run:
-    proc = start_pydyn(cache, script, command)
+def run_session(cache: Path, script: str, command: Sequence[str], *,
+                timeout: float = TIMEOUT) -> Run:
+    proc = start_session(cache, script, command)
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -224,12 +213,12 @@ def by_role(procs: Sequence[Proc], role: str) -> list[Proc]:
 
 # ---- 1. concurrency ---------------------------------------------------------------
 
-def test_mixed_workers_concurrently_exact(progs: Progs, cache_dir: Path) -> None:
+def test_mixed_workers_concurrently_exact(progs: Progs, cache: Path) -> None:
     n = 4000
-    cmd = [progs.b64, "-b", "-m", "100", "-p", "100"]
+    cmd = [progs.b64, "-B", "-m", "100", "-p", "100"]
     for exe in (progs.b32, progs.b64) * 3:
         cmd += ["-c", f"{exe} -m {n}"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     assert len(procs) == 7, run.describe()
     workers = [p for p in procs if p.ppid != run.pid]
@@ -237,7 +226,8 @@ def test_mixed_workers_concurrently_exact(progs: Progs, cache_dir: Path) -> None
     assert all(p.marks == n for p in workers)
     check_exact(run, procs)
     # They really ran at once: every worker's marks overlap in time with a
-    # worker of the other bitness (they start together behind a barrier).
+    # worker of the other bitness (they start together behind a barrier and
+    # meet again halfway through their marks).
     for w in workers:
         others = [o for o in workers if o.bits != w.bits]
         assert any(o.t0 < w.t1 and w.t0 < o.t1 for o in others), \
@@ -246,9 +236,9 @@ def test_mixed_workers_concurrently_exact(progs: Progs, cache_dir: Path) -> None
 
 # ---- 2. chains ------------------------------------------------------------------
 
-def test_chain_64_exec_32_fork_exec_64(progs: Progs, cache_dir: Path) -> None:
+def test_chain_64_exec_32_fork_exec_64(progs: Progs, cache: Path) -> None:
     cmd = [progs.b64, "-m", "300", "-E", progs.b32, "-m", "400", "-x", progs.b64, "-m", "500"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     first, = by_role(procs, "execd")
     assert (first.bits, first.marks, first.ppid) == (64, 300, run.pid), run.describe()
@@ -260,10 +250,10 @@ def test_chain_64_exec_32_fork_exec_64(progs: Progs, cache_dir: Path) -> None:
     assert run.calls[(first.pid, "m64")] == 300 and run.calls[(first.pid, "m32")] == 400
 
 
-def test_32bit_parent_with_64bit_children(progs: Progs, cache_dir: Path) -> None:
+def test_32bit_parent_with_64bit_children(progs: Progs, cache: Path) -> None:
     cmd = [progs.b32, "-m", "200", "-p", "100", "-c", f"{progs.b64} -m 600",
            "-c", f"{progs.b64} -m 700", "-c", f"{progs.b32} -m 800"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     parent, = [p for p in procs if p.ppid == run.pid]
     assert (parent.bits, parent.marks) == (32, 300), run.describe()
@@ -274,12 +264,12 @@ def test_32bit_parent_with_64bit_children(progs: Progs, cache_dir: Path) -> None
 
 # ---- 3. fork without exec ----------------------------------------------------------
 
-def test_fork_without_exec_keeps_probes(progs: Progs, cache_dir: Path) -> None:
+def test_fork_without_exec_keeps_probes(progs: Progs, cache: Path) -> None:
     """Parent hits 1000 marks, forks; the child hits 1500 while the parent hits 700
     more.  The same for a 32-bit process."""
     cmd = [progs.b64, "-m", "1000", "-f", "1500", "-p", "700",
            "-c", f"{progs.b32} -m 1000 -f 1500 -p 700"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     assert len(procs) == 4, run.describe()
     for bits in (32, 64):
@@ -294,11 +284,11 @@ def test_fork_without_exec_keeps_probes(progs: Progs, cache_dir: Path) -> None:
 
 # ---- 4. scrubbed environments --------------------------------------------------------
 
-def test_execve_with_scrubbed_env(progs: Progs, cache_dir: Path) -> None:
+def test_execve_with_scrubbed_env(progs: Progs, cache: Path) -> None:
     """execve(path, argv, {"FOO=1", NULL}) in forked children and in the process itself."""
     cmd = [progs.b64, "-m", "100", "-s", "-c", f"{progs.b32} -m 800",
            "-c", f"{progs.b64} -m 900", "-E", progs.b32, "-m", "300"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     scrubbed = [p for p in procs if p.foo]
     # The children did get the scrubbed environment (FOO set, unlike ours).
@@ -307,13 +297,13 @@ def test_execve_with_scrubbed_env(progs: Progs, cache_dir: Path) -> None:
     check_exact(run, procs)
 
 
-def test_env_i_child(progs: Progs, cache_dir: Path) -> None:
+def test_env_i_child(progs: Progs, cache: Path) -> None:
     env_exe = shutil.which("env")
     if env_exe is None:
         pytest.skip("no env(1)")
     cmd = [progs.b64, "-m", "50", "-c", f"{env_exe} -i PATH=/usr/bin:/bin {progs.b32} -m 500",
            "-c", f"{env_exe} -i {progs.b64} -m 400"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     assert sorted((p.bits, p.marks) for p in procs) == [(32, 500), (64, 50), (64, 400)], \
         run.describe()
@@ -328,11 +318,11 @@ sys.exit(max(k.wait() for k in kids))
 """
 
 
-def test_python_popen_env_empty(progs: Progs, cache_dir: Path, tmp_path: Path) -> None:
+def test_python_popen_env_empty(progs: Progs, cache: Path, tmp_path: Path) -> None:
     python = os.path.realpath(sys.executable)
     script = tmp_path / "spawn.py"
     script.write_text(PY_SPAWN)
-    run = run_pydyn(cache_dir, count_script(progs), [python, str(script), progs.b32, progs.b64])
+    run = run_session(cache, count_script(progs), [python, str(script), progs.b32, progs.b64])
     procs = run.procs
     assert sorted((p.bits, p.marks) for p in procs) == [(32, 600), (64, 700)], run.describe()
     check_exact(run, procs)
@@ -340,10 +330,10 @@ def test_python_popen_env_empty(progs: Progs, cache_dir: Path, tmp_path: Path) -
 
 # ---- 5. static child -------------------------------------------------------------------
 
-def test_child_execs_static_binary(progs: Progs, static_prog: str, cache_dir: Path) -> None:
+def test_child_execs_static_binary(progs: Progs, static_prog: str, cache: Path) -> None:
     cmd = [progs.b64, "-m", "500", "-p", "200", "-c", f"{static_prog} -m 300",
            "-c", f"{progs.b32} -m 700", "-c", f"{progs.b32} -m 10 -x {static_prog} -m 40"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     procs = run.procs
     assert len(procs) == 5, run.describe()     # the static ones ran and reported
     static_pids = {p.pid for p in procs if p.marks in (300, 40)}
@@ -354,14 +344,14 @@ def test_child_execs_static_binary(progs: Progs, static_prog: str, cache_dir: Pa
 
 # ---- 6. a worker killed mid-run ----------------------------------------------------------
 
-def test_worker_sigkilled_mid_run(progs: Progs, cache_dir: Path) -> None:
+def test_worker_sigkilled_mid_run(progs: Progs, cache: Path) -> None:
     """Two workers that never stop are SIGKILLed by their parent (one 32-bit, one
     64-bit) while two others hit 20000 marks each at the same time."""
     cmd = [progs.b64, "-b", "-m", "10",
            "-c", f"{progs.b32} -m 20000", "-c", f"{progs.b64} -m 20000",
            "-c", f"{progs.b32} -m -1", "-c", f"{progs.b64} -m -1",
            "-k", "2:150", "-k", "3:200"]
-    run = run_pydyn(cache_dir, count_script(progs), cmd)
+    run = run_session(cache, count_script(progs), cmd)
     assert run.rc == 0, run.describe()
     procs = run.procs
     survivors = [p for p in procs if p.ppid != run.pid]
@@ -388,12 +378,12 @@ probe process("{b64}").end {{ printf("end64 %d\\n", pid()) }}
 """
 
 
-def test_process_begin_end_in_target_context(progs: Progs, cache_dir: Path) -> None:
+def test_process_begin_end_in_target_context(progs: Progs, cache: Path) -> None:
     """A (64-bit) starts C1 (32-bit) and C2 (64-bit, which forks C2f without exec),
     then execs itself into a 32-bit image."""
     cmd = [progs.b64, "-m", "3", "-c", f"{progs.b32} -m 3", "-c", f"{progs.b64} -m 3 -f 2",
            "-E", progs.b32, "-m", "2"]
-    run = run_pydyn(cache_dir, LIFECYCLE_STP.format(b64=progs.b64, b32=progs.b32), cmd)
+    run = run_session(cache, LIFECYCLE_STP.format(b64=progs.b64, b32=progs.b32), cmd)
     assert run.rc == 0, run.describe()
     procs = run.procs
     a64, = by_role(procs, "execd")
@@ -435,13 +425,13 @@ probe end {{ foreach ([p, n] in names) printf("name %d %s %d\\n", p, n, names[p,
 """
 
 
-def test_execname_follows_rename(progs: Progs, cache_dir: Path) -> None:
+def test_execname_follows_rename(progs: Progs, cache: Path) -> None:
     """stap's execname() is the task's current comm; here a process renames itself
     after 5 marks (prctl PR_SET_NAME) and hits 7 more.  (Once a bug: the name was
     cached per thread on first use.)"""
     cmd = [progs.b64, "-m", "5", "-n", "renamed64", "-p", "7",
            "-c", f"{progs.b32} -m 4 -n renamed32 -p 6"]
-    run = run_pydyn(cache_dir, RENAME_STP.format(b64=progs.b64, b32=progs.b32), cmd)
+    run = run_session(cache, RENAME_STP.format(b64=progs.b64, b32=progs.b32), cmd)
     assert run.rc == 0, run.describe()
     p64, = [p for p in run.procs if p.bits == 64]
     p32, = [p for p in run.procs if p.bits == 32]
@@ -478,11 +468,11 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_segment_removed_after_normal_exit(progs: Progs, cache_dir: Path) -> None:
+def test_segment_removed_after_normal_exit(progs: Progs, cache: Path) -> None:
     """The segment exists while the session runs (named after pydyn's pid, which is
-    what the per-run check of run_pydyn relies on) and is gone when pydyn exits."""
+    what the per-run check of run_session relies on) and is gone when pydyn exits."""
     cmd = [progs.b64, "-m", "100", "-c", f"{progs.b32} -m -1", "-k", "0:1500"]
-    proc = start_pydyn(cache_dir, count_script(progs), cmd)
+    proc = start_session(cache, count_script(progs), cmd)
     try:
         seen = _wait_for_segment(proc.pid, time.monotonic() + 30)
         out, err = proc.communicate(timeout=TIMEOUT)
@@ -499,12 +489,12 @@ def test_segment_removed_after_normal_exit(progs: Progs, cache_dir: Path) -> Non
     pytest.param(signal.SIGTERM, id="SIGTERM"),
     pytest.param(signal.SIGHUP, id="SIGHUP"),
 ])
-def test_segment_removed_when_pydyn_is_signalled(progs: Progs, cache_dir: Path,
+def test_segment_removed_when_pydyn_is_signalled(progs: Progs, cache: Path,
                                                  sig: signal.Signals) -> None:
     """pydyn signalled mid-run (Ctrl-C, kill, timeout(1), a closed terminal): the end
     probe runs, the target is stopped and the segment removed.  (Once a bug for
     SIGTERM/SIGHUP: no handler, so the segment and the target were left behind.)"""
-    proc = start_pydyn(cache_dir, count_script(progs), [progs.b64, "-m", "-1"])
+    proc = start_session(cache, count_script(progs), [progs.b64, "-m", "-1"])
     targets: list[int] = []
     try:
         seen = _wait_for_segment(proc.pid, time.monotonic() + 30)

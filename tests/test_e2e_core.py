@@ -10,12 +10,10 @@ pydyn run is a subprocess with a per-session module cache; builds share runs
 
 from __future__ import annotations
 
-import os
 import re
 import stat
 import struct
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cbuild import PROGS, build_c, have_m32
+from cbuild import PROGS, build_c, have_m32, run_pydyn, start_pydyn
 
 from pydyn.launcher.elf.argspec import ArgKind
 from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
@@ -32,25 +30,6 @@ REPO = Path(__file__).resolve().parent.parent
 TIMEOUT = 60
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-@pytest.fixture(scope="session")
-def pydyn_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pydyn-cache")
-
-
-@pytest.fixture(scope="session")
-def pydyn(pydyn_cache: Path) -> Run:
-    """`pydyn(*args, cwd=None, cache=None)`: run the CLI, output captured as text."""
-
-    def run(*args: str, cwd: Path | None = None,
-            cache: Path | None = None) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, PYDYN_CACHE_DIR=str(cache or pydyn_cache))
-        return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                              capture_output=True, text=True, env=env, cwd=cwd,
-                              timeout=TIMEOUT)
-
-    return run
 
 
 def lines_with(text: str, prefix: str) -> list[list[str]]:
@@ -116,7 +95,7 @@ class ArgsSession:
 
 @pytest.fixture(scope="module")
 def args_session(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any,
-                 pydyn: Run) -> ArgsSession:
+                 cache: Path) -> ArgsSession:
     """Every flavour built, and run one after the other in one session (one module build)."""
     tmp = tmp_path_factory.mktemp("args")
     scans: dict[str, SiteScan] = {}
@@ -130,7 +109,7 @@ def args_session(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any,
     script = tmp / "args.stp"
     script.write_text("".join(args_probes(f, scans[f.id]) for f in FLAVOURS if f.id in scans))
     command = "; ".join(scan.info.path for scan in scans.values())
-    return ArgsSession(scans, pydyn(str(script), "-c", command))
+    return ArgsSession(scans, run_pydyn(cache, str(script), "-c", command))
 
 
 @pytest.fixture(params=FLAVOURS, ids=[f.id for f in FLAVOURS])
@@ -192,17 +171,17 @@ def example_dir(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any) -> Pa
 EXAMPLE_OUT = ["counter: 1000 ticks, sum 499500", "hits=1000 total=499500"]
 
 
-def test_example_count_stp(pydyn: Run, example_dir: Path) -> None:
-    res = pydyn(str(REPO / "examples" / "count.stp"), "-c", "./examples/bin/counter 1000",
-                cwd=example_dir)
+def test_example_count_stp(cache: Path, example_dir: Path) -> None:
+    res = run_pydyn(cache, str(REPO / "examples" / "count.stp"), "-c",
+                    "./examples/bin/counter 1000", cwd=example_dir)
     assert (res.returncode, res.stderr) == (0, "")
     assert sorted(res.stdout.splitlines()) == EXAMPLE_OUT
     assert res.stdout.splitlines()[-1] == "hits=1000 total=499500"
 
 
-def test_example_count_inline(pydyn: Run, example_dir: Path) -> None:
+def test_example_count_inline(cache: Path, example_dir: Path) -> None:
     script = (REPO / "examples" / "count.stp").read_text()
-    res = pydyn("-e", script, "-c", "./examples/bin/counter 1000", cwd=example_dir)
+    res = run_pydyn(cache, "-e", script, "-c", "./examples/bin/counter 1000", cwd=example_dir)
     assert (res.returncode, res.stderr) == (0, "")
     assert res.stdout.splitlines().count("hits=1000 total=499500") == 1
     assert sorted(res.stdout.splitlines()) == EXAMPLE_OUT
@@ -226,7 +205,7 @@ class Misc:
 
 
 @pytest.fixture(scope="module")
-def misc(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any, pydyn_cache: Path) -> Misc:
+def misc(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any, cache: Path) -> Misc:
     tmp = tmp_path_factory.mktemp("misc")
     bins = {tag: build_c(PROGS / "e2e_misc.c", tmp / tag, m32=tag == "m32",
                          extra=(f'-DE2E_TAG="{tag}"',))
@@ -245,11 +224,12 @@ def misc(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any, pydyn_cache:
     text += 'probe end { printf("end ran\\n") }\n'
     script = tmp / "misc.stp"
     script.write_text(text)
-    return Misc(bins, script, pydyn_cache)
+    return Misc(bins, script, cache)
 
 
-def test_printf_conversions_and_pid(pydyn: Run, misc: Misc) -> None:
-    res = pydyn(str(misc.script), "-c", "; ".join(f"{p} fmt" for p in misc.bins.values()))
+def test_printf_conversions_and_pid(cache: Path, misc: Misc) -> None:
+    res = run_pydyn(cache, str(misc.script), "-c",
+                    "; ".join(f"{p} fmt" for p in misc.bins.values()))
     assert (res.returncode, res.stderr) == (0, "")
     out = res.stdout.splitlines()
     for tag in misc.bins:
@@ -277,19 +257,17 @@ class ExitRun:
 
 
 @pytest.fixture(scope="module")
-def exit_runs(pydyn: Run, misc: Misc, tmp_path_factory: pytest.TempPathFactory
+def exit_runs(cache: Path, misc: Misc, tmp_path_factory: pytest.TempPathFactory
               ) -> dict[str, ExitRun]:
     """The exit() script run on each e2e_misc build, at the same time."""
     tmp = tmp_path_factory.mktemp("exit")
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(misc.cache))
-    pydyn("-p4", str(misc.script))      # build once, not in both runs at the same time
+    run_pydyn(cache, "-p4", str(misc.script))      # build once, not in both runs at the same time
     runs = {}
     for tag, path in misc.bins.items():
         # Files, not pipes: the target outlives pydyn and would hold a pipe open.
         with open(tmp / f"{tag}.out", "w") as out, open(tmp / f"{tag}.err", "w") as err:
-            runs[tag] = subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli",
-                                          str(misc.script), "-c", f"{path} exit"],
-                                         stdout=out, stderr=err, env=env)
+            runs[tag] = start_pydyn(misc.cache, str(misc.script), "-c", f"{path} exit",
+                                    stdout=out, stderr=err, start_new_session=False)
     # As each pydyn exits, look whether its target (3 s from its `stop` mark) still runs.
     alive_at_exit: dict[str, bool] = {}
     targets: list[int] = []
@@ -356,9 +334,9 @@ def dangling(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any) -> Path:
     return out
 
 
-def test_dangling_note_is_skipped_with_a_warning(pydyn: Run, dangling: Path) -> None:
-    res = pydyn("-e", mark_probe(dangling, "*", 'printf("got %s %d\\n", $$name, $arg1)'),
-                "-c", str(dangling))
+def test_dangling_note_is_skipped_with_a_warning(cache: Path, dangling: Path) -> None:
+    res = run_pydyn(cache, "-e", mark_probe(dangling, "*", 'printf("got %s %d\\n", $$name, $arg1)'),
+                    "-c", str(dangling))
     assert res.returncode == 0, res.stderr
     warnings = [line for line in res.stderr.splitlines() if line]
     assert len(warnings) == 1, res.stderr
@@ -407,10 +385,10 @@ def write_bad(bad: BadScript, tmp_path: Path, example_dir: Path) -> tuple[Path, 
 
 
 @pytest.mark.parametrize("bad", BAD_SCRIPTS, ids=[b.id for b in BAD_SCRIPTS])
-def test_bad_script_is_reported_at_its_place(pydyn: Run, tmp_path: Path, example_dir: Path,
+def test_bad_script_is_reported_at_its_place(cache: Path, tmp_path: Path, example_dir: Path,
                                              bad: BadScript) -> None:
     path, message = write_bad(bad, tmp_path, example_dir)
-    res = pydyn(str(path), "-c", str(example_dir / "examples" / "bin" / "counter"))
+    res = run_pydyn(cache, str(path), "-c", str(example_dir / "examples" / "bin" / "counter"))
     assert_clean_failure(res)
     head, source, caret, *rest = res.stderr.splitlines()
     assert head.startswith(f"{path}:{bad.line}:{bad.col}: error: "), res.stderr
@@ -440,19 +418,20 @@ def bad_targets(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any) -> di
     text = tmp / "not_elf"
     text.write_text("hello, I am text\n")
     text.chmod(text.stat().st_mode | stat.S_IXUSR)
+    # An executable text file is a bad probe point, not a bad -c command: a shell runs
+    # it with sh (tests/test_robust_session.py::test_script_as_the_command).
     return {"static": static, "text": text, "missing": tmp / "missing_program", "dir": tmp}
 
 
 @pytest.mark.parametrize("which,reason", [
     ("static", "statically linked"),
-    ("text", "not an ELF file"),
     ("missing", "no such file"),
     ("dir", "is a directory"),
 ])
-def test_bad_command_target(pydyn: Run, bad_targets: dict[str, Path], which: str,
+def test_bad_command_target(cache: Path, bad_targets: dict[str, Path], which: str,
                             reason: str) -> None:
     path = bad_targets[which]
-    res = pydyn("-e", 'probe begin { printf("hi\\n") }', "-c", f"{path} arg")
+    res = run_pydyn(cache, "-e", 'probe begin { printf("hi\\n") }', "-c", f"{path} arg")
     assert_clean_failure(res)
     (line,) = res.stderr.splitlines()
     assert str(path) in line and reason in line
@@ -462,11 +441,11 @@ def test_bad_command_target(pydyn: Run, bad_targets: dict[str, Path], which: str
     ('process("pydyn-e2e-missing-program")', "no such program in PATH"),
     ('process("/nonexistent/pydyn-e2e")', "no such file"),
 ])
-def test_missing_process_in_probe_point(pydyn: Run, tmp_path: Path, point: str,
+def test_missing_process_in_probe_point(cache: Path, tmp_path: Path, point: str,
                                         reason: str) -> None:
     path = tmp_path / "missing.stp"
     path.write_text(f'probe begin {{ }}\nprobe {point}.mark("x") {{ }}\n')
-    res = pydyn(str(path))
+    res = run_pydyn(cache, str(path))
     assert_clean_failure(res)
     head, source, caret, *_ = res.stderr.splitlines()
     assert head.startswith(f"{path}:2:7: error: ") and reason in head, res.stderr
@@ -475,8 +454,8 @@ def test_missing_process_in_probe_point(pydyn: Run, tmp_path: Path, point: str,
     assert caret.strip().rstrip("~") == "^"   # ^~~~ under the probe point
 
 
-def test_text_file_in_probe_point(pydyn: Run, bad_targets: dict[str, Path]) -> None:
-    res = pydyn("-e", f'probe process("{bad_targets["text"]}").mark("x") {{ }}')
+def test_text_file_in_probe_point(cache: Path, bad_targets: dict[str, Path]) -> None:
+    res = run_pydyn(cache, "-e", f'probe process("{bad_targets["text"]}").mark("x") {{ }}')
     assert_clean_failure(res)
     assert res.stderr.startswith("<input>:1:7: error: ") and "not an ELF file" in res.stderr
 
@@ -484,9 +463,9 @@ def test_text_file_in_probe_point(pydyn: Run, bad_targets: dict[str, Path]) -> N
 # --- 7. errors in probes ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def fault_run(pydyn: Run, misc: Misc) -> subprocess.CompletedProcess[str]:
+def fault_run(cache: Path, misc: Misc) -> subprocess.CompletedProcess[str]:
     """A probe reading the bad address 1, with the default MAXERRORS=0."""
-    return pydyn(str(misc.script), "-c", f"{misc.bins['m64']} fault")
+    return run_pydyn(cache, str(misc.script), "-c", f"{misc.bins['m64']} fault")
 
 
 def test_error_is_reported_and_counted(fault_run: subprocess.CompletedProcess[str],
@@ -524,11 +503,11 @@ def test_no_probe_runs_right_after_the_ending_error(
     assert "right-after-fault fired" not in fault_run.stdout.splitlines()
 
 
-def test_maxerrors_lets_the_session_run_on(pydyn: Run, misc: Misc,
+def test_maxerrors_lets_the_session_run_on(cache: Path, misc: Misc,
                                           fault_run: subprocess.CompletedProcess[str]) -> None:
     # Same script as fault_run, whose module (built without -D) is in the session cache:
     # the -D must reach the module all the same.
-    res = pydyn("-D", "MAXERRORS=1", str(misc.script), "-c", f"{misc.bins['m64']} fault")
+    res = run_pydyn(cache, "-D", "MAXERRORS=1", str(misc.script), "-c", f"{misc.bins['m64']} fault")
     assert res.returncode == 1
     out = res.stdout.splitlines()
     assert "right-after-fault fired" in out and "after-fault fired" in out

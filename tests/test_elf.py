@@ -484,6 +484,7 @@ def test_garbage_notes_never_raise(small: Path, tmp_path: Path) -> None:
                 s.executable and s.contains(site.pc) for s in scan.info.segments)
 
 
+@pytest.mark.unit
 def test_nop_lengths() -> None:
     for code, n in [(b"\x90", 1), (b"\x66\x90", 2), (b"\x0f\x1f\x00", 3),
                     (b"\x0f\x1f\x40\x00", 4), (b"\x0f\x1f\x44\x00\x00", 5),
@@ -595,6 +596,7 @@ def test_setuid_is_not_preloadable(tmp_path: Path, small: Path) -> None:
         check_preloadable(info)
 
 
+@pytest.mark.unit
 def test_shared_library_info() -> None:
     libc = find_library("libc.so.6", get_elf_info(sys.executable))
     info = get_elf_info(libc)
@@ -657,6 +659,7 @@ def test_find_library_by_class(tmp_path: Path, have_m32: bool) -> None:
         find_library(libc32, info64)
 
 
+@pytest.mark.unit
 @pytest.mark.skipif(not os.path.exists("/etc/ld.so.cache"), reason="no /etc/ld.so.cache")
 def test_ld_so_cache_lists_libc() -> None:
     paths = list(_iter_ld_cache("libc.so.6"))

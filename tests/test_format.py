@@ -13,6 +13,8 @@ import pytest
 from pydyn.launcher.errors import ScriptError, SourceLocation
 from pydyn.launcher.format import Conversion, format_printf, format_values, parse_format
 
+pytestmark = pytest.mark.unit   # no compiler, no target process: `make check`
+
 # testsuite/systemtap.printf/int1.stp
 INT1 = [1, 10, 9000000000000, -1, -1024]  # i, j, k, m, n
 

@@ -1,4 +1,4 @@
-"""Return probes at patched function exits (issue 7 item 7, launcher/retplan.py).
+"""Return probes at patched function exits (issue 7 item 7, launcher/plan/returns.py).
 
 Each `ret` and tail call of a function becomes a probe site whose stub runs the
 `.return` probes with the registers at the exit; the return-address hijack stays for
@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_cxx, have_sdt_h
-from test_functions2 import bare, pydyn
+from cbuild import PROGS, build_c, have_cxx, have_sdt_h, run_pydyn
+from test_func_stripped_dlopen_unwind import bare
 
 FUNCS = ("early", "table", "tail", "epilogue", "rec", "jumper", "leaf2")
 
@@ -44,11 +44,6 @@ HIJACK_WHY = {
     # its ret at +0xd8 follows one 1-byte padding that the ret before it takes
     ("m64", "-O3", "early"): "only 1 bytes before control leaves the window",
 }
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("func-exits-cache")
 
 
 def mechanisms(stderr: str) -> dict[str, str]:
@@ -80,7 +75,7 @@ def expected(program_out: str, n: int, bits: int) -> dict[str, tuple[int, ...]]:
 def run_exact(cache: Path, exe: Path, n: int, plain: str, abi: str,
               *args: str) -> subprocess.CompletedProcess[str]:
     """pydyn -v ARGS on exe: the program's output unchanged, the probes' results exact."""
-    res = pydyn(cache, "-v", *args, "-e", SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
+    res = run_pydyn(cache, "-v", *args, "-e", SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[:7] == plain.splitlines(), out
@@ -133,7 +128,7 @@ def test_hijack_fallbacks_exact(tmp_path: Path, cache: Path, abi: str) -> None:
         assert m and 0 < int(m.group(1)) <= n // 4, res.stderr     # jumper's longjmps
     tail_value = SCRIPT.format(exe=exe).replace(
         "{ t++ }", "{ t++; c[\"tailv\"]++; s[\"tailv\"] += $return }")
-    res = pydyn(cache, "-v", "-e", tail_value, "-c", f"{exe} {n}")
+    res = run_pydyn(cache, "-v", "-e", tail_value, "-c", f"{exe} {n}")
     assert res.returncode == 0, res.stderr
     assert "tail call" in mechanisms(res.stderr)["tail"], res.stderr
     assert mechanisms(res.stderr)["tail"].startswith("hijack: a probe reads $return")
@@ -144,7 +139,7 @@ def test_hijack_fallbacks_exact(tmp_path: Path, cache: Path, abi: str) -> None:
 
 def test_p2_names_each_exit(tmp_path: Path, cache: Path) -> None:
     exe = build(tmp_path, "m64", "-O2")
-    res = pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("tail").return {{ }}')
+    res = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("tail").return {{ }}')
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert any(re.match(r"    returns: exits patched \(2: ret at 0x[0-9a-f]+, tail call at", ln)
@@ -175,7 +170,7 @@ def test_exceptions_and_backtrace_through_exit_probed_frames(tmp_path: Path, cac
     n = 30
     want = "total=590 cleanups=30 rethrows=10 bt=7"
     assert bare([str(exe), str(n)]) == want + "\n"
-    res = pydyn(cache, "-v", "-e", EXC_SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
+    res = run_pydyn(cache, "-v", "-e", EXC_SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[0] == want, out
@@ -206,12 +201,12 @@ def test_branch_to_the_exit_runs_the_handler(tmp_path: Path, cache: Path) -> Non
     n = 1000
     want = sum(x if x & 1 else x + 100 for x in range(n))
     assert bare([str(exe), str(n)]) == f"exit_target {n} {want} other {n * n}\n"
-    res = pydyn(cache, "-p2", "-e", ET_SCRIPT.format(exe=exe))
+    res = run_pydyn(cache, "-p2", "-e", ET_SCRIPT.format(exe=exe))
     assert res.returncode == 0, res.stderr
     assert re.search(r"exit ret at 0x[0-9a-f]+: displace 5 bytes: displaced 5 bytes \(add ret\); "
                      r"1 branch\(es\) into it retargeted to the stub; the handler runs after "
                      r"4 byte\(s\) of it", res.stdout), res.stdout
-    res = pydyn(cache, "-e", ET_SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
+    res = run_pydyn(cache, "-e", ET_SCRIPT.format(exe=exe), "-c", f"{exe} {n}")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[1:] == [f"e={n} n={n} s={want} f={n}"], res.stdout
 
@@ -238,8 +233,8 @@ def test_return_handler_with_target_stack_nearly_exhausted(tmp_path: Path, cache
     want = sum(3 * i + 1 for i in range(n))
     assert bare([str(exe), "deepret", str(n)]) == f"deep done\ndeepret {n} {want}\n"
     forced = ["-D", "PD_RETURN_HIJACK=1"] if how == "hijack" else []
-    res = pydyn(cache, "-v", *forced, "-e", DEEP_SCRIPT.format(exe=exe),
-                "-c", f"{exe} deepret {n}")
+    res = run_pydyn(cache, "-v", *forced, "-e", DEEP_SCRIPT.format(exe=exe),
+                    "-c", f"{exe} deepret {n}")
     assert res.returncode == 0, res.stderr
     assert mechanisms(res.stderr)["shallow"].startswith(
         "hijack" if how == "hijack" else "exits patched"), res.stderr
@@ -248,6 +243,6 @@ def test_return_handler_with_target_stack_nearly_exhausted(tmp_path: Path, cache
         [f"ret {3 * i + 1}" for i in range(n)], res.stdout
     assert f"deepret {n} {want}" in lines and lines[-1] == f"hits={n}", res.stdout
     if how == "hijack":
-        res = pydyn(cache, *forced, "-D", "PD_PRIVATE_STACK=0", "-e",
-                    DEEP_SCRIPT.format(exe=exe), "-c", f"{exe} deepret {n}")
+        res = run_pydyn(cache, *forced, "-D", "PD_PRIVATE_STACK=0", "-e",
+                        DEEP_SCRIPT.format(exe=exe), "-c", f"{exe} deepret {n}")
         assert "exited with signal 11 (SIGSEGV)" in res.stderr, res.stderr

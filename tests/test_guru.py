@@ -8,18 +8,13 @@ a module built with `-g`.
 from __future__ import annotations
 
 import re
-import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cbuild import PROGS, build_c, have_m32, run_pydyn
 
-TIMEOUT = 120
 ABIS = ["m64", "m32"]
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +23,6 @@ def progs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {abi: build_c(PROGS / "dwarf_params.c", tmp / f"dp-{abi}", m32=abi == "m32",
                          opt="-O2", extra=("-g",))
             for abi in ABIS if abi == "m64" or have_m32()}
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("guru-cache")
 
 
 def prog(progs: dict[str, Path], abi: str) -> Path:
@@ -70,7 +60,7 @@ probe process("EXE").function("shout") { set_user_string($s, "loud"); set_user_c
 @pytest.mark.parametrize("abi", ABIS)
 def test_embedded_c_and_writes(progs: dict[str, Path], cache: Path, abi: str) -> None:
     exe = prog(progs, abi)
-    res = pydyn(cache, "-g", "-e", GURU.replace("EXE", str(exe)), "-c", f"{exe} 3")
+    res = run_pydyn(cache, "-g", "-e", GURU.replace("EXE", str(exe)), "-c", f"{exe} 3")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert "42 15 hi bob 100 -1 42" in out, res.stdout
@@ -92,7 +82,7 @@ def test_bad_write_is_a_counted_error(progs: dict[str, Path], cache: Path, abi: 
     exe = prog(progs, abi)
     script = (f'probe process("{exe}").function("fill") {{ {write}; '
               'println("not reached") }')
-    res = pydyn(cache, "-g", "-e", script, "-c", f"{exe} 3")
+    res = run_pydyn(cache, "-g", "-e", script, "-c", f"{exe} 3")
     assert res.returncode == 1
     assert "Traceback" not in res.stderr
     at = "0x[0-9a-f]+" if addr == "NAME" else addr
@@ -116,27 +106,29 @@ def test_bad_write_is_a_counted_error(progs: dict[str, Path], cache: Path, abi: 
      "set_user_long() writes into the target's memory: only in guru mode"),
 ])
 def test_without_guru_mode(cache: Path, script: str, message: str) -> None:
-    res = pydyn(cache, "-e", script)
+    res = run_pydyn(cache, "-e", script)
     assert res.returncode == 1 and res.stdout == ""
     first = res.stderr.splitlines()[0]
     assert first.startswith("<input>:1:") and first.endswith(f"error: {message}"), res.stderr
     assert "-g" in res.stderr   # the hint names the option
 
 
-def test_guru_mode_is_part_of_the_cache_key(progs: dict[str, Path], tmp_path: Path) -> None:
+def test_guru_mode_is_part_of_the_cache_key(progs: dict[str, Path],
+                                            new_cache: Callable[[str], Path]) -> None:
     exe = prog(progs, "m64")
+    fresh = new_cache("guru-key")
     script = f'probe process("{exe}").function("show") {{ set_user_int($p, 7) }}'
-    first = pydyn(tmp_path, "-g", "-e", script, "-c", f"{exe} 1")
+    first = run_pydyn(fresh, "-g", "-e", script, "-c", f"{exe} 1")
     assert first.returncode == 0 and "value=7" in first.stdout, first.stderr
-    again = pydyn(tmp_path, "-v", "-e", script, "-c", f"{exe} 1")
+    again = run_pydyn(fresh, "-v", "-e", script, "-c", f"{exe} 1")
     assert again.returncode == 1 and "only in guru mode" in again.stderr, again.stderr
     assert "using cached" not in again.stderr
 
 
 def test_guru_mode_condition(cache: Path) -> None:
     script = 'probe begin { println(%( guru_mode == 1 %? "guru" %: "plain" %)); exit() }'
-    assert pydyn(cache, "-e", script).stdout == "plain\n"
-    assert pydyn(cache, "-g", "-e", script).stdout == "guru\n"
+    assert run_pydyn(cache, "-e", script).stdout == "plain\n"
+    assert run_pydyn(cache, "-g", "-e", script).stdout == "guru\n"
 
 
 @pytest.mark.parametrize("abi", ABIS)
@@ -146,7 +138,7 @@ def test_user_string_nofault(progs: dict[str, Path], cache: Path, abi: str) -> N
     script = (f'probe process("{exe}").function("fill") {{ printf("[%s][%s][%s]\\n", '
               f'user_string_nofault($name), user_string_nofault(0), '
               f'user_string_nofault(1)) }}')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 3")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 3")
     assert res.returncode == 0, res.stderr
     assert "[hello world][][]" in res.stdout.splitlines()
     assert "ERROR" not in res.stderr and "WARNING" not in res.stderr

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cbuild import build_c
+from cbuild import build_c, run_pydyn
 
 QUIET_C = r"""
 #include <sys/sdt.h>
@@ -46,12 +43,6 @@ def quiet(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> Path:
     return build_c(d / "q.c", d / "quiet")
 
 
-def run_json(script: str, cache: Path, *cmd: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYDYN_CACHE_DIR": str(cache)}
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", "--json", "-e", script,
-                           *cmd], capture_output=True, text=True, env=env, timeout=120)
-
-
 def records(stdout: str) -> list[dict[str, Any]]:
     out = []
     for line in stdout.splitlines():
@@ -62,8 +53,8 @@ def records(stdout: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_json_records(quiet: Path, tmp_path: Path) -> None:
-    r = run_json(SCRIPT.replace("BIN", str(quiet)), tmp_path, "-c", str(quiet))
+def test_json_records(quiet: Path, cache: Path) -> None:
+    r = run_pydyn(cache, "--json", "-e", SCRIPT.replace("BIN", str(quiet)), "-c", str(quiet))
     assert r.returncode == 1, r.stderr      # the division by zero is an error
     recs = records(r.stdout)
     assert recs[0] == {"type": "header", "data": {"version": recs[0]["data"]["version"],
@@ -97,10 +88,10 @@ def test_json_records(quiet: Path, tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_json_cache_hit_keeps_report_tags(quiet: Path, tmp_path: Path) -> None:
+def test_json_cache_hit_keeps_report_tags(quiet: Path, cache: Path) -> None:
     script = 'global n probe begin { n = 7; printf("n=%#x\\n", 7) }'
-    first = records(run_json(script, tmp_path).stdout)
-    second = records(run_json(script, tmp_path).stdout)   # from the cache manifest
+    first = records(run_pydyn(cache, "--json", "-e", script).stdout)
+    second = records(run_pydyn(cache, "--json", "-e", script).stdout)   # from the manifest
     for recs in (first, second):
         assert recs[1:] == [{"type": "printf", "data": "n=0x7\n"},
                             {"type": "map", "data": {"name": "n", "key": [], "value": 7}}]

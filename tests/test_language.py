@@ -1,10 +1,10 @@
 """End-to-end tests of the script language: `pydyn -e SCRIPT` / `pydyn FILE ARGS`.
 
 Every script here needs no target process: `begin`, `end` and `timer` probes
-run inside the launcher.  Each test runs pydyn as a subprocess (the `pydyn`
-console script) with a session-wide module cache and compares the whole of
-stdout with what SystemTap prints for the same script.  Expectations follow
-stap's documented semantics and its testsuite (files named where used);
+run inside the launcher.  Each test runs pydyn as a subprocess (cbuild.start_pydyn)
+with the module's cache and compares the whole of stdout with what SystemTap
+prints for the same script.  Expectations follow stap's documented semantics
+and its testsuite (files named where used);
 histogram and exit-report texts are those of launcher/stats.py, which is
 checked against stap's .exp files in test_stats.py.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import platform
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -25,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-PYDYN = shutil.which("pydyn")
-pytestmark = pytest.mark.skipif(PYDYN is None, reason="the pydyn console script is not installed")
+from cbuild import start_pydyn
 
 TIMEOUT = 60
 ERRORS_1 = "WARNING: Number of errors: 1, skipped probes: 0"
@@ -45,11 +42,6 @@ class Result:
         return self.stderr.splitlines()
 
 
-@pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pydyn-cache")
-
-
 class Pydyn:
     def __init__(self, cache: Path, tmp: Path) -> None:
         self.cache = cache
@@ -58,7 +50,7 @@ class Pydyn:
     def __call__(self, script: str, *args: str, defines: tuple[str, ...] = (),
                  file: str | None = None, timeout: float = TIMEOUT) -> Result:
         """Run `script` inline (-e) or, with `file`, from tmp/`file`; `args` follow it."""
-        argv: list[str] = [PYDYN or "pydyn"]
+        argv: list[str] = []
         for d in defines:
             argv += ["-D", d]
         if file is None:
@@ -68,10 +60,8 @@ class Pydyn:
             path.write_text(script)
             argv.append(str(path))
         argv += list(args)
-        env = dict(os.environ, PYDYN_CACHE_DIR=str(self.cache))
         start = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=env, cwd=self.tmp, start_new_session=True)
+        proc = start_pydyn(self.cache, *argv, cwd=self.tmp)
         try:
             out, err = proc.communicate(timeout=timeout)
             rc: int | None = proc.returncode
@@ -83,8 +73,8 @@ class Pydyn:
 
 
 @pytest.fixture
-def pydyn(cache_dir: Path, tmp_path: Path) -> Pydyn:
-    return Pydyn(cache_dir, tmp_path)
+def pydyn(cache: Path, tmp_path: Path) -> Pydyn:
+    return Pydyn(cache, tmp_path)
 
 
 def ok(r: Result) -> str:

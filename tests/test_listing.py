@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import build_c
+from cbuild import build_c, run_pydyn
 
 PYTHON = "/usr/bin/python3.11"
 
@@ -47,13 +45,8 @@ def progs(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> Path:
     return d
 
 
-def pydyn(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, timeout=120)
-
-
-def test_list_marks_sorted_once_each(progs: Path) -> None:
-    r = pydyn("-l", f'process("{progs}/prog").mark("*")')
+def test_list_marks_sorted_once_each(cache: Path, progs: Path) -> None:
+    r = run_pydyn(cache, "-l", f'process("{progs}/prog").mark("*")')
     assert r.returncode == 0, r.stderr
     p = f'process("{progs}/prog")'
     assert r.stdout.splitlines() == [f'{p}.mark("bare")', f'{p}.mark("dup")',
@@ -61,8 +54,8 @@ def test_list_marks_sorted_once_each(progs: Path) -> None:
     assert r.stderr == ""
 
 
-def test_list_with_context_variables_as_stap(progs: Path) -> None:
-    r = pydyn("-L", f'process("{progs}/prog").mark("*")')
+def test_list_with_context_variables_as_stap(cache: Path, progs: Path) -> None:
+    r = run_pydyn(cache, "-L", f'process("{progs}/prog").mark("*")')
     assert r.returncode == 0, r.stderr
     p = f'process("{progs}/prog")'
     assert r.stdout.splitlines() == [
@@ -71,8 +64,8 @@ def test_list_with_context_variables_as_stap(progs: Path) -> None:
         f'{p}.mark("typed") $arg1:long $arg2:long $arg3:long $arg4:long']
 
 
-def test_list_verbose_shows_types_specs_and_every_site(progs: Path) -> None:
-    r = pydyn("-L", "-v", f'process("{progs}/prog").mark("*")')
+def test_list_verbose_shows_types_specs_and_every_site(cache: Path, progs: Path) -> None:
+    r = run_pydyn(cache, "-L", "-v", f'process("{progs}/prog").mark("*")')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     p = re.escape(f'process("{progs}/prog")')
@@ -89,8 +82,8 @@ def test_list_verbose_shows_types_specs_and_every_site(progs: Path) -> None:
                         next(ln for ln in lines if "bare" in ln))
 
 
-def test_path_glob_names_every_elf_and_skips_other_files(progs: Path) -> None:
-    r = pydyn("-l", f'process("{progs}/*").mark("[bi]*")')
+def test_path_glob_names_every_elf_and_skips_other_files(cache: Path, progs: Path) -> None:
+    r = run_pydyn(cache, "-l", f'process("{progs}/*").mark("[bi]*")')
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == [
         f'process("{progs}/liblst.so").mark("in_lib")',
@@ -99,8 +92,8 @@ def test_path_glob_names_every_elf_and_skips_other_files(progs: Path) -> None:
     assert r.stderr == ""
 
 
-def test_nothing_matches_is_one_error_exit_1(progs: Path) -> None:
-    r = pydyn("-l", f'process("{progs}/prog").mark("tyepd")')
+def test_nothing_matches_is_one_error_exit_1(cache: Path, progs: Path) -> None:
+    r = run_pydyn(cache, "-l", f'process("{progs}/prog").mark("tyepd")')
     assert r.returncode == 1
     assert r.stdout == ""
     assert "Traceback" not in r.stderr
@@ -108,24 +101,24 @@ def test_nothing_matches_is_one_error_exit_1(progs: Path) -> None:
         f'pydyn: error: -l \'process("{progs}/prog").mark("tyepd")\': probe point '
         f'\'process("{progs}/prog").mark("tyepd")\' matches no mark',
         "hint: did you mean typed?"]
-    r = pydyn("-l", f'process("{progs}/nothing*").mark("*")')
+    r = run_pydyn(cache, "-l", f'process("{progs}/nothing*").mark("*")')
     assert r.returncode == 1
     assert "no ELF file matches" in r.stderr and "Traceback" not in r.stderr
-    r = pydyn("-l", f'process("{progs}/prog_notes.txt").mark("*")')
+    r = run_pydyn(cache, "-l", f'process("{progs}/prog_notes.txt").mark("*")')
     assert r.returncode == 1 and "Traceback" not in r.stderr
 
 
 @pytest.mark.skipif(not os.path.exists(PYTHON), reason="Debian's python3.11 not installed")
-def test_python311_golden() -> None:
-    r = pydyn("-l", f'process("{PYTHON}").mark("*")')
+def test_python311_golden(cache: Path) -> None:
+    r = run_pydyn(cache, "-l", f'process("{PYTHON}").mark("*")')
     assert r.returncode == 0, r.stderr
     names = ["audit", "function__entry", "function__return", "gc__done", "gc__start",
              "import__find__load__done", "import__find__load__start", "line"]
     assert r.stdout.splitlines() == [f'process("{PYTHON}").mark("{n}")' for n in names]
-    r = pydyn("-L", f'process("{PYTHON}").mark("function__entry")')
+    r = run_pydyn(cache, "-L", f'process("{PYTHON}").mark("function__entry")')
     assert r.stdout == (f'process("{PYTHON}").mark("function__entry") '
                         "$arg1:long $arg2:long $arg3:long\n")
-    r = pydyn("-L", "-v", f'process("{PYTHON}").mark("function__entry")')
+    r = run_pydyn(cache, "-L", "-v", f'process("{PYTHON}").mark("function__entry")')
     assert re.fullmatch(re.escape(f'process("{PYTHON}").mark("function__entry")')
                         + r' \$arg1:uint64 \$arg2:uint64 \$arg3:int32 args="[^"]+" '
                           r"pc=0x[0-9a-f]+\n", r.stdout), r.stdout
@@ -133,8 +126,8 @@ def test_python311_golden() -> None:
 
 @pytest.mark.skipif(not any(Path("/usr/lib").glob("*/libpython3*.so*")),
                     reason="no libpython shared library")
-def test_shared_library_glob() -> None:
-    r = pydyn("-l", 'process("/usr/lib/*/libpython*.so*").mark("gc__*")')
+def test_shared_library_glob(cache: Path) -> None:
+    r = run_pydyn(cache, "-l", 'process("/usr/lib/*/libpython*.so*").mark("gc__*")')
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines and all(re.fullmatch(r'process\("/usr/lib/[^"]+/libpython[^"]*\.so[^"]*"\)'

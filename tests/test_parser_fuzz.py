@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 from pydyn.launcher.errors import ScriptError
 from pydyn.launcher.script import ast, parse_script
 
+pytestmark = pytest.mark.unit   # no compiler, no target process: `make check`
+
 SCRIPTS = [p.read_text() for p in sorted((Path(__file__).parent / "scripts").glob("*.stp"))]
 TIME_LIMIT = 5.0  # seconds per input; a correct parse takes milliseconds
 RESULTS: Counter[str] = Counter()

@@ -27,11 +27,6 @@ STUCK = re.compile(r"^ERROR: 1 probe handler\(s\) still running (\d+) ms after t
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("quiesce-cache")
-
-
-@pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if not have_sdt_h():
         pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")

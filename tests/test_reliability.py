@@ -14,21 +14,23 @@ import re
 import signal
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, assert_thread_sums, build_c, have_m32, thread_sums_script
+from cbuild import (
+    PROGS,
+    assert_thread_sums,
+    build_c,
+    have_m32,
+    run_pydyn,
+    start_pydyn,
+    thread_sums_script,
+)
 
 from pydyn.launcher.elf.stapsdt import get_probe_sites
 
 TIMEOUT = 90
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("relcache")
 
 
 @pytest.fixture(scope="module")
@@ -41,20 +43,6 @@ def bins(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> dict[s
                              extra=("-pthread",))
         out["c32"] = build_c(PROGS / "rel_child.c", d / "rel_child32", m32=True)
     return out
-
-
-def env_for(cache: Path) -> dict[str, str]:
-    return {**os.environ, "PYDYN_CACHE_DIR": str(cache)}
-
-
-def pydyn(cache: Path, *args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env_for(cache), timeout=timeout)
-
-
-def popen(cache: Path, *args: str, **kw: object) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "pydyn.launcher.cli", *args],  # type: ignore[call-overload]
-                            text=True, env=env_for(cache), **kw)
 
 
 def segments_of(pid: int) -> list[Path]:
@@ -91,7 +79,7 @@ def test_target_killed_holding_the_lock_is_recovered(bins: dict[str, Path], cach
               # (plain assignments: ++ on a scalar is a lock-free atomic and takes no lock)
               f'probe process("{t}").mark("tick") {{ hits = hits + 1 }}\n'
               'probe end { printf("hits=%d spinning=%d\\n", hits, spins > 0) }\n')
-    res = pydyn(cache, "-D", "MAXACTION=1000000000000", "-e", script, "-c", f"{t} lock")
+    res = run_pydyn(cache, "-D", "MAXACTION=1000000000000", "-e", script, "-c", f"{t} lock")
     no_traceback(res)
     assert res.returncode == 0, res.stderr
     m = re.search(r"holder killed=1, tick returned (-?\d+) ms after the kill", res.stdout)
@@ -109,9 +97,9 @@ def test_launcher_killed_targets_run_on_and_segment_is_removed(
     script = f'probe process("{t}").mark("flood") {{ printf("flood line %d\\n", $arg1) }}\n'
     # The launcher's stdout is a pipe nobody reads: it blocks, the 1 MiB ring fills,
     # the producer waits for space.
-    proc = popen(cache, "-s", "1", "-e", script,
-                 "-c", f"{t} flood 2000000 {done}; echo $? > {status}",
-                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = start_pydyn(cache, "-s", "1", "-e", script,
+                       "-c", f"{t} flood 2000000 {done}; echo $? > {status}",
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert wait_for(lambda: segments_of(proc.pid)), "no segment appeared"
         time.sleep(1.5)
@@ -124,7 +112,7 @@ def test_launcher_killed_targets_run_on_and_segment_is_removed(
         assert done.read_text() == "flood done 2000000\n"
         stale = segments_of(proc.pid)
         assert stale, "a SIGKILLed launcher leaves its segment"
-        res = pydyn(cache, "-v", "-e", "probe begin { exit() }")
+        res = run_pydyn(cache, "-v", "-e", "probe begin { exit() }")
         assert res.returncode == 0, res.stderr
         # (another session on the machine may have removed it first: both are fine)
         assert not any(p.exists() for p in stale)
@@ -144,8 +132,8 @@ def test_probe_in_signal_handler_inside_a_handler_is_skipped(
               '{ ticks++; for (i = 0; i < 2000; i++) busy++ }\n'
               f'probe process("{t}").mark("sig") {{ sigs++ }}\n'
               'probe end { printf("ticks=%d sigs=%d busy>0=%d\\n", ticks, sigs, busy > 0) }\n')
-    res = pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=100000", "-e", script,
-                "-c", f"{t} alarm 3000")
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=100000", "-e", script,
+                    "-c", f"{t} alarm 3000")
     no_traceback(res)
     target = re.search(r"alarm done 3000 signals=(\d+)", res.stdout)
     probes = re.search(r"ticks=3000 sigs=(\d+) busy>0=1", res.stdout)
@@ -159,7 +147,7 @@ def test_probe_in_signal_handler_inside_a_handler_is_skipped(
 def test_endless_handler_stops_at_maxaction(bins: dict[str, Path], cache: Path) -> None:
     t = bins["t64"]
     script = f'global x\nprobe process("{t}").mark("tick") {{ while (1) {{ x++ }} }}\n'
-    res = pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 20")
+    res = run_pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 20")
     no_traceback(res)
     assert res.returncode == 1
     assert res.stderr.count("ERROR: MAXACTION exceeded") == 20, res.stderr
@@ -172,8 +160,8 @@ def test_eight_threads_count_exactly(bins: dict[str, Path], cache: Path, abi: st
                                      mode: str) -> None:
     t = need(bins, abi)
     per = 5000
-    res = pydyn(cache, f"--probe-mode={mode}", "-e", thread_sums_script(t), "-c",
-                f"{t} threads {per}")
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", thread_sums_script(t), "-c",
+                    f"{t} threads {per}")
     assert (res.returncode, res.stderr) == (0, ""), res.stderr
     assert_thread_sums(res.stdout, per)
 
@@ -185,7 +173,7 @@ def test_user_string_on_bad_addresses_is_a_counted_error(bins: dict[str, Path], 
                                                          abi: str) -> None:
     t = need(bins, abi)
     script = f'probe process("{t}").mark("str") {{ printf("s=%s\\n", user_string($arg1)) }}\n'
-    res = pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{t} strings")
+    res = run_pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{t} strings")
     no_traceback(res)
     assert res.returncode == 1
     out = res.stdout.splitlines()
@@ -203,7 +191,7 @@ def test_setuid_target_is_refused(bins: dict[str, Path], cache: Path, tmp_path: 
     suid = tmp_path / "suid_target"
     suid.write_bytes(bins["t64"].read_bytes())
     suid.chmod(0o4755)
-    res = pydyn(cache, "-e", 'probe begin { printf("hi\\n") }', "-c", f"{suid} spin 1")
+    res = run_pydyn(cache, "-e", 'probe begin { printf("hi\\n") }', "-c", f"{suid} spin 1")
     assert res.returncode == 1 and res.stdout == ""
     (line,) = res.stderr.splitlines()
     assert str(suid) in line and "setuid" in line and "LD_PRELOAD" in line
@@ -223,7 +211,7 @@ def test_unusable_target_is_one_clear_error(cache: Path, tmp_path: Path, what: s
         r = subprocess.run(["gcc", "-static", str(src), "-o", str(path)], capture_output=True)
         if r.returncode:
             pytest.skip("cannot link a static program")
-    res = pydyn(cache, "-e", "probe begin { exit() }", "-c", str(path))
+    res = run_pydyn(cache, "-e", "probe begin { exit() }", "-c", str(path))
     assert res.returncode == 1
     (line,) = res.stderr.splitlines()
     assert str(path) in line and reason in line
@@ -259,8 +247,8 @@ def test_site_that_is_not_a_nop_is_not_patched(bins: dict[str, Path], cache: Pat
     t.chmod(0o755)
     script = (f'probe process("{t}").mark("notnop")? {{ printf("notnop fired\\n") }}\n'
               f'probe process("{t}").mark("armed") {{ printf("armed fired\\n") }}\n')
-    proc = popen(cache, "--probe-mode=trap", "-e", script, "-c", f"{t} ready",
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_pydyn(cache, "--probe-mode=trap", "-e", script, "-c", f"{t} ready",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()
@@ -294,9 +282,9 @@ def test_segment_is_private_and_refused_when_owned_by_another_user(
     nobody = pwd.getpwnam("nobody")
     script = (f'global hits\nprobe process("{t}").mark("tick") {{ hits++ }}\n'
               'probe end { printf("hits=%d\\n", hits) }\n')
-    m64 = pydyn(cache, "-p4", "-e", script).stdout.split()[0]
-    proc = popen(cache, "-e", script, "-c", "sleep 60",
-                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    m64 = run_pydyn(cache, "-p4", "-e", script).stdout.split()[0]
+    proc = start_pydyn(cache, "-e", script, "-c", "sleep 60",
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert wait_for(lambda: segments_of(proc.pid))
         (seg,) = segments_of(proc.pid)
@@ -325,7 +313,7 @@ def test_segment_is_private_and_refused_when_owned_by_another_user(
     "probe begin { set_user_int(0, 1); exit() }",
 ])
 def test_no_script_can_write_target_memory(cache: Path, script: str) -> None:
-    res = pydyn(cache, "-p3", "-e", script)
+    res = run_pydyn(cache, "-p3", "-e", script)
     no_traceback(res)
     assert res.returncode == 1 and res.stdout == ""
     assert len(res.stderr.splitlines()) >= 1 and "error:" in res.stderr.splitlines()[0]
@@ -342,7 +330,7 @@ def test_fork_exec_storm_of_200_mixed_processes(bins: dict[str, Path], cache: Pa
               'probe end { printf("distinct=%d m32=%d m64=%d\\n", '
               'count_distinct(), abi[4], abi[8]) }\n'
               'function count_distinct() { k = 0; foreach (i in n) k++; return k }\n')
-    res = pydyn(cache, "-v", "-e", script, "-c", f"{t} storm 200 {c32} {c64}")
+    res = run_pydyn(cache, "-v", "-e", script, "-c", f"{t} storm 200 {c32} {c64}")
     no_traceback(res)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "storm done 200 ok 200" in res.stdout
@@ -355,20 +343,10 @@ def test_fork_exec_storm_of_200_mixed_processes(bins: dict[str, Path], cache: Pa
     assert "WARNING" not in res.stderr, res.stderr[-2000:]
 
 
-def test_full_process_table_is_reported(bins: dict[str, Path], cache: Path) -> None:
-    t = bins["t64"]
-    script = f'global hits\nprobe process("{t}").mark("tick") {{ hits++ }}\n' \
-             'probe end { printf("hits=%d\\n", hits) }\n'
-    res = pydyn(cache, "-e", script, "-c", f"{t} forks 300")
-    no_traceback(res)
-    assert "forks done 300" in res.stdout and "hits=300" in res.stdout, res.stdout
-    assert "process table is full (256 entries)" in res.stderr, res.stderr
-
-
 def test_full_map_is_reported(bins: dict[str, Path], cache: Path) -> None:
     t = bins["t64"]
     script = f'global a[10]\nprobe process("{t}").mark("tick") {{ a[$arg1] = 1 }}\n'
-    res = pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 15")
+    res = run_pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 15")
     no_traceback(res)
     assert res.returncode == 1
     assert "spin done 15" in res.stdout

@@ -176,6 +176,7 @@ def test_c_layout_matches_python(abi: str, header_dir: Path) -> None:
         at += s.sizeof
 
 
+@pytest.mark.unit
 def test_padding_is_explicit() -> None:
     layout = [(m.name, m.offset, m.field.size) for m in PADDED.members]
     assert layout == [
@@ -191,6 +192,7 @@ def test_padding_is_explicit() -> None:
         assert ends[-1] == s.sizeof and s.sizeof % 8 == 0
 
 
+@pytest.mark.unit
 def test_fixed_sizes() -> None:
     assert (HEADER.sizeof, PROC.sizeof, REC.sizeof) == (512, 256, 16)
     assert HEADER.members[-1].name == "_reserved"
@@ -208,6 +210,7 @@ def test_fixed_sizes() -> None:
         Struct("t", (Field("x", "u128"),))
 
 
+@pytest.mark.unit
 def test_constants() -> None:
     names = [c.name for c in CONSTANTS]
     assert len(names) == len(set(names))
@@ -222,6 +225,7 @@ def _strip_comments(text: str) -> str:
     return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
 
 
+@pytest.mark.unit
 def test_header_has_no_abi_dependent_types() -> None:
     text = render_c_header()
     for bad in (r"\blong\b", r"\bsize_t\b", r"\bssize_t\b", r"\bu?intptr_t\b", r"\bptrdiff_t\b",
@@ -252,6 +256,7 @@ def test_aarch64_compiles(header_dir: Path) -> None:
 
 # --- Python view -----------------------------------------------------------
 
+@pytest.mark.unit
 def test_plan_segment_aligns_areas() -> None:
     for count in (1, 3, 64, 1000):
         for globals_size in (0, 1, 63, 64, 4097, 1 << 20):
@@ -285,6 +290,7 @@ def segment() -> Iterator[SegmentView]:
     m.close()
 
 
+@pytest.mark.unit
 def test_init_header(segment: SegmentView) -> None:
     segment.check()
     h = segment.header
@@ -312,6 +318,7 @@ def test_init_header(segment: SegmentView) -> None:
                     globals_size=100, ring_size=8192, launcher_pid=1)
 
 
+@pytest.mark.unit
 def test_stat_slot_fields() -> None:
     # runtime/pd_pstat.c updates the bitmap with 64-bit atomics (cmpxchg8b on i386):
     # it must be 8-aligned, and the three fields must stay inside the fixed header.
@@ -321,6 +328,7 @@ def test_stat_slot_fields() -> None:
     assert HEADER.offset("stat_slot_fallbacks") + 4 <= HEADER.sizeof == 512
 
 
+@pytest.mark.unit
 def test_check_rejects_foreign_segments(segment: SegmentView) -> None:
     h = segment.header
     h.layout_version = shmlayout.PD_LAYOUT_VERSION + 1
@@ -335,6 +343,7 @@ def test_check_rejects_foreign_segments(segment: SegmentView) -> None:
         segment.check()
 
 
+@pytest.mark.unit
 def test_proc_entries(segment: SegmentView) -> None:
     h = segment.header
     for i in range(4):
@@ -348,6 +357,7 @@ def test_proc_entries(segment: SegmentView) -> None:
         segment.proc(-1)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("s", ALL, ids=lambda s: s.name)
 def test_view_round_trips(s: Struct) -> None:
     buf = bytearray(b"\x55" * (s.sizeof + 16))
@@ -387,6 +397,7 @@ def test_view_round_trips(s: Struct) -> None:
                 getattr(view, m.name)
 
 
+@pytest.mark.unit
 def test_view_byte_arrays() -> None:
     buf = bytearray(PROC.sizeof)
     p = StructView(PROC, buf, 0)
@@ -407,10 +418,12 @@ def test_view_byte_arrays() -> None:
 
 # --- records ---------------------------------------------------------------
 
+@pytest.mark.unit
 def test_string_arg_size() -> None:
     assert [string_arg_size(n) for n in (0, 1, 4, 5, 12, 13)] == [8, 8, 8, 16, 16, 24]
 
 
+@pytest.mark.unit
 def test_record_round_trip() -> None:
     args: list[int | bytes] = [-1, b"", 2**63 - 1, b"abcd", b"hello", -(2**63), b"x" * 13]
     rec = pack_record(shmlayout.PD_REC_PRINTF, 7, 4242, args)
@@ -428,6 +441,7 @@ def test_record_round_trip() -> None:
     assert rec[16 + 8 + 4:16 + 16] == bytes(4)
 
 
+@pytest.mark.unit
 def test_record_decode_rejects_overruns() -> None:
     rec = bytearray(pack_record(shmlayout.PD_REC_TEXT, 0, 1, [b"abc"]))
     struct.pack_into("<I", rec, 16, 100)

@@ -27,6 +27,8 @@ from pydyn.launcher.stats import (
     summarize,
 )
 
+pytestmark = pytest.mark.unit   # no compiler, no target process: `make check`
+
 
 def stat_of(values: list[int] | range, shift: int = 0) -> StatValue:
     st = StatValue(shift=shift)

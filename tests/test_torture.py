@@ -17,11 +17,10 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import CC, PROGS, build_c, have_m32
+from cbuild import CC, PROGS, build_c, have_m32, run_pydyn
 
 from pydyn.launcher.elf.stapsdt import get_probe_sites
 from pydyn.launcher.plan.x86 import analyse, plan_site
@@ -69,23 +68,11 @@ def build(tmp: Path, prog: str, abi: str, opt: str) -> Path:
     return build_c(src, out, m32=abi == "m32", opt=opt)
 
 
-def run_pydyn(cache: Path, mode: str, script: str, cmd: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", f"--probe-mode={mode}",
-                           "-e", script, "-c", cmd], capture_output=True, text=True,
-                          env=env, timeout=180)
-
-
 def counts(text: str, word: str) -> dict[str, int]:
     return {m[0]: int(m[1]) for m in re.findall(rf"^{word} (\w+) (\d+)$", text, re.M)}
 
 
 CASES = [(p, a, o) for p in PROGRAMS for a in ABIS for o in OPTS]
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("torture-cache")
 
 
 @pytest.mark.parametrize("prog,abi,opt", CASES, ids=[f"{p}-{a}{o}" for p, a, o in CASES])
@@ -112,7 +99,7 @@ def test_torture(tmp_path: Path, cache: Path, prog: str, abi: str, opt: str,
         f'probe process("{binary}").mark("{n}") {{ hits["{n}"]++ }}\n' for n in names) + \
         'probe end { foreach (k in hits) printf("got %s %d\\n", k, hits[k]) }\n'
     for mode in ("auto", "trap") if opt == "-O2" else ("auto",):
-        r = run_pydyn(cache, mode, script, f"{binary} {arg}")
+        r = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{binary} {arg}")
         expect = counts(r.stdout, "expect")
         hits = counts(r.stdout, "got")
         skipped = re.search(r"skipped probes: (\d+)", r.stderr)

@@ -4,14 +4,11 @@ uses it (tests/progs/usymdata_main.c, m64 and m32)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c
+from cbuild import PROGS, build_c, run_pydyn
 
 from pydyn.launcher.elf.reader import get_elf_info
 
@@ -23,11 +20,6 @@ probe process("{exe}").library("{lib}").function("lib_addr") {{ }}
 """
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("usymdata-cache")
-
-
 @pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
 def test_usymdata_names_globals_of_the_program_and_a_library(
         tmp_path: Path, cache: Path, sdt_cflags: object, m32: bool) -> None:
@@ -36,10 +28,7 @@ def test_usymdata_names_globals_of_the_program_and_a_library(
                   extra=("-shared", "-fPIC"))
     exe = build_c(PROGS / "usymdata_main.c", tmp_path / "usd", m32=m32,
                   extra=(str(lib), f"-Wl,-rpath,{tmp_path}", "-ldl"))
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    res = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", "-e",
-                          SCRIPT.format(exe=exe, lib=lib), "-c", str(exe)],
-                         capture_output=True, text=True, env=env, timeout=120)
+    res = run_pydyn(cache, "-e", SCRIPT.format(exe=exe, lib=lib), "-c", str(exe), timeout=120)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()   # the program's line and the probe's, in any order
     prog = [ln for ln in lines if ln.startswith("literal ")]

@@ -12,6 +12,8 @@
  *     -p N       hit N more marks after the children are started
  *     -s         children/exec get the environment {"FOO=1"} only
  *     -b         barrier: children wait until all of them are ready
+ *     -B         as -b, and the children meet again halfway through their -m marks,
+ *                so every child's marks overlap in time with every other's
  *     -k I:MS    SIGKILL child I (0-based, in -c/-x order) MS ms after it starts
  *                (after the barrier opens, with -b)
  *     -n NAME    after the -m marks, rename this thread (prctl PR_SET_NAME)
@@ -50,9 +52,27 @@ static long long now_ns(void)
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
+static int half_ready = -1, half_go = -1; /* the -B meeting, in a child */
+
+/* Rendezvous: one byte to `ready`, then block until the parent closes `go`. */
+static void meet(int rfd, int gfd)
+{
+    char b = 1;
+    if (write(rfd, &b, 1) != 1)
+        _exit(4);
+    close(rfd);
+    while (read(gfd, &b, 1) < 0 && errno == EINTR)
+        ;
+    close(gfd);
+}
+
 static void hit(long n)
 {
     for (long i = 0; n < 0 || i < n; i++) {
+        if (i == n / 2 && half_ready >= 0) {
+            meet(half_ready, half_go);
+            half_ready = half_go = -1;
+        }
         DTRACE_PROBE2(biarch, hit, nmarks, (long)(8 * sizeof(void *)));
         nmarks++;
         if (n < 0 && i % 64 == 0)
@@ -84,23 +104,23 @@ static void do_exec(char **argv)
     _exit(127);
 }
 
-/* Barrier: each child writes one byte to `ready` and blocks reading `go`
- * until the parent closes it. */
+/* Barrier: each child meets the others before its marks (and, under -B,
+ * halfway through them). */
 static void barrier_wait(void)
 {
     const char *r = getenv("BIARCH_READY"), *g = getenv("BIARCH_GO");
+    const char *hr = getenv("BIARCH_HALF_READY"), *hg = getenv("BIARCH_HALF_GO");
     if (!r || !g)
         return;
-    int rfd = atoi(r), gfd = atoi(g);
+    if (hr && hg) {
+        half_ready = atoi(hr);
+        half_go = atoi(hg);
+    }
     unsetenv("BIARCH_READY");
     unsetenv("BIARCH_GO");
-    char b = 1;
-    if (write(rfd, &b, 1) != 1)
-        _exit(4);
-    close(rfd);
-    while (read(gfd, &b, 1) < 0 && errno == EINTR)
-        ;
-    close(gfd);
+    unsetenv("BIARCH_HALF_READY");
+    unsetenv("BIARCH_HALF_GO");
+    meet(atoi(r), atoi(g));
 }
 
 static long now_ms(void) { return (long)(now_ns() / 1000000); }
@@ -128,6 +148,8 @@ int main(int argc, char **argv)
             scrub = 1;
         } else if (!strcmp(a, "-b")) {
             barrier = 1;
+        } else if (!strcmp(a, "-B")) {
+            barrier = 2;
         } else if (!strcmp(a, "-k") && i + 1 < argc && nkill < MAXCHILD) {
             if (sscanf(argv[++i], "%d:%d", &kill_idx[nkill], &kill_ms[nkill]) == 2)
                 nkill++;
@@ -157,15 +179,21 @@ int main(int argc, char **argv)
     if (new_name)
         prctl(PR_SET_NAME, (unsigned long)new_name, 0, 0, 0);
 
-    int ready[2] = {-1, -1}, go[2] = {-1, -1};
+    int ready[2] = {-1, -1}, go[2] = {-1, -1}, hready[2] = {-1, -1}, hgo[2] = {-1, -1};
     if (barrier && nchild) {
-        if (pipe(ready) || pipe(go))
+        if (pipe(ready) || pipe(go) || (barrier == 2 && (pipe(hready) || pipe(hgo))))
             return 5;
         char buf[16];
         snprintf(buf, sizeof buf, "%d", ready[1]);
         setenv("BIARCH_READY", buf, 1);
         snprintf(buf, sizeof buf, "%d", go[0]);
         setenv("BIARCH_GO", buf, 1);
+        if (barrier == 2) {
+            snprintf(buf, sizeof buf, "%d", hready[1]);
+            setenv("BIARCH_HALF_READY", buf, 1);
+            snprintf(buf, sizeof buf, "%d", hgo[0]);
+            setenv("BIARCH_HALF_GO", buf, 1);
+        }
     }
 
     pid_t pids[MAXCHILD];
@@ -179,6 +207,10 @@ int main(int argc, char **argv)
             if (barrier) {
                 close(ready[0]);
                 close(go[1]);
+                if (barrier == 2) {
+                    close(hready[0]);
+                    close(hgo[1]);
+                }
             }
             do_exec(children[c]);
         }
@@ -196,6 +228,16 @@ int main(int argc, char **argv)
         close(go[1]); /* everyone goes at once */
         for (int c = 0; c < nchild; c++)
             started[c] = now_ms(); /* -k counts from here */
+        if (barrier == 2) {
+            unsetenv("BIARCH_HALF_READY");
+            unsetenv("BIARCH_HALF_GO");
+            close(hready[1]);
+            close(hgo[0]);
+            for (int c = 0; c < nchild; c++)
+                if (read(hready[0], &b, 1) != 1)
+                    return 7;
+            close(hgo[1]); /* and on again at once, halfway */
+        }
     }
 
     pid_t fork_child = -1;

@@ -1,4 +1,4 @@
-/* Vector registers across probes (tests/test_fastpath.py): x86-64 trampolines save
+/* Vector registers across probes (tests/test_fast_handlers.py): x86-64 trampolines save
  * no xmm register for FAST handlers, and keep them for others through pd_xmm_call.
  *   mark: xmm0-15 hold known values across a USDT site (pinned register variables);
  *   func: 8 double arguments at a probed entry and a double return value.

@@ -1,4 +1,4 @@
-/* A USDT site whose would-be-displaced bytes are a branch target (tests/test_fastprobe.py):
+/* A USDT site whose would-be-displaced bytes are a branch target (tests/test_trampolines.py):
  * the loop's back edge jumps to pc+1, past the mark's nop, so displacing the nop and
  * the instruction after it would let the branch land inside the 5-byte jmp.  The
  * patch planner must choose the trap here.  fp_branch(n) hits the mark n-1 times

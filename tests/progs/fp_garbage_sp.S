@@ -1,5 +1,5 @@
 /* A USDT site hit with the stack pointer set to an unmapped address (0x10), its
- * arguments in registers (tests/test_fastprobe.py): handlers must not touch the
+ * arguments in registers (tests/test_trampolines.py): handlers must not touch the
  * target stack -- trap sites run on the thread's signal stack, and a trampoline whose
  * first push faults is finished from the SIGSEGV handler on it. */
 #include <sys/sdt.h>

@@ -1,5 +1,5 @@
 /* A signal handler on a sigaltstack mapped above the thread's stack calls a probed
- * function while the thread's frames are hooked (test_functions2.py): slot order
+ * function while the thread's frames are hooked (test_func_stripped_dlopen_unwind.py): slot order
  * across the two stacks means nothing, so no live frame may be taken for a longjmp
  * leftover. */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* A library the dlopen test (test_functions2.py) loads and unloads in a loop. */
+/* A library the dlopen test (test_func_stripped_dlopen_unwind.py) loads and unloads in a loop. */
 #include <sys/sdt.h>
 
 volatile long lib_calls;

@@ -1,5 +1,5 @@
 /* Return probes on functions returning in x87/SSE registers and by hidden pointer
- * (i386 `ret $4`): the values the caller sees must be unchanged (test_functions2.py). */
+ * (i386 `ret $4`): the values the caller sees must be unchanged (test_func_stripped_dlopen_unwind.py). */
 #include <stdio.h>
 
 __attribute__((noipa)) double half(double x) { return x / 2; }

@@ -1,5 +1,5 @@
 /* Every general register and the arithmetic flags across a USDT site
- * (tests/test_pstack.py, gpr_keep_main.c): gpr_keep(seed) loads seed + k into each
+ * (tests/test_private_stack.py, gpr_keep_main.c): gpr_keep(seed) loads seed + k into each
  * register but the stack pointer and sets CF PF AF ZF SF OF, fires the mark, and
  * hands what the registers hold after it to gpr_check. */
 #include <sys/sdt.h>

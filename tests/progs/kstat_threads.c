@@ -1,4 +1,4 @@
-/* Keyed statistics from many threads in two rounds (tests/test_pstat_keyed.py).
+/* Keyed statistics from many threads in two rounds (tests/test_stats_keyed_threads.py).
  *
  *   kstat_threads NTHREADS PER
  *

@@ -1,4 +1,4 @@
-/* Handlers on the private per-thread stack (tests/test_pstack.py), with
+/* Handlers on the private per-thread stack (tests/test_private_stack.py), with
  * fp_garbage_sp.S's gs_probe (a mark hit with sp = 0x10).  SIGSEGV is reset to its
  * default first, so the runtime's fallback for a faulting stub store is gone: a
  * trampoline that touched the target's stack would kill the process.

@@ -1,4 +1,4 @@
-/* x87 registers live across a USDT site (tests/test_fastpath.py, m32): at -O2 gcc
+/* x87 registers live across a USDT site (tests/test_fast_handlers.py, m32): at -O2 gcc
  * keeps the seven accumulators in st(0)..st(6) across the probe's asm, so a handler
  * that pushes x87 values of its own (fp_add) overflows the stack unless the runtime
  * saves the x87 state around it.  Prints the accumulators: they must equal an

@@ -21,17 +21,6 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, build_c, have_sdt_h, run_pydyn
 
-TIMEOUT = 120
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
 
 @pytest.fixture(scope="module", params=[False, True], ids=["m64", "m32"])
 def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -44,7 +33,7 @@ def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 
 
 def run(cache: Path, prog: Path, script: str, args: str, *opts: str) -> str:
-    r = pydyn(cache, "-v", *opts, "-e", script.replace("P", str(prog)), "-c", f"{prog} {args}")
+    r = run_pydyn(cache, "-v", *opts, "-e", script.replace("P", str(prog)), "-c", f"{prog} {args}")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "exited with signal" not in r.stderr, r.stderr
     assert re.search(r"sites: \d+ total, 0 trap", r.stderr), r.stderr   # trampolines
@@ -84,8 +73,8 @@ def test_handler_with_target_stack_nearly_exhausted(cache: Path, prog: Path, mod
     ~9 KiB (traps: the signal stack)."""
     script = ('global h probe process("P").mark("deep") { h++; printf("%s %d\\n", "deep", $arg2) }'
               ' probe end { printf("hits=%d\\n", h) }')
-    r = pydyn(cache, f"--probe-mode={mode}", "-e", script.replace("P", str(prog)),
-              "-c", f"{prog} deep 5")
+    r = run_pydyn(cache, f"--probe-mode={mode}", "-e", script.replace("P", str(prog)),
+                  "-c", f"{prog} deep 5")
     assert r.returncode == 0, r.stderr
     assert "deep done\n" in r.stdout and "hits=5\n" in r.stdout, r.stdout + r.stderr
     assert [ln for ln in r.stdout.splitlines() if re.fullmatch(r"deep \d+", ln)] == \
@@ -103,7 +92,7 @@ def test_signal_handler_hits_during_hits(cache: Path, prog: Path) -> None:
     script = ('global t, s probe process("P").mark("tick") { t++; printf("%s\\n", "t") }'
               ' probe process("P").mark("sig") { s++ }'
               ' probe end { printf("t=%d s=%d\\n", t, s) }')
-    r = pydyn(cache, "-e", script.replace("P", str(prog)), "-c", f"{prog} nested {n}")
+    r = run_pydyn(cache, "-e", script.replace("P", str(prog)), "-c", f"{prog} nested {n}")
     assert r.returncode == 0, r.stderr[-2000:]
     m = re.search(r"nested sum (-?\d+) signals (\d+)", r.stdout)
     c = re.search(r"t=(\d+) s=(\d+)", r.stdout)
@@ -158,7 +147,7 @@ def test_handler_calls_probed_function(cache: Path, prog: Path) -> None:
     script = ('global t, g probe process("P").mark("tick") { t += pid() > 0 }'
               ' probe process("P").library("libc.so.6").function("getpid") { g++ }'
               ' probe end { printf("t=%d g=%d\\n", t, g) }')
-    r = pydyn(cache, "-e", script.replace("P", str(prog)), "-c", f"{prog} getpid {n}")
+    r = run_pydyn(cache, "-e", script.replace("P", str(prog)), "-c", f"{prog} getpid {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"t=(\d+) g=(\d+)", r.stdout)
     assert f"getpid {n}\n" in r.stdout and m, r.stdout

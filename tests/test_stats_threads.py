@@ -10,18 +10,14 @@ thread holds the globals lock.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, abi_binary, build_abis
+from cbuild import PROGS, abi_binary, build_abis, run_pydyn_clean
 
 from pydyn.shmlayout.globals import PD_PSTAT_SLOTS as PSTAT_SLOTS
 from pydyn.shmlayout.layout import HEADER
 
-TIMEOUT = 120
 PER = 5000
 
 
@@ -45,22 +41,8 @@ def script(binary: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("pstat-cache")
-
-
-@pytest.fixture(scope="module")
 def binaries(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> dict[str, Path]:
     return build_abis(PROGS / "pstat_threads.c", tmp_path_factory.mktemp("pstat") / "pstat")
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    r = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                       capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    # -v talks on stderr; otherwise nothing may
-    assert (r.returncode, "" if "-v" in args else r.stderr) == (0, ""), r.stderr
-    return r
 
 
 def report(stdout: str) -> list[str]:
@@ -75,7 +57,7 @@ def test_merged_stats_equal_a_single_thread(binaries: dict[str, Path], cache: Pa
                                             abi: str, nthreads: int) -> None:
     binary = abi_binary(binaries, abi)
     stp = script(binary)
-    seq = report(pydyn(cache, "-e", stp, "-c", f"{binary} {nthreads} {PER} seq").stdout)
+    seq = report(run_pydyn_clean(cache, "-e", stp, "-c", f"{binary} {nthreads} {PER} seq").stdout)
     vals = [value(t, i) for t in range(nthreads) for i in range(PER)]
     n, total = len(vals), sum(vals)
     assert seq[0] == (f"count={n} sum={total} min={min(vals)} max={max(vals)} "
@@ -88,8 +70,8 @@ def test_merged_stats_equal_a_single_thread(binaries: dict[str, Path], cache: Pa
     assert any(ln.lstrip().startswith("0 |") for ln in seq)
     assert len(seq) > 10
     for mode in ("auto", "trap"):
-        par = pydyn(cache, f"--probe-mode={mode}", "-e", stp, "-c",
-                    f"{binary} {nthreads} {PER} par")
+        par = run_pydyn_clean(cache, f"--probe-mode={mode}", "-e", stp, "-c",
+                              f"{binary} {nthreads} {PER} par")
         assert "par done" in par.stdout
         assert report(par.stdout) == seq, mode
 
@@ -101,7 +83,7 @@ def test_stats_handler_takes_no_globals_lock(binaries: dict[str, Path], cache: P
     offs = f'{HEADER.offset("globals_lock")} {HEADER.offset("stat_slot_fallbacks")}'
     nthreads = PSTAT_SLOTS + 2
     stp = script(binary)
-    r = pydyn(cache, "-v", "-e", stp, "-c", f"{binary} {nthreads} 2000 par {offs}")
+    r = run_pydyn_clean(cache, "-v", "-e", stp, "-c", f"{binary} {nthreads} 2000 par {offs}")
     # every worker finished its hits while the main thread held the globals lock
     assert f"finished under the globals lock: {nthreads} of {nthreads}" in r.stdout
     # the main thread fired no probe, so 64 workers got slots and 2 used the shared one
@@ -111,6 +93,6 @@ def test_stats_handler_takes_no_globals_lock(binaries: dict[str, Path], cache: P
     assert f"hits={nthreads * 2000}" in r.stdout
     # the control: a handler that reads a statistic takes the lock, so it waits
     locked = stp.replace("hits++ }", "hits++; if (@count(s) < 0) hits++ }", 1)
-    r = pydyn(cache, "-e", locked, "-c", f"{binary} 4 20 par {offs} 1")
+    r = run_pydyn_clean(cache, "-e", locked, "-c", f"{binary} 4 20 par {offs} 1")
     assert "finished under the globals lock: 0 of 4" in r.stdout
     assert "hits=80" in r.stdout

@@ -7,7 +7,7 @@ values the programs fire (tests/progs/kstat_threads.c, pstat_threads.c) and agai
 the locked map of the same script (an `if (0) c[0] = 0` turns the optimisation off):
 the output must be identical.  Scripts the detection must leave locked stay locked
 (`-p3`) and stay right.  A full table and a handler finishing while another thread
-holds the globals lock are test_pstat_keyed.py's tests, run with `c[k]++` too.
+holds the globals lock are test_stats_keyed_threads.py's tests, run with `c[k]++` too.
 """
 # ruff: noqa: F811
 
@@ -18,12 +18,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from cbuild import have_cc, have_sdt_h
-from test_pstat import value
+from cbuild import have_cc, have_sdt_h, run_pydyn_clean
 
-# the same programs, cache and runner; `cache` and `progs` are fixtures, so the tests'
-# parameters of those names are not redefinitions
-from test_pstat_keyed import cache, prog, progs, pydyn  # noqa: F401
+# the same programs; `progs` is a fixture, so the tests' parameters of that name are not
+# redefinitions
+from test_stats_keyed_threads import prog, progs  # noqa: F401
+from test_stats_threads import value
 
 pytestmark = pytest.mark.skipif(not (have_cc() and have_sdt_h()),
                                 reason="needs gcc and <sys/sdt.h>")
@@ -36,7 +36,7 @@ def locked(stp: str, arrays: str) -> str:
 
 
 def kcount_calls(cache: Path, stp: str) -> int:
-    return pydyn(cache, "-p3", "-e", stp).stdout.count("pd_kstat_add(")
+    return run_pydyn_clean(cache, "-p3", "-e", stp).stdout.count("pd_kstat_add(")
 
 
 def cmod(a: int, b: int) -> int:
@@ -47,8 +47,8 @@ def both(cache: Path, stp: str, cmd: str, arrays: str) -> list[str]:
     """The output of `stp` with per-thread tables, asserted equal to the locked map's."""
     assert kcount_calls(cache, stp) > 0
     assert kcount_calls(cache, locked(stp, arrays)) == 0
-    fast = pydyn(cache, "-e", stp, "-c", cmd)
-    slow = pydyn(cache, "-e", locked(stp, arrays), "-c", cmd)
+    fast = run_pydyn_clean(cache, "-e", stp, "-c", cmd)
+    slow = run_pydyn_clean(cache, "-e", locked(stp, arrays), "-c", cmd)
     # (the target's own "done" line lands anywhere among the probes' output)
     got = [ln for ln in fast.stdout.splitlines() if "done" not in ln]
     assert got == [ln for ln in slow.stdout.splitlines() if "done" not in ln]
@@ -82,7 +82,7 @@ def test_threads_count_exactly_as_the_locked_map(progs: dict[str, Path], cache: 
     lines += [f"top {k}" for k, _ in sorted(t.items(), key=lambda kv: -kv[1])[:2]]
     lines += [f"v {k} {v}" for k, v in sorted(c.items(), key=lambda kv: kv[1])]
     lines += ["in 1 0", f"n 8 {8 * 2 * PER}"]
-    # r is read by its own updates (translate.py), so neither path reports it at exit
+    # r is read by its own updates (translate/analysis.py), so neither path reports it at exit
     assert out == lines
 
 
@@ -120,4 +120,4 @@ def test_delete_between_rounds(progs: dict[str, Path], cache: Path, abi: str,
 ])
 def test_other_uses_keep_the_locked_map(cache: Path, script: str, expect: str) -> None:
     assert kcount_calls(cache, script) == 0
-    assert pydyn(cache, "-e", script).stdout.splitlines()[0] == expect
+    assert run_pydyn_clean(cache, "-e", script).stdout.splitlines()[0] == expect

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, build_c, have_sdt_h, run_pydyn
 
-TIMEOUT = 120
 FAST = """global n, c, r
 probe process("{b}").mark("hit") {{ n++ }}
 probe process("{b}").function("vec_fn") {{ c++ }}
@@ -37,22 +36,13 @@ FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_func_fire_sp", "pd_counter_slow", "pd_counter_wide", "pd_fast_mark",
             "pd_fast_error", "pd_fast_tls_dynamic", "pd_quiesce_enter_slow",
             "pd_quiesce_leave_slow"}
-# m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) is the add of a
+# m32: __atomic_fetch_add_8 (runtime/arch/i386/pd_fast_i386.S, general registers) is the add of a
 # thread without a counter slot, and PIC code calls the get_pc_thunks; both are checked
 # like FAST_FNS.
 M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_thunk.bx",
                "__x86.get_pc_thunk.cx", "__x86.get_pc_thunk.dx", "__x86.get_pc_thunk.si",
                "__x86.get_pc_thunk.di", "__x86.get_pc_thunk.bp"}
 ALLOWED_CALLS = FAST_FNS | M32_HELPERS | {"pd_xmm_call", "abort@plt", "write@plt"}
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
 
 
 def _prog(tmp: Path, m32: bool) -> Path:
@@ -66,7 +56,7 @@ def test_which_handlers_are_fast(tmp_path: Path, cache: Path) -> None:
     script = (f'global n, s probe process("{b}").mark("hit") {{ n++; n += 3 }}\n'
               f'probe process("{b}").mark("hit") {{ s += $arg1 }}\n'
               f'probe process("{b}").mark("hit") {{ printf("%d\\n", n) }}\n')
-    r = pydyn(cache, "-p3", "-e", script)
+    r = run_pydyn(cache, "-p3", "-e", script)
     assert r.returncode == 0, r.stderr
     rows = re.findall(r"\{PD_PROBE_MARK, (\d+), probe_(\d+),", r.stdout)
     assert sorted(rows, key=lambda x: x[1]) == [("2", "0"), ("0", "1"), ("0", "2")]
@@ -97,7 +87,7 @@ def test_fast_path_uses_no_vector_register(tmp_path: Path, cache: Path, m32: boo
     if shutil.which("objdump") is None:
         pytest.skip("no objdump (binutils)")
     b = _prog(tmp_path, m32)
-    r = pydyn(cache, "-p4", "-e", FAST.format(b=b))
+    r = run_pydyn(cache, "-p4", "-e", FAST.format(b=b))
     assert r.returncode == 0, r.stderr
     mod = Path(r.stdout.split()[1 if m32 else 0])
     assert mod.name.endswith("_m32.so" if m32 else "_m64.so"), r.stdout
@@ -129,10 +119,10 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
     n = 3000
     out = tmp_path / "out.txt"
     script = (FAST if kind == "fast" else SLOW).format(b=b)
-    r = pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
+    r = run_pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
-    # the mark, the function's entry and its one exit (its `.return`: retplan.py)
+    # the mark, the function's entry and its one exit (its `.return`: plan/returns.py)
     assert m and m.group(1) == "3", r.stderr
     assert re.search(r"returns of vec_fn@0x[0-9a-f]+: exits patched \(1:", r.stderr), r.stderr
     if not m32:
@@ -149,8 +139,8 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
 def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: str) -> None:
     b = _prog(tmp_path, False)
     script = f'global n probe process("{b}").mark("hit") {{ n++; n++ }}'
-    r = pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=1", "-e", script,
-              "-c", f"{b} 5")
+    r = run_pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=1", "-e", script,
+                  "-c", f"{b} 5")
     assert r.returncode == 1, r.stdout + r.stderr
     assert re.search(r"ERROR: MAXACTION exceeded near operator '\+\+' at <input>:1:\d+",
                      r.stderr), r.stderr
@@ -161,13 +151,13 @@ def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: s
 def test_x87_stack_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
     """i386 gcc keeps doubles on the x87 stack: at x87_live.c's site it is full (eight
     values), and fp_add's own x87 pushes would overwrite them with NaNs unless
-    pd_xmm_call saves the x87 state (pd_fast_i386.c)."""
+    pd_xmm_call saves the x87 state (arch/i386/pd_fast_i386.S)."""
     b = build_c(PROGS / "x87_live.c", tmp_path / "x87", m32=m32)
     n = 2000
     bare = subprocess.run([str(b), str(n)], capture_output=True, text=True, check=True).stdout
     script = (f'global x probe process("{b}").mark("hit") {{ x = fp_add(x, long_to_fp($arg1)) }}'
               ' probe end { printf("x=%s\\n", fp_to_string(x, 1)) }')
-    r = pydyn(cache, "-e", script, "-c", f"{b} {n}")
+    r = run_pydyn(cache, "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(bare), r.stdout
     assert f"x={n * (n - 1) // 2}.0\n" in r.stdout, r.stdout

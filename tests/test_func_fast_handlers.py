@@ -41,11 +41,6 @@ SCRIPTS = {"fast": FAST, "slow": SLOW, "mixed": MIXED}
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(scope="module")
 def prog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if os.uname().machine != "x86_64":
         pytest.skip("x86-64 only (the fast return path and the test's assembly)")
@@ -100,7 +95,7 @@ def test_which_return_path_is_taken(tmp_path: Path, cache: Path, prog: Path, kin
     cmds.write_text(GDB_COMMANDS)
     out = tmp_path / "out.txt"
     r = run_pydyn(cache, "-o", str(out), "-e", SCRIPTS[kind].format(b=prog),
-              "-c", f"{gdb} -nx -batch -x {cmds} --args {prog} {n}")
+                  "-c", f"{gdb} -nx -batch -x {cmds} --args {prog} {n}")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"bad 0\ndone {n}\n" in r.stdout, r.stdout
     check_output(kind, out.read_text(), n)
@@ -121,7 +116,7 @@ def test_registers_survive_the_return(tmp_path: Path, cache: Path, prog: Path, k
     n = 2000
     out = tmp_path / "out.txt"
     r = run_pydyn(cache, "-v", f"--probe-mode={mode}", "-o", str(out),
-              "-e", SCRIPTS[kind].format(b=prog), "-c", f"{prog} {n}")
+                  "-e", SCRIPTS[kind].format(b=prog), "-c", f"{prog} {n}")
     assert r.returncode == 0, r.stderr
     assert f"bad 0\ndone {n}\n" in r.stdout, r.stdout
     if mode == "auto":                  # the plan's tactic: a trampoline

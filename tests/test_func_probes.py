@@ -9,19 +9,12 @@ and exit status unchanged; under trampolines (default) and traps
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 from cbuild import BUILDS, PROGS, Build, build_c, have_m32, run_pydyn
 
 from pydyn.launcher.elf.functions import ENDBR64, get_functions
-
-TIMEOUT = 120
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
 
 
 def fib_calls(n: int) -> tuple[int, int]:
@@ -40,11 +33,6 @@ def progs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("functions")
     return {b.id: build_c(PROGS / "func_rec.c", tmp / f"rec-{b.id}", m32=b.m32, opt=b.opt)
             for b in BUILDS if not b.m32 or have_m32()}
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("functions-cache")
 
 
 def prog(progs: dict[str, Path], b: Build) -> Path:
@@ -93,8 +81,8 @@ def test_entry_return_counts_and_values(progs: dict[str, Path], cache: Path, b: 
     exe = prog(progs, b)
     script = SCRIPT.format(exe=exe)
     n = 12
-    res = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c",
-                f"sh -c '{exe} {n} 10000; echo status=$?'")
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c",
+                    f"sh -c '{exe} {n} 10000; echo status=$?'")
     assert res.returncode == 0, res.stderr
     calls, total = fib_calls(n)
     out = res.stdout.splitlines()
@@ -117,7 +105,7 @@ probe process("{exe}").library("libc.so.6").function("malloc").return {{
   if (execname() == "{name}" && $return != 0) r++ }}
 probe end {{ printf("n=%d s=%d same=%d\\n", n, s, e == r && e >= 7) }}
 """
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 5 10")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 5 10")
     assert res.returncode == 0, res.stderr
     assert "fib(5)=5 s=40 depth=10" in res.stdout
     assert "n=7 s=721 same=1" in res.stdout.splitlines(), res.stdout
@@ -136,7 +124,7 @@ probe end {{ printf("n=%d s=%d same=%d\\n", n, s, e == r && e >= 7) }}
 def test_bad_function_probes(progs: dict[str, Path], cache: Path, script: str,
                              message: str) -> None:
     exe = prog(progs, BUILDS[1])
-    res = pydyn(cache, "-p3", "-e", script.format(exe=exe))
+    res = run_pydyn(cache, "-p3", "-e", script.format(exe=exe))
     assert res.returncode == 1
     assert message in res.stderr, res.stderr
     assert "Traceback" not in res.stderr
@@ -152,8 +140,8 @@ probe process("{exe}").function("after").return {{ ar++; as += $return }}
 probe end {{ printf("de=%d dr=%d ar=%d as=%d\\n", de, dr, ar, as) }}
 """
     # the return-address hijack (patched exits: test_func_exits.py, no skipped probes)
-    res = pydyn(cache, "-D", "PD_RETURN_HIJACK=1", "-e", script,
-                "-c", f"sh -c '{exe}; echo status=$?'")
+    res = run_pydyn(cache, "-D", "PD_RETURN_HIJACK=1", "-e", script,
+                    "-c", f"sh -c '{exe}; echo status=$?'")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[:2] == ["s=6", "status=4"]

@@ -26,19 +26,10 @@ ABIS = [False, True]
 ABI_IDS = ["m64", "m32"]
 
 
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=TIMEOUT)
-
-
 def bare(cmd: list[str]) -> str:
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT)
     assert res.returncode == 0, res.stderr
     return res.stdout
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("functions2-cache")
 
 
 def skipped(stderr: str) -> int:
@@ -81,7 +72,7 @@ probe process("{exe}").function("fib") {{ e["fib-by-name"]++ }}
 probe end {{ foreach (k in e-) printf("e %s %d\\n", k, e[k])
   foreach (k in r-) printf("r %s %d\\n", k, r[k]) }}
 """
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 12 50")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 12 50")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert "fib(12)=144 s=40 depth=50" in out
@@ -101,7 +92,7 @@ probe end {{ foreach (k in e-) printf("e %s %d\\n", k, e[k])
 def test_stripped_without_exports_is_a_clear_error(tmp_path: Path, cache: Path) -> None:
     exe = strip(build_c(PROGS / "func_rec.c", tmp_path / "rec", opt="-O2"))
     assert get_functions(str(exe)).unnamed >= 6   # fib, read_*, depth, main ... in .eh_frame
-    res = pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("*") {{ }}')
+    res = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("*") {{ }}')
     assert res.returncode == 1
     assert "matches no function" in res.stderr
     assert "is stripped: its .eh_frame lists" in res.stderr
@@ -174,7 +165,7 @@ def test_dlopen_dlclose_loop(tmp_path: Path, cache: Path, sdt_cflags: object, m3
     for by_path in (False, True):
         cmd = "; ".join(f"{exe} {lib if by_path else 'libfuncdl.so'} {iters}"
                         for exe, lib in builds)
-        res = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"sh -c '{cmd}'")
+        res = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"sh -c '{cmd}'")
         assert res.returncode == 0, res.stderr
         out = res.stdout.splitlines()
         assert out[:3] == [want] * 3, out
@@ -217,8 +208,8 @@ def test_cxx_exception_through_return_probed_frames(tmp_path: Path, cache: Path,
     script += EXC_END.format(count=len(exes))
     cmd = "; ".join(f"{exe} {n}" for exe in exes)
     # the return-address hijack (test_func_exits.py has the patched exits)
-    res = pydyn(cache, f"--probe-mode={mode}", "-D", "PD_RETURN_HIJACK=1", "-e", script,
-                "-c", f"sh -c '{cmd}'")
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-D", "PD_RETURN_HIJACK=1", "-e", script,
+                    "-c", f"sh -c '{cmd}'")
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[:3] == [want] * 3, out
@@ -256,8 +247,8 @@ def test_ubacktrace_through_hooked_frames(tmp_path: Path, cache: Path, m32: bool
         pytest.skip("no C++ toolchain for this ABI (g++ / g++-multilib)")
     exe = build_c(PROGS / "func_exc.cc", tmp_path / "exc", m32=m32, opt=opt,
                   extra=("-rdynamic", "-lstdc++", "-ldl"))
-    res = pydyn(cache, f"--probe-mode={mode}", "-e", BT_SCRIPT.format(exe=exe),
-                "-c", f"{exe} 3")
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-e", BT_SCRIPT.format(exe=exe),
+                    "-c", f"{exe} 3")
     check_bt_session(res, exe)
 
 
@@ -295,7 +286,7 @@ def test_return_values_in_fp_registers_and_by_pointer(tmp_path: Path, cache: Pat
 probe process("{exe}").function("*").return {{ n[ppfunc()]++ }}
 probe end {{ foreach (f in n+) printf("%s %d\\n", f, n[f]) }}
 """
-    res = pydyn(cache, "-e", script, "-c", str(exe))
+    res = run_pydyn(cache, "-e", script, "-c", str(exe))
     assert res.returncode == 0, res.stderr
     out = res.stdout.splitlines()
     assert out[0] == want.strip()
@@ -314,12 +305,12 @@ def test_functions_keeping_their_return_address_get_no_return_probe(
     stack: `.return` on them is a clear error, and a glob leaves them out."""
     exe = build_c(PROGS / "func_jmp.c", tmp_path / "jmp", opt="-O2")
     lib = f'process("{exe}").library("libc.so.6")'
-    res = pydyn(cache, "-p2", "-e", f'probe {lib}.function("{name}").return {{ }}')
+    res = run_pydyn(cache, "-p2", "-e", f'probe {lib}.function("{name}").return {{ }}')
     assert res.returncode == 1 and "Traceback" not in res.stderr
     assert f"{name} reads its own return address (or returns twice)" in res.stderr
     # the program itself calls _setjmp: a glob over libc probes the rest, and runs
-    res = pydyn(cache, "-e", f'global n probe {lib}.function("*jmp*").return {{ n++ }}',
-                "-c", f"sh -c '{exe}; echo status=$?'")
+    res = run_pydyn(cache, "-e", f'global n probe {lib}.function("*jmp*").return {{ n++ }}',
+                    "-c", f"sh -c '{exe}; echo status=$?'")
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[:2] == ["s=6", "status=4"], res.stdout
 
@@ -337,7 +328,7 @@ probe process("{exe}").function("f").return {{ fr++ }}
 probe process("{exe}").function("g").return {{ gr++ }}
 probe end {{ printf("fr=%d gr=%d\\n", fr, gr) }}
 """
-    res = pydyn(cache, "-e", script, "-c", str(exe))
+    res = run_pydyn(cache, "-e", script, "-c", str(exe))
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [want.strip(), "fr=100 gr=100"], res.stdout
     assert skipped(res.stderr) == 0, res.stderr

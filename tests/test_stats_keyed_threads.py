@@ -12,16 +12,13 @@ table, and a handler that finishes while another thread holds the globals lock.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h
-from test_pstat import value
+from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h, run_pydyn_clean
+from test_stats_threads import value
 
 from pydyn.launcher.stats import (
     HIST_LOG_BUCKETS,
@@ -38,14 +35,8 @@ from pydyn.shmlayout.layout import HEADER
 
 pytestmark = pytest.mark.skipif(not (have_cc() and have_sdt_h()),
                                 reason="needs gcc and <sys/sdt.h>")
-TIMEOUT = 120
 LINE = ('printf("%s %d: %d %d %d %d %d %d\\n", e, k, @count(s[e, k]), @sum(s[e, k]), '
         '@min(s[e, k]), @max(s[e, k]), @avg(s[e, k]), @variance(s[e, k]))')
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("kstat-cache")
 
 
 @pytest.fixture(scope="module")
@@ -65,16 +56,6 @@ def prog(progs: dict[str, Path], name: str) -> Path:
     if name not in progs:
         pytest.skip("no -m32 toolchain (gcc -m32 / gcc-multilib missing)")
     return progs[name]
-
-
-def pydyn(cache: Path, *args: str, rc: int = 0) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    r = subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *args],
-                       capture_output=True, text=True, env=env, timeout=TIMEOUT)
-    assert r.returncode == rc, r.stderr
-    if rc == 0 and "-v" not in args:
-        assert r.stderr == ""
-    return r
 
 
 class Expected:
@@ -122,7 +103,7 @@ def test_keyed_stats_merge_exactly(progs: dict[str, Path], cache: Path, abi: str
            f'  foreach ([e, k] in s- limit 3) printf("by count %d\\n", k)\n'
            f'  foreach ([e, k] in s @min+) printf("by min %d\\n", k)\n'
            f'  print(@hist_log(s["{name}", 1])) }}\n')
-    r = pydyn(cache, "-e", stp, "-c", f"{binary} {nthreads} {per}")
+    r = run_pydyn_clean(cache, "-e", stp, "-c", f"{binary} {nthreads} {per}")
     exp = Expected()
     rounds(nthreads, per, lambda t, i: (name, t % 4), exp, keep=lambda t, i: i % 4 <= t % 4)
     # slot 0 interleaves the threads beyond the slots: @variance is exact only without it
@@ -146,7 +127,7 @@ def test_m64_and_m32_processes_fill_the_same_keys(progs: dict[str, Path], cache:
            f'{{ s["k", $arg1 % 4] <<< $arg3; h[$arg1 % 2] <<< $arg3 }}\n'
            f'probe end {{ foreach ([e, k+] in s) {LINE}\n  print(@hist_log(s["k", 3]))\n'
            f'  print(@hist_linear(h[1], {lin})) }}\n')
-    r = pydyn(cache, "-e", stp, "-c", f"sh -c '{b64} 8 {per} & {b32} 8 {per}; wait'")
+    r = run_pydyn_clean(cache, "-e", stp, "-c", f"sh -c '{b64} 8 {per} & {b32} 8 {per}; wait'")
     assert r.stdout.count("kstat done") == 2
     exp = Expected()
     for writer in ("m64", "m32"):
@@ -178,7 +159,7 @@ def test_delete_between_rounds_clears_every_slot(progs: dict[str, Path], cache: 
            f'  {delete}\n  printf("in %d %d\\n", [2] in s, [1] in s) }}\n'
            'probe end { foreach ([k+] in s) printf("%d: %d %d %d %d\\n", k, @count(s[k]), '
            '@sum(s[k]), @min(s[k]), @max(s[k])) }\n')
-    r = pydyn(cache, "-e", stp, "-c", f"{binary} 8 {per}")
+    r = run_pydyn_clean(cache, "-e", stp, "-c", f"{binary} 8 {per}")
     all_keys = delete != "delete s[2]"
     exp = Expected()
     rounds(8, per, lambda t, i: t % 4, exp,
@@ -193,7 +174,7 @@ def test_delete_between_rounds_clears_every_slot(progs: dict[str, Path], cache: 
     assert got[2:] == lines
 
 
-# (`++`: a keyed counter, tests/test_kcount.py, whose tables are the same)
+# (`++`: a keyed counter, tests/test_counters_keyed.py, whose tables are the same)
 @pytest.mark.parametrize("update", ["<<< $arg3", "++"])
 def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path,
                                         update: str) -> None:
@@ -204,7 +185,7 @@ def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path,
     stp = (f'global s[16]\nprobe process("{binary}").mark("hit") '
            f'{{ s[$arg1, $arg2 % 20] {update} }}\n'
            'probe end { n = 0; foreach ([t, k] in s) n++; printf("merged %d\\n", n) }\n')
-    r = pydyn(cache, "-D", "MAXERRORS=100000", "-e", stp, "-c", f"{binary} 8 {per}", rc=1)
+    r = run_pydyn_clean(cache, "-D", "MAXERRORS=100000", "-e", stp, "-c", f"{binary} 8 {per}", rc=1)
     fails = 8 * 2 * per * 4 // 20
     assert r.stderr.count("ERROR: Array overflow, check size limit (16)") == fails
     assert r.stderr.count("ERROR: aggregation overflow in s (16 entries)") == 1
@@ -224,7 +205,7 @@ def test_keyed_stats_handler_takes_no_globals_lock(progs: dict[str, Path], cache
            f'{{ s[$arg1 % 3, "x"] {update}; hits++ }}\n'
            f'probe end {{ foreach ([k+, x] in s) printf("%d %d\\n", k, {count.format("k, x")}); '
            'printf("hits=%d\\n", hits) }\n')
-    r = pydyn(cache, "-e", stp, "-c", f"{binary} {nthreads} 2000 par {offs}")
+    r = run_pydyn_clean(cache, "-e", stp, "-c", f"{binary} {nthreads} 2000 par {offs}")
     # every worker finished while the main thread held the globals lock; 2 of them
     # shared slot 0 and its lock
     assert f"finished under the globals lock: {nthreads} of {nthreads}" in r.stdout
@@ -236,7 +217,7 @@ def test_keyed_stats_handler_takes_no_globals_lock(progs: dict[str, Path], cache
     # the control: reading a keyed statistic in the handler takes the lock, so it waits
     key = '$arg1 % 3, "x"'
     locked = stp.replace("hits++ }", f"hits++; if ({count.format(key)} < 0) hits++ }}", 1)
-    r = pydyn(cache, "-e", locked, "-c", f"{binary} 4 20 par {offs} 1")
+    r = run_pydyn_clean(cache, "-e", locked, "-c", f"{binary} 4 20 par {offs} 1")
     assert "finished under the globals lock: 0 of 4" in r.stdout
     assert "hits=80" in r.stdout
 
@@ -247,7 +228,7 @@ def test_nested_foreach_and_exit_report(cache: Path) -> None:
     stp = ('global s, t\nprobe begin { s[1] <<< 1; s[2] <<< 2; s[2] <<< 3; t["a", 7] <<< 5\n'
            '  t["a", 7] <<< -1; t["b", 1] <<< 4\n'
            '  foreach (a+ in s) foreach (b+ in s) printf("%d %d %d\\n", a, b, @sum(s[b])) }\n')
-    r = pydyn(cache, "-e", stp)
+    r = run_pydyn_clean(cache, "-e", stp)
     assert r.stdout.splitlines() == ["1 1 1", "1 2 5", "2 1 1", "2 2 5",
                                      't["a",7] @count=2 @min=-1 @max=5 @sum=4 @avg=2',
                                      't["b",1] @count=1 @min=4 @max=4 @sum=4 @avg=4']

@@ -9,28 +9,27 @@ trap with the reason; the traced program runs on correctly after the session.
 
 from __future__ import annotations
 
-import os
 import platform
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, assert_thread_sums, build_c, have_m32, thread_sums_script
+from cbuild import (
+    BUILDS,
+    PROGS,
+    Build,
+    assert_thread_sums,
+    build_c,
+    have_m32,
+    run_pydyn,
+    thread_sums_script,
+)
 
 from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
 from pydyn.launcher.plan.x86 import TACTICS, PatchPlan, coverage, plan_site
 
-TIMEOUT = 120
-
-
-def pydyn(cache: Path, *args: str, no_aslr: bool = False) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
-    # setarch -R: the same addresses in every run, so pointer arguments compare equal
-    pre = ["setarch", platform.machine(), "-R"] if no_aslr and shutil.which("setarch") else []
-    return subprocess.run([*pre, sys.executable, "-m", "pydyn.launcher.cli", *args],
-                          capture_output=True, text=True, env=env, timeout=TIMEOUT)
+# setarch -R: the same addresses in every run, so pointer arguments compare equal
+NO_ASLR = ("setarch", platform.machine(), "-R") if shutil.which("setarch") else ()
 
 
 def skip_m32(b: Build) -> None:
@@ -69,11 +68,6 @@ def progs(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> dict[
     return out
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("fastprobe-cache")
-
-
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_every_site_gets_a_plan(progs: dict[str, Path], b: Build) -> None:
     skip_m32(b)
@@ -105,8 +99,8 @@ def test_args_identical_under_traps_and_trampolines(progs: dict[str, Path], cach
         script = tmp_path / f"{kind}.stp"
         script.write_text(got_script(scan, b.id))
         for mode in ("trap", "auto"):
-            r = pydyn(cache, f"--probe-mode={mode}", str(script), "-c", str(binary),
-                      no_aslr=True)
+            r = run_pydyn(cache, f"--probe-mode={mode}", str(script), "-c", str(binary),
+                          prefix=NO_ASLR)
             assert (r.returncode, r.stderr) == (0, ""), (kind, mode, r.stderr)
             results[kind, mode] = r.stdout
         got = {m: lines(results[kind, m], f"got {b.id} ") for m in ("trap", "auto")}
@@ -123,10 +117,10 @@ def test_args_identical_under_traps_and_trampolines(progs: dict[str, Path], cach
 
 def test_verbose_prints_the_coverage(progs: dict[str, Path], cache: Path) -> None:
     binary = progs["args-m64-O2"]
-    r = pydyn(cache, "-v", "-p3", "-e", f'probe process("{binary}").mark("regs") {{ }}')
+    r = run_pydyn(cache, "-v", "-p3", "-e", f'probe process("{binary}").mark("regs") {{ }}')
     assert r.returncode == 0, r.stderr
     assert "sites: 1 total, 0 trap, 1 displace" in r.stderr
-    r = pydyn(cache, "-p2", "-e", f'probe process("{binary}").mark("regs") {{ }}')
+    r = run_pydyn(cache, "-p2", "-e", f'probe process("{binary}").mark("regs") {{ }}')
     assert "plan: displace" in r.stdout
 
 
@@ -174,7 +168,7 @@ def test_exact_counts_with_8_threads(tmp_path: Path, cache: Path, m32: bool,
     site = get_probe_sites(str(binary)).sites[0]
     assert plan_site(site).tactic != "trap", plan_site(site)
     per = 20000
-    r = pydyn(cache, "-e", thread_sums_script(binary), "-c", f"{binary} {per}")
+    r = run_pydyn(cache, "-e", thread_sums_script(binary), "-c", f"{binary} {per}")
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
     assert_thread_sums(r.stdout, per)
     assert f"threads done {8 * (per * (per - 1) // 2)}" in r.stdout.splitlines()
@@ -199,7 +193,7 @@ def test_branch_target_inside_falls_back_to_trap(progs: dict[str, Path], cache: 
               f'probe process("{binary}").mark("indirect") {{ i++ }}\n'
               'probe end { printf("looped=%d plain=%d indirect=%d\\n", n, p, i) }\n')
     for mode in ("auto", "trap"):
-        r = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{binary} 50")
+        r = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{binary} 50")
         assert (r.returncode, r.stderr) == (0, ""), r.stderr
         assert "fp_branch looped 49 plain 1 result 49" in r.stdout
         assert "looped=49 plain=1 indirect=1" in r.stdout
@@ -235,7 +229,7 @@ def test_process_runs_on_after_the_session(tmp_path: Path, cache: Path,
     binary = build_c(src, tmp_path / "after")
     script = (f'global n\nprobe process("{binary}").mark("tick") '
               '{ n++; if (n == 1000) exit() }\nprobe end { printf("n=%d\\n", n) }\n')
-    r = pydyn(cache, "-e", script, "-c", str(binary))
+    r = run_pydyn(cache, "-e", script, "-c", str(binary))
     assert r.returncode == 0, r.stderr
     assert "n=1000" in r.stdout
     # the -c command outlives the session (its output arrives on the same pipe, which
@@ -288,7 +282,7 @@ def test_garbage_stack_pointer(tmp_path: Path, cache: Path, m32: bool, mode: str
     n = 50
     script = (f'probe process("{binary}").mark("garbage") '
               '{ printf("hit %d %d\\n", $arg1, $arg2) }')
-    r = pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{binary} {n}")
+    r = run_pydyn(cache, f"--probe-mode={mode}", "-e", script, "-c", f"{binary} {n}")
     assert (r.returncode, r.stderr) == (0, ""), r.stderr
     hits = sorted(ln for ln in r.stdout.splitlines() if ln.startswith("hit "))
     assert hits == sorted(f"hit {b + i} {100 * i}" for b in (0, 1000) for i in range(n))
@@ -329,9 +323,9 @@ def test_million_printf_events_into_a_file(tmp_path: Path, cache: Path,
     binary = build_c(src, tmp_path / "lines", extra=("-pthread",))
     out = tmp_path / "out.txt"
     per = 500_000
-    r = pydyn(cache, "-o", str(out), "-e",
-              f'probe process("{binary}").mark("line") {{ printf("%d %d\\n", $arg1, $arg2) }}',
-              "-c", f"{binary} {per}")
+    r = run_pydyn(cache, "-o", str(out), "-e",
+                  f'probe process("{binary}").mark("line") {{ printf("%d %d\\n", $arg1, $arg2) }}',
+                  "-c", f"{binary} {per}")
     assert (r.returncode, r.stderr, r.stdout) == (0, "", ""), r.stderr
     seqs: dict[str, list[int]] = {"0": [], "1": []}
     with out.open() as f:
