@@ -79,6 +79,13 @@ char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs)
     return dst;
 }
 
+/* |err| when it names an errno value, else 0 */
+int64_t pd_errno_p(int64_t err)
+{
+    int64_t e = err > 0 ? err : -err;
+    return e > 0 && e < 4096 && strerrorname_np((int)e) ? e : 0;
+}
+
 /* "ENOENT" for 2 (or -2); "" for a number with no name */
 char *pd_errno_str(char *dst, int64_t err)
 {

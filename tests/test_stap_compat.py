@@ -364,3 +364,15 @@ probe process("{target}").mark("done") {{ printf("%d\\n", used()) }}'''
     assert out.splitlines()[-1] == "42"
     rc, out, err = run(cache, script, "-u", "-p2")
     assert rc == 1 and "unresolved type for parameter 'x'" in err
+
+
+def test_errno_p_isdigit_uarch_bytes_indent_depth(cache: Path, target: Path) -> None:
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%d %d %d %d %d ", errno_p(-$arg2), errno_p(0), isdigit(s), uarch_bytes(),
+         thread_indent_depth(1))
+  printf("%d\\n", thread_indent_depth(-1))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 7up")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == f"3 0 1 {4 if target.name.endswith('m32') else 8} 0 0"

@@ -46,6 +46,13 @@ function thread_indent:string(delta:long) {
   return __indent(tid(), sprintf("%s(%d)", execname(), tid()), delta)
 }
 function indent:string(delta:long) { return __indent(-1, "", delta) }
+function __indent_depth:long(idx:long, delta:long) {
+  depth = __indent_counters[idx] + (delta > 0 ? delta : 0)
+  __indent_counters[idx] += delta
+  return depth > 0 ? depth - 1 : 0
+}
+function thread_indent_depth:long(delta:long) { return __indent_depth(tid(), delta) }
+function indent_depth:long(delta:long) { return __indent_depth(-1, delta) }
 """
 
 # $# and @N as globals, so -G can set them (argc=2 -G argv_1=hello ...); argv[] is

@@ -482,6 +482,12 @@ class Emitter:
             if not args:
                 args = ["(pd_gettime_ns(1) / 1000000000)"]
             return f"pd_ctime(c, {self.strtemp()}, {args[0]})"
+        if name == "errno_p":
+            return f"pd_errno_p({args[0]})"
+        if name == "isdigit":
+            return f"(int64_t)((unsigned)({args[0]})[0] - '0' < 10)"
+        if name == "uarch_bytes":   # the probed process's ABI (the module's)
+            return "(int64_t)sizeof(long)"
         if name == "errno_str":
             return f"pd_errno_str({self.strtemp()}, {args[0]})"
         if name == "string_quoted":
