@@ -376,3 +376,28 @@ def test_errno_p_isdigit_uarch_bytes_indent_depth(cache: Path, target: Path) -> 
     rc, out, err = run(cache, script, "-c", f"{target} 0 7up")
     assert rc == 0, err
     assert out.splitlines()[-1] == f"3 0 1 {4 if target.name.endswith('m32') else 8} 0 0"
+
+
+def test_a_second_interrupt_does_not_cut_end_short(cache: Path, tmp_path: Path) -> None:
+    # stap_run's way: SIGINT once the start line is out; here a second one arrives while
+    # the end probe runs: the end probe still completes and the session still ends
+    import os
+    import signal
+    import subprocess
+    import time
+    script = ('probe begin { println("started") } probe timer.s(60) { }\n'
+              'probe end { for (i = 0; i < 20000000; i++) ; println("end done") }')
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+    cmd = [sys.executable, "-m", "pydyn.launcher.cli", "-D", "MAXACTION=100000000",
+           "-e", script]
+    subprocess.run([*cmd[:-2], "-p4", "-e", script], env=env, capture_output=True, timeout=180)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline() == "started\n"
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert out.splitlines()[-1:] == ["end done"], (out, err)
