@@ -216,7 +216,7 @@ def _braced_after(text: str, pos: int, skip: int) -> str:
         i = text.find("{", i)
         if i < 0:
             return ""
-        j = _bracket_end_brace(text, i)
+        j = _group_end(text, i, "{", "}")
         if not skip:
             return text[i + 1:j - 1]
         skip -= 1
@@ -297,7 +297,7 @@ def tcl_commands(src: str) -> list[list[Word]]:
                 if src[j] == "\\":
                     j += 1
                 elif src[j] == "[":
-                    j = _bracket_end(src, j)
+                    j = _group_end(src, j)
                     continue
                 j += 1
             words.append(Word(src[i + 1:j], "quote"))
@@ -309,7 +309,7 @@ def tcl_commands(src: str) -> list[list[Word]]:
                 j += 2
                 continue
             if src[j] == "[":
-                j = _bracket_end(src, j)
+                j = _group_end(src, j)
                 continue
             if src[j] == "{" and j > i and src[j - 1] == "$":
                 j = src.index("}", j) + 1
@@ -322,34 +322,24 @@ def tcl_commands(src: str) -> list[list[Word]]:
     return cmds
 
 
-def _bracket_end(src: str, j: int) -> int:
+def _group_end(src: str, j: int, opening: str = "[", closing: str = "]") -> int:
+    """The index after the group opened at src[j]: `[command]` (with braced words
+    inside skipped whole) or `{word}`."""
     depth = 0
     while j < len(src):
-        if src[j] == "\\":
+        c = src[j]
+        if c == "\\" and opening == "[":
             j += 2
             continue
-        if src[j] == "[":
+        if c == opening:
             depth += 1
-        elif src[j] == "]":
+        elif c == closing:
             depth -= 1
             if depth == 0:
                 return j + 1
-        elif src[j] == "{":
-            j = _bracket_end_brace(src, j)
+        elif c == "{" and opening == "[":
+            j = _group_end(src, j, "{", "}")
             continue
-        j += 1
-    return j
-
-
-def _bracket_end_brace(src: str, j: int) -> int:
-    depth = 0
-    while j < len(src):
-        if src[j] == "{":
-            depth += 1
-        elif src[j] == "}":
-            depth -= 1
-            if depth == 0:
-                return j + 1
         j += 1
     return j
 
@@ -397,7 +387,7 @@ class Interp:
                 out.append(self.vars[name])
                 i = m.end()
             elif c == "[":
-                j = _bracket_end(s, i)
+                j = _group_end(s, i)
                 out.append(self.call(s[i + 1:j - 1]))
                 i = j
             else:
