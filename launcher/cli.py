@@ -639,6 +639,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _die_of_sigpipe()
+    finally:
+        # All is done and written: a Ctrl-C now (one sent as the session ended by itself)
+        # would only interrupt the interpreter's exit with a traceback.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -75,11 +75,11 @@ SHELL_CHARS = set("|&;<>()$`\\\"'*?[]{}~#\n=%")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _hold_stop_signals() -> dict[int, Any]:
-    """Ignore SIGINT, SIGTERM and SIGHUP (main thread only); the handlers to restore."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    return {sig: signal.signal(sig, signal.SIG_IGN) for sig in _STOP_SIGNALS}
+def _hold_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
 
 
 class _Deferred:
@@ -504,7 +504,6 @@ class Session:
         shm, mem = self._create_segment(module)
         self.shm_name = shm.name
         inherited_fd = -1
-        held: dict[int, Any] = {}   # stop signals ignored while the stop runs
         deferred = _Deferred()      # noted from the begin probes to the wait
         if argv is not None and os.geteuid() == 0:
             try:
@@ -569,7 +568,7 @@ class Session:
             # The stop is under way and bounded on its own (STUCK_CONTEXT_MS): a Ctrl-C
             # now (a second one, or one sent as the session ended by itself) must not
             # cut the end probes short.
-            held = _hold_stop_signals()
+            _hold_stop_signals()
             header.session_state = PD_SESSION_STOPPING
             self._stop_timers.set()
             for t in timers:
@@ -618,8 +617,9 @@ class Session:
                 mem.close()
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
-            # only now: the end probes' output is drained and the segment is gone
-            _release_stop_signals(held)
+            # The stop signals stay ignored from the stop on: the session is the
+            # launcher's last act, and a Ctrl-C sent as it ended by itself would only
+            # interrupt the interpreter's exit (a traceback from a weakref callback).
 
     def _share_with_any_user(self, name: str) -> int:
         """A root session's command may change user before it loads the module
