@@ -41,22 +41,15 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               defines: dict[str, str], runtime: bytes,
               warn: Callable[[ScriptWarning | str], None] | None = None,
               optimize: bool = True) -> Program:
-    """`warn` is given each warning as soon as it is found (before a later pass may
-    fail); `optimize` False is -u, where stap's optimisation rounds, which give the
-    warnings about unused and never-assigned variables, do not run."""
-    warnings: list[ScriptWarning | str] = []
-
-    def found(new: list[ScriptWarning | str]) -> None:
-        if optimize:
-            warnings.extend(new)
-            for w in new:
-                if warn is not None:
-                    warn(w)
-
+    """`warn` is given each warning once the script is typed: a script in error gets
+    its one error only; `optimize` False is -u, where stap's optimisation rounds, which
+    give the warnings about unused and never-assigned variables, do not run."""
     limits = Limits.from_defines(defines)
-    found(find_warnings(script))
     types = infer_types(script, resolution)
-    found(types.warnings)
+    warnings = [*types.warnings, *find_warnings(script)] if optimize else []
+    for w in warnings:
+        if warn is not None:
+            warn(w)
     plan = analyse(script, types)
     layout = lay_out(types, plan, limits)
     unit = Unit(types, plan, layout, limits)

@@ -120,8 +120,7 @@ def _scope_warnings(use: _Use, globals_used: set[str], params: Iterable[str],
 def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
     """The warnings for `script`, in stap's order: each probe's and then each function's
     (by name) never-assigned locals, the globals, the elided assignments, the empty
-    functions.  Made before types are inferred, as stap does: a script that then fails
-    to type still gets them."""
+    functions."""
     user = script.loc.file
     funcs = sorted((f for f in script.functions
                     if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
