@@ -122,7 +122,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
                    help="initial value of global NAME (a number or a string)")
     p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
-    p.add_argument("-W", dest="werror", action="store_true", help="treat warnings as errors")
+    p.add_argument("-W", dest="werror", action="store_true",
+                   help="treat warnings as errors: the first one is the error, exit 1")
     p.add_argument("--suppress-handler-errors", action="store_true",
                    help="an error ends only its handler, never the session (each is still "
                         "printed and counted)")
