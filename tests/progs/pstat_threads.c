@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/sdt.h>
@@ -61,7 +62,11 @@ int main(int argc, char **argv)
     }
     volatile uint32_t *lock = NULL, *fallbacks = NULL;
     if (argc > 5 && getenv("PYDYN_SHM")) {
-        int fd = shm_open(getenv("PYDYN_SHM"), O_RDWR, 0);
+        /* NAME, or NAME:FD when a root session also passes the segment open */
+        char name[256];
+        snprintf(name, sizeof name, "%s", getenv("PYDYN_SHM"));
+        name[strcspn(name, ":")] = 0;
+        int fd = shm_open(name, O_RDWR, 0);
         uint8_t *seg = fd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         if (seg == MAP_FAILED) {
             perror("segment");
