@@ -194,8 +194,9 @@ def test_dwarf_parameters_and_entry_values(a64dir: Path, cache: Path, opt: str) 
                     extra=("-g", "-Wno-infinite-recursion"))
     listed = run_pydyn(cache, "-L", "-v", f'process("{rec}").function("fib")')
     abi = "(ABI)" if opt == "-O0" else ""
-    assert '$n:long int pc=' in listed.stdout and f'locations="n=x0{abi}"' in listed.stdout, \
-        listed.stdout
+    # the parameter, then the locals DWARF places at the entry, then the pc
+    assert ' $n:long int ' in listed.stdout and ' pc=' in listed.stdout \
+        and f'locations="n=x0{abi}"' in listed.stdout, listed.stdout
     check_entry_session(run_pydyn(
         cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
         f"sh -c '{qemu_cmd(rec, '15', '10000')}; {qemu_cmd(jmp)}; echo status=$?'"))
