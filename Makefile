@@ -108,8 +108,8 @@ check: py-deps
 test: deps examples lint
 	$(VPY) -m pytest -q tests
 
-# ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6); startup ms:
-# bare / warm / cold / bpftrace (issue 5)
+# ns per probe hit: bare / int3 trap / trampoline, m64 and m32; startup ms:
+# bare / warm / cold / bpftrace
 bench: deb-deps py-deps
 	@$(VPY) -c "import frida" 2>/dev/null || \
 	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict

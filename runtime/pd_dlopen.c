@@ -1,4 +1,4 @@
-/* Objects loaded later (issue 7): dlopen/dlmopen arm the probes of a new object
+/* Objects loaded later: dlopen/dlmopen arm the probes of a new object
  * when it has loaded, dlclose forgets them once it has really gone.
  *
  * The calls are serialized by one recursive mutex (a library constructor or

@@ -1,4 +1,4 @@
-"""DWARF for function probes (issue 7): functions with their declaration and
+"""DWARF for function probes: functions with their declaration and
 parameters, and where each parameter is at the function's entry.
 
 `get_dwarf(path)` reads `.debug_info` once per file version (pyelftools, imported

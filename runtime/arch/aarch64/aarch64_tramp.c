@@ -19,7 +19,7 @@ __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 __attribute__((visibility("hidden"), used)) void
 pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry (issue 7) */
+    if (site->nentry + site->nreturn) /* a function entry */
         pd_func_fire(regs, site, bias);
     else
         pd_run(&pd_probes[site->probe], site, regs, bias);

@@ -1,4 +1,4 @@
-/* aarch64 return probes (issue 7), included by pd_func.c.
+/* aarch64 return probes, included by pd_func.c.
  *
  * pd_func_fire swaps the link register: x30 in the entry's struct pd_regs, which the
  * stub (arch/aarch64/tramp.h) or the BRK handler (pd_trap.c) restores, becomes

@@ -1,4 +1,4 @@
-/* Unwinding through hooked aarch64 frames (issue 7), included by pd_func.c.
+/* Unwinding through hooked aarch64 frames, included by pd_func.c.
  *
  * On x86 the hooked return address sits at the entry's sp, where pd_func_hook swapped
  * it.  An aarch64 function gets pd_ret_tramp in x30 and saves it (signed first by a

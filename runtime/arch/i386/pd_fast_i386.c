@@ -1,4 +1,4 @@
-/* pd_xmm_call on i386 (issue 6): how the general-regs-only trampoline path
+/* pd_xmm_call on i386: how the general-regs-only trampoline path
  * (PD_FAST_FN, pd_func.c) calls code that may use the vector or x87 registers -- a
  * handler that is not FAST, pd_run, mmap -- now that the i386 stubs save neither.
  *
