@@ -9,13 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from cbuild import build_c
 
 from pydyn.launcher import docgen, docgen_functions
+from pydyn.launcher.cli import EXAMPLES
 from pydyn.launcher.guru import SET_USER
 from pydyn.launcher.translate.types import BUILTINS, PRINT_FUNCS
-from pydyn.launcher.cli import EXAMPLES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
