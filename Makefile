@@ -21,7 +21,8 @@ DEB_PACKAGES += gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cros
 DEB_PACKAGES += postgresql-15 openjdk-17-jre-headless gdb
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
-EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
+EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
+	examples/bin/calls
 
 .PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench
 
@@ -72,6 +73,9 @@ examples/bin/requests: examples/src/requests.c
 	@mkdir -p examples/bin
 	$(CC) -O2 -g -o $@ $<
 examples/bin/server: examples/src/server.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
+examples/bin/calls: examples/src/calls.c
 	@mkdir -p examples/bin
 	$(CC) -O2 -g -o $@ $<
 examples/bin/worker32: examples/src/worker.c
