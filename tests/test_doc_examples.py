@@ -1,4 +1,5 @@
-"""The commands README.md and docs/guide.md show, run again, print what the pages say.
+"""The commands README.md, docs/guide.md and docs/language.md show print, run again,
+what the pages say.
 
 A code block's `$ CMD` lines are commands (a line whose quotes are still open goes on
 on the next lines); the lines after one, up to the next `$`, are its output as a
@@ -29,7 +30,7 @@ import pytest
 from cbuild import pydyn_argv, pydyn_env
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("README.md", "docs/guide.md")
+PAGES = ("README.md", "docs/guide.md", "docs/language.md")
 DOC_ROOT = "/home/me/pydyn"           # the checkout as the pages show it
 DOC_CACHE = "/home/me/.cache/pydyn"   # the module cache as the pages show it
 RUNNABLE = ("pydyn", "cat")
