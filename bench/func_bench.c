@@ -9,7 +9,7 @@
 __attribute__((noipa)) long bench_fn(long x) { return (x ^ 0x55) * 3 + 7; }
 /* Not the last function of .text: there bench_fn's `ret` would have no padding after
  * it, and a 10-byte function whose entry patch ends at its `ret` keeps the
- * return-address hijack (launcher/retplan.py); most functions are followed by some. */
+ * return-address hijack (launcher/plan/returns.py); most functions are followed by some. */
 __attribute__((noipa)) long bench_next(long x) { return x + 1; }
 
 int main(int argc, char **argv)

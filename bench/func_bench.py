@@ -3,7 +3,7 @@
 Builds bench/func_bench.c (m64, m32) and times N calls of its bench_fn: bare,
 with an entry probe, and with an entry + return probe pair (each `n++`), under
 trampolines: the return probe at the patched `ret` ("pair") and through the
-return-address hijack ("hijack", `-D PD_RETURN_HIJACK=1`; launcher/retplan.py).
+return-address hijack ("hijack", `-D PD_RETURN_HIJACK=1`; launcher/plan/returns.py).
 The counts are checked against N.  Prints ns per call and the cost over bare.
 Wall time is noisy on a shared machine, so `--callgrind` also counts the
 instructions per call with valgrind (--smc-check=all: the probes patch code),

@@ -31,12 +31,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import astuple, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from .errors import SessionError, TargetError
-
-if TYPE_CHECKING:
-    from .build import ModuleSet
 
 PTRACE_CONT = 7
 PTRACE_DETACH = 17
@@ -392,40 +389,12 @@ def _load_bias(pid: int, maps: Sequence[Mapping], path: str) -> int:
     return min(starts) - (first & ~0xFFF)
 
 
-def default_symbols(path: str, names: set[str]) -> dict[str, int]:
-    """Values of the default-version (`name@@VER`, or unversioned) definitions of `names`
-    in .dynsym: i386 glibc also defines an older, different dlopen@GLIBC_2.0."""
-    from .elf.reader import open_elf
-
-    out: dict[str, int] = {}
-    with open_elf(path) as h:
-        dynsym, dynstr = h.get_section_bytes(".dynsym"), h.get_section_bytes(".dynstr")
-        versym = h.get_section_bytes(".gnu.version")
-        if dynsym is None or dynstr is None:
-            return out
-        is64 = h.elffile.elfclass == 64
-        entry = struct.Struct("<IBBHQQ" if is64 else "<IIIBBH")
-        strs = dynstr[1]
-        for i, f in enumerate(entry.iter_unpack(dynsym[1][:len(dynsym[1]) // entry.size
-                                                          * entry.size])):
-            st_name, value, shndx = (f[0], f[4], f[3]) if is64 else (f[0], f[1], f[5])
-            if shndx == 0 or not st_name:
-                continue
-            name = strs[st_name:strs.find(b"\0", st_name)].decode(errors="replace")
-            if name not in names:
-                continue
-            hidden = versym is not None and len(versym[1]) >= 2 * i + 2 and \
-                struct.unpack_from("<H", versym[1], 2 * i)[0] & 0x8000
-            if not hidden:
-                out[name] = value
-    return out
-
-
 def find_dlopen(pid: int, libc: str) -> tuple[int, int]:
     """Runtime addresses of dlopen and dlerror in PID (glibc >= 2.34 exports both from
     libc.so.6; older ones have __libc_dlopen_mode, with dlopen's signature)."""
     path = f"/proc/{pid}/root{libc}"
-    syms = default_symbols(path, {"dlopen", "__libc_dlopen_mode", "dlerror"})
+    from .elf.symbols import get_default_symbols  # pyelftools: only when attaching
+    syms = get_default_symbols(path, {"dlopen", "__libc_dlopen_mode", "dlerror"})
     bias = _load_bias(pid, read_maps(pid), libc)
     opener = syms.get("dlopen") or syms.get("__libc_dlopen_mode")
     if opener is None:
@@ -681,31 +650,14 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def share_with(target: Target, modules: ModuleSet, shm_name: str) -> ModuleSet:
+def share_segment(target: Target, shm_name: str) -> None:
     """Root attaching to another user's process: that user must open the segment (the
-    runtime trusts only a segment its own euid owns) and read the modules, which live
-    in the launcher's private cache.  The segment is given to the user; the modules
-    are copied, with their $LIB links, into a directory of theirs, removed at exit.
-    That user can then write the segment: a hostile process could falsify the session's
-    results and output, the price of tracing it."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from .build import ModuleSet, link_lib_dirs
-
+    runtime trusts only a segment its own euid, or root, owns, and opens it by name:
+    an attached process inherits no descriptor), so the segment is given to the user.
+    That user can then write the segment: a hostile process could falsify the
+    session's results and output, the price of tracing it.  The modules are staged
+    for it by share.stage_modules, as for a root session's -c command."""
     os.chown(f"/dev/shm{shm_name}", target.uid, target.gid)
-    stage = Path(tempfile.mkdtemp(prefix="pydyn-attach-"))
-    atexit.register(shutil.rmtree, stage, True)
-    copies = {}
-    for abi, path in modules.modules.items():
-        copies[abi] = stage / path.name
-        shutil.copyfile(path, copies[abi])
-    link_lib_dirs(stage, modules.checksum_hex, copies)
-    for root, dirs, files in os.walk(stage):
-        for name in [".", *dirs, *files]:
-            os.chown(os.path.join(root, name), target.uid, target.gid, follow_symlinks=False)
-    return ModuleSet(stage, modules.checksum_hex, copies, modules.from_cache)
 
 
 @dataclass(frozen=True)

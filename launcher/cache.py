@@ -10,8 +10,8 @@ from cheap facts only, before resolve runs:
   of each ABI (`--version` is run once per compiler binary and remembered in
   `compilers.json` under the binary's path, inode, size and mtime);
 - every probed binary and the `-c` target: the path each probe point names
-  (after `$PATH`), and per file its GNU build-id read with a small `struct`
-  walk of the PT_NOTE segments (size and mtime when it has none).  Libraries
+  (after `$PATH`), and per file its GNU build-id read without pyelftools
+  (`elf/header.py`: its PT_NOTE segments; size and mtime when it has none).  Libraries
   found by `.library()` are only known after a resolve, so `index/<hash>.json`,
   named by the inputs known before parsing, remembers the points' paths as
   written and which files the last resolve of this script touched: a hit
@@ -40,7 +40,6 @@ import json
 import os
 import pwd
 import stat
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -64,7 +63,7 @@ from .build import (
     source_signature,
     which,
 )
-from .elf.notes import RawNote, iter_raw_notes
+from .elf.header import get_build_id
 from .errors import PydynError
 
 FORMAT_VERSION = 1
@@ -73,9 +72,6 @@ KEY_LEN = 32
 LAUNCHER_DIR = Path(__file__).resolve().parent
 NO_ELF_ENV = "PYDYN_DEBUG_NO_ELF"
 RUNTIME_STORE = "runtime"   # precompiled runtime objects (build.runtime_objects)
-_PT_NOTE = 4
-_NT_GNU_BUILD_ID = 3
-_MAX_NOTE_SEGMENT = 1 << 20
 
 Warn = Callable[[str], None]
 
@@ -95,52 +91,10 @@ def _file_sha(path: Path) -> str:
 # -- cheap facts ---------------------------------------------------------------------
 
 
-def read_build_id(path: str) -> str | None:
-    """The GNU build-id of an ELF file from its PT_NOTE segments only; None if none/not ELF."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
-                    or head[5] not in (1, 2):
-                return None
-            end = "<" if head[5] == 1 else ">"
-            if head[4] == 2:
-                if len(head) < 64:
-                    return None
-                phoff, = struct.unpack_from(end + "Q", head, 32)
-                phentsize, phnum = struct.unpack_from(end + "HH", head, 54)
-                phdr = struct.Struct(end + "IIQQQQQQ")   # type flags off vaddr paddr filesz ...
-            else:
-                phoff, = struct.unpack_from(end + "I", head, 28)
-                phentsize, phnum = struct.unpack_from(end + "HH", head, 42)
-                phdr = struct.Struct(end + "IIIIIIII")   # type off vaddr paddr filesz ...
-            if phentsize < phdr.size or not 0 < phnum < 4096:
-                return None
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            for i in range(phnum):
-                if len(table) < (i + 1) * phentsize:
-                    return None
-                ent = phdr.unpack_from(table, i * phentsize)
-                if ent[0] != _PT_NOTE:
-                    continue
-                off, size = (ent[2], ent[5]) if head[4] == 2 else (ent[1], ent[4])
-                if size > _MAX_NOTE_SEGMENT:
-                    continue
-                f.seek(off)
-                for note in iter_raw_notes(f.read(size), end == "<"):
-                    if isinstance(note, RawNote) and note.name == b"GNU" \
-                            and note.type == _NT_GNU_BUILD_ID and note.desc:
-                        return note.desc.hex()
-    except (OSError, struct.error):
-        return None
-    return None
-
-
 def file_fingerprint(path: str) -> str:
     """`build-id HEX` (or `size N mtime NS`) plus the mode bits that matter for preloading."""
     st = os.stat(path)
-    build_id = read_build_id(path)
+    build_id = get_build_id(path)
     what = f"build-id {build_id}" if build_id else f"size {st.st_size} mtime {st.st_mtime_ns}"
     return f"{what} mode {stat.S_IMODE(st.st_mode) & 0o7111:04o}"
 

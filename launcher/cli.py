@@ -94,8 +94,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
     p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
-    p.add_argument("-x", dest="attach_pid", metavar="PID", type=int,
-                   help="attach to the running process PID (target() is PID)")
+    p.add_argument("-x", dest="attach_pid", metavar="PID", type=int, action="append",
+                   help="attach to the running process PID (target() is PID; one -x)")
     p.add_argument("-T", dest="timeout", metavar="SECS", type=float,
                    help="end the session after SECS seconds")
     p.add_argument("-p", dest="pass_", metavar="N", type=int, choices=range(1, 6),
@@ -208,6 +208,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .elf.functions import FunctionSite
     from .plan import coverage, plan_site, plan_sites, return_plan
     from .resolve import Resolver
+    from .script import recursion_headroom
     from .session import check_command_target
     from .translate import translate
 
@@ -234,9 +235,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         return None
     t0 = time.monotonic()
     define_map = dict(d.split("=", 1) for d in defines)
-    plans = plan_sites(script, resolution, define_map)
-    program = translate(script, resolution, plans, defines=define_map,
-                        runtime=runtime_digest())
+    with recursion_headroom():   # the passes walk trees as deep as the parser allows
+        plans = plan_sites(script, resolution, define_map)
+        program = translate(script, resolution, plans, defines=define_map,
+                            runtime=runtime_digest())
     for warning in program.warnings:
         warnings.append(warning)
         print(warning, file=sys.stderr)
@@ -251,8 +253,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         return None
     required = set(program.required_abis) | {"m64"}
     if target_path is not None:
-        from .elf.reader import get_elf_info
-        required.add(get_elf_info(target_path).abi)
+        from .session import target_abi
+        abi = target_abi(target_path)   # the program headers: a kernel runs no more
+        if abi is not None:
+            required.add(abi)
     t0 = time.monotonic()
     arches = ", ".join(sorted(required, reverse=True))
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
@@ -271,9 +275,15 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 def run(argv: Sequence[str]) -> int:
     from .cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from .session import Session, SessionOptions, split_command
+    from .session import Session, SessionOptions, read_exec_header, split_command
 
     opts = _parser().parse_args(argv)
+    if opts.attach_pid is not None:
+        if len(opts.attach_pid) > 1:
+            pids = ", ".join(str(p) for p in opts.attach_pid)
+            raise PydynError(f"-x given {len(opts.attach_pid)} times ({pids}): a session "
+                             "attaches to one process (run one pydyn per process)")
+        opts.attach_pid = opts.attach_pid[0]
     if os.environ.get(NO_ELF_ENV):
         forbid_elf_parsing()
     if opts.clean_cache:
@@ -287,6 +297,10 @@ def run(argv: Sequence[str]) -> int:
             return 0
     if opts.list_point or opts.list_vars:
         from .listing import list_probes
+        if opts.attach_pid is not None:
+            raise PydynError(f"-l/-L list the probe points of files, not of a process: name "
+                             f"its program instead of -x {opts.attach_pid}, e.g. pydyn -l "
+                             f"'process(\"/proc/{opts.attach_pid}/exe\").mark(\"*\")'")
         pattern = opts.program if opts.program is not None else opts.script
         if pattern is None:
             raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
@@ -342,7 +356,9 @@ def run(argv: Sequence[str]) -> int:
         argv_cmd = split_command(opts.command)
         from .build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
-        if exe and argv_cmd[0] != "/bin/sh":
+        # A script (or a file sh runs) is no target to resolve marks in: its
+        # interpreter is, and loads the module like any other process.
+        if exe and argv_cmd[0] != "/bin/sh" and read_exec_header(exe) is not None:
             target_path = os.path.realpath(exe)
     # A cache hit (key from cheap facts: launcher/cache.py) skips resolve, translate and build.
     cache = None
@@ -405,7 +421,12 @@ def run(argv: Sequence[str]) -> int:
         result = session.run()
     finally:
         if stream:
-            stream.close()
+            try:
+                stream.close()
+            except BrokenPipeError:   # -o /dev/stdout and the like
+                pass
+    if result.consumer_gone:
+        raise BrokenPipeError
     return result.exit_status
 
 
@@ -432,6 +453,23 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _die_of_sigpipe() -> int:
+    """The reader of our output went away: end as a tool killed by SIGPIPE does (the
+    shell sees 141, `set -o pipefail` reports it; no message, no traceback), after
+    the exit handlers (temporary build directories) ran."""
+    import atexit
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in (sys.stdout, sys.stderr):   # their buffers flush at exit
+            os.dup2(devnull, stream.fileno())
+    except (OSError, ValueError):
+        pass
+    atexit._run_exitfuncs()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    return 128 + signal.SIGPIPE   # not reached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # Also when started with SIGINT ignored (a background job): Ctrl-C must work.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -448,6 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _die_of_sigpipe()
 
 
 if __name__ == "__main__":

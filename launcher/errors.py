@@ -17,6 +17,23 @@ _TOKEN = (r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
           r"|<<=|>>=|[-+*/%<>=!&|^.]=|&&|\|\||<<<|<<|>>|\+\+|--|->|\S")
 
 
+# Control characters (C0 but tab and newline, DEL, C1) and the lone surrogates that
+# carry undecodable bytes: a script's text must never drive the user's terminal.
+_CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]"
+
+
+def _escape_one(m: re.Match[str]) -> str:
+    code = ord(m.group(0))
+    return f"\\x{code - 0xDC00 if code >= 0xDC00 else code:02x}"
+
+
+def escape_controls(text: str, newline: bool = False) -> str:
+    """`text` with control characters written as `\\xNN` (tab kept; a newline too
+    unless `newline`, for text that must stay on one line)."""
+    pattern = _CONTROLS[:-1] + "\n]" if newline else _CONTROLS
+    return re.sub(pattern, _escape_one, text)
+
+
 def token_length(text: str, column: int) -> int:
     """Length of the token starting at 1-based `column` of `text` (1 if none)."""
     # Compiled on first use (re caches it), not at import: a warm run reports no error.
@@ -66,7 +83,7 @@ class PydynError(Exception):
 
     def render(self, color: bool = False) -> str:
         head = f"{RED}error:{RESET}" if color else "error:"
-        return f"pydyn: {head} {self}"
+        return f"pydyn: {head} {escape_controls(str(self))}"
 
 
 class ScriptError(PydynError):
@@ -85,17 +102,23 @@ class ScriptError(PydynError):
         def paint(code: str, text: str) -> str:
             return f"{code}{text}{RESET}" if color else text
 
-        where = "pydyn:" if self.location is None else paint(BOLD, f"{self.location}:")
-        lines = [f"{where} {paint(RED, 'error:')} {self.message}"]
+        where = "pydyn:" if self.location is None else \
+            paint(BOLD, f"{escape_controls(str(self.location), True)}:")
+        lines = [f"{where} {paint(RED, 'error:')} {escape_controls(self.message)}"]
         loc = self.location
         if loc is not None and loc.source_line:
             text = loc.source_line.rstrip("\n").expandtabs(1)
-            lines.append(f"    {text}")
             n = loc.length or token_length(text, loc.column)
             n = max(1, min(n, len(text) - loc.column + 1))
-            lines.append("    " + " " * max(loc.column - 1, 0) + paint(GREEN, "^" + "~" * (n - 1)))
+            # The caret stays under its text once control characters are escaped.
+            start = max(loc.column - 1, 0)
+            before = escape_controls(text[:start], True)
+            marked = escape_controls(text[start:start + n], True)
+            lines.append(f"    {before}{marked}{escape_controls(text[start + n:], True)}")
+            lines.append("    " + " " * len(before) +
+                         paint(GREEN, "^" + "~" * (max(len(marked), 1) - 1)))
         if self.hint:
-            lines.append(f"{paint(CYAN, 'hint:')} {self.hint}")
+            lines.append(f"{paint(CYAN, 'hint:')} {escape_controls(self.hint)}")
         return "\n".join(lines)
 
 

@@ -64,7 +64,7 @@ class JsonSink(OutputSink):
         self.merge_text = False  # one JSON record per printf
         self.report = report
         self.emit(header_record(version))
-        self.stdout.flush()
+        self._flush(self.stdout)
 
     def emit(self, record: dict[str, Any]) -> None:
         self._write(self.stdout, json.dumps(record, ensure_ascii=False) + "\n")

@@ -4,7 +4,7 @@
 slot (the index pd_pstat.c claims, shared with scalar statistics), under that slot's
 lock word only; the globals lock is taken by readers (`@count(s[k])`, `k in s`,
 `foreach`, the exit report), which merge the slots, and by `delete`, which clears
-them -- stap's pmaps, with threads for CPUs.  Keyed counters (translate.py's
+them -- stap's pmaps, with threads for CPUs.  Keyed counters (translate/analysis.py's
 _find_kcount_globals: arrays whose every write is `c[k] += v`) use the same tables
 with an int64 sum for a value.
 

@@ -23,6 +23,7 @@ from ..shmlayout import (
     decode_args,
     unpack_header,
 )
+from .errors import escape_controls
 from .format import FormatSpec, format_values
 
 # Errors that a limit caused, and the advice the exit summary gives for them.
@@ -56,9 +57,26 @@ class OutputSink:
         self.exit_requested = False
         self.bad_records = 0
         self.merge_text = merge_text  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
+        # The reader of stdout (or stderr) went away (`pydyn ... | head -1`): what
+        # follows is discarded, the session ends (Session._wait) and pydyn exits as a
+        # tool killed by SIGPIPE would (cli.main).
+        self.consumer_gone = False
 
     def _write(self, stream: BinaryIO, text: str) -> None:
-        stream.write(text.encode("utf-8", "surrogateescape"))
+        if self.consumer_gone:
+            return
+        try:
+            stream.write(text.encode("utf-8", "surrogateescape"))
+        except BrokenPipeError:
+            self.consumer_gone = True
+
+    def _flush(self, stream: BinaryIO) -> None:
+        if self.consumer_gone:
+            return
+        try:
+            stream.flush()
+        except BrokenPipeError:
+            self.consumer_gone = True
 
     def feed(self, buf: bytes) -> None:
         at = 0
@@ -74,7 +92,7 @@ class OutputSink:
                 self.bad_records += 1
                 return
             at = end
-        self.stdout.flush()
+        self._flush(self.stdout)
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
         if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
@@ -98,9 +116,9 @@ class OutputSink:
                 self.error_kinds.update(k for k in LIMIT_ADVICE if msg.startswith(k))
             else:
                 self.warnings += 1
-            self.stdout.flush()
-            self._write(self.stderr, f"{label}: {msg}\n")
-            self.stderr.flush()
+            self._flush(self.stdout)
+            self._write(self.stderr, f"{label}: {escape_controls(msg, True)}\n")
+            self._flush(self.stderr)
         elif kind == PD_REC_EXIT:
             self.exit_requested = True
         elif kind != PD_REC_PAD:

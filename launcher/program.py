@@ -1,6 +1,6 @@
 """What translation hands to a session: the `Program` and its histogram formats.
 
-Kept apart from translate.py so a cache hit (which rebuilds the Program from the
+Kept apart from translate/ so a cache hit (which rebuilds the Program from the
 manifest) and a session import neither the translator nor the parser.
 """
 
@@ -56,7 +56,7 @@ class Program:
         # Scalar globals by name: (offset in the globals area, "long" | "string", size),
         # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
         self.scalars = scalars or {}
-        # (function, its return mechanism) for `pydyn -v` (retplan.py; set by translate)
+        # (function, its return mechanism) for `pydyn -v` (plan/returns.py; set by translate)
         self.return_plans: list[tuple[str, str]] = []
 
     @property

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from .elf.functions import function_sites
 from .elf.libraries import find_library
-from .elf.reader import ElfInfo, get_elf_info
+from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
 from .errors import PydynError, ScriptError, TargetError, point_length
 from .script import ast
@@ -103,10 +103,16 @@ class Resolver:
             scan = get_probe_sites(path)
             self._scans[path] = scan
             self.resolution.objects[scan.info.path] = scan.info
-            for skipped in scan.skipped:
-                self.resolution.skipped_notes += 1
-                self.warn(f"{skipped.path}: probe {skipped.provider}:{skipped.name} at "
-                          f"{skipped.pc:#x}: {skipped.reason}; skipped")
+            self.resolution.skipped_notes += len(scan.skipped)
+            # One line a binary (a damaged file can carry any number of bad notes),
+            # each when it is the only one: the count and the first example.
+            if scan.skipped:
+                first = scan.skipped[0]
+                example = (f"probe {first.provider}:{first.name} at {first.pc:#x}: "
+                           f"{first.reason}")
+                n = len(scan.skipped)
+                self.warn(f"{first.path}: {example}; skipped" if n == 1 else
+                          f"{first.path}: {n} probe notes skipped, the first: {example}")
         return scan
 
     def _binary(self, point: ast.ProbePoint, arg: object) -> str:
@@ -122,8 +128,9 @@ class Resolver:
             if found is None:
                 raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH")
             path = found
-        if not os.path.exists(path):
-            raise _pp_error(point, f"process(\"{arg}\"): no such file")
+        missing = missing_reason(path)
+        if missing is not None:
+            raise _pp_error(point, f"process(\"{arg}\"): {missing}")
         try:
             return get_elf_info(path).path
         except TargetError as exc:

@@ -8,6 +8,8 @@ report what was dropped, failed or still running, and remove the segment.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import mmap
 import os
 import shlex
@@ -30,17 +32,20 @@ from ..shmlayout import (
     PD_PROC_ALIVE,
     PD_PROC_EXECED,
     PD_PROC_EXITED,
+    PD_PROC_FREE,
     PD_PROC_KILLED,
     PD_PROC_REFUSED,
     PD_SESSION_RUNNING,
     PD_SESSION_STOPPED,
     PD_SESSION_STOPPING,
     SegmentView,
+    StructView,
     init_header,
     plan_segment,
 )
 from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
 from .build import ModuleSet, which
+from .elf.header import EM_AARCH64, EM_X86_64, get_machine
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
 from .output import LIMIT_ADVICE, OutputSink
@@ -83,6 +88,7 @@ class SessionResult(NamedTuple):
     skipped: int
     child_status: int | None = None
     processes: list[dict[str, Any]] = []   # a shared default: results are never mutated
+    consumer_gone: bool = False   # stdout's reader went away: exit as if by SIGPIPE
 
 
 def remove_stale_segments(shm_dir: Path = Path("/dev/shm")) -> list[str]:
@@ -121,23 +127,59 @@ def split_command(command: str) -> list[str]:
     return words
 
 
-EM_AARCH64 = 183
 # qemu-user per foreign ELF machine: the emulator ($PYDYN_QEMU_AARCH64, else on PATH)
 # and the guest's sysroot ($QEMU_LD_PREFIX, else Debian's libc6-arm64-cross).
 QEMU_USER = {EM_AARCH64: ("PYDYN_QEMU_AARCH64", "qemu-aarch64", "/usr/aarch64-linux-gnu")}
-HOST_MACHINE = {"x86_64": 62, "aarch64": EM_AARCH64}
+HOST_MACHINE = {"x86_64": EM_X86_64, "aarch64": EM_AARCH64}
 
 
-def _elf_machine(path: str) -> int | None:
-    """e_machine of an ELF file from its first 20 bytes (no full parse), or None."""
+class ExecHeader(NamedTuple):
+    """What the kernel reads to run a program: the ELF header and program headers."""
+
+    elf_class: int        # 32 | 64
+    machine: int          # e_machine
+    elf_type: int         # e_type: 2 EXEC, 3 DYN
+    has_interp: bool      # PT_INTERP: ld.so runs, and honours LD_PRELOAD
+
+
+_EM_ABIS = {62: "m64", 3: "m32", EM_AARCH64: "aarch64"}
+_EM_NAMES = {62: "x86_64", 3: "i386", EM_AARCH64: "aarch64"}
+
+
+def read_exec_header(path: str) -> ExecHeader | None:
+    """The ELF and program headers of `path` by a small struct walk (no section headers,
+    which the kernel never reads), or None if it is no ELF file or they are damaged."""
+    import struct
     try:
         with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
+            head = f.read(64)
+            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
+                    or head[5] not in (1, 2):
+                return None
+            end = "<" if head[5] == 1 else ">"
+            is64 = head[4] == 2
+            if is64 and len(head) < 64:
+                return None
+            e_type, machine = struct.unpack_from(end + "HH", head, 16)
+            phoff = struct.unpack_from(end + ("Q" if is64 else "I"), head, 32 if is64 else 28)[0]
+            phentsize, phnum = struct.unpack_from(end + "HH", head, 54 if is64 else 42)
+            if phentsize < (56 if is64 else 32) or not 0 < phnum < 65536:
+                return None
+            f.seek(phoff)
+            table = f.read(phentsize * phnum)
+            if len(table) < phentsize * phnum:
+                return None
+            interp = any(struct.unpack_from(end + "I", table, i * phentsize)[0] == 3
+                         for i in range(phnum))
+    except (OSError, struct.error):
         return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    return int.from_bytes(head[18:20], "little" if head[5] == 1 else "big")
+    return ExecHeader(64 if is64 else 32, machine, e_type, interp)
+
+
+def target_abi(path: str) -> str | None:
+    """Which module a process of the program at `path` loads ('m64', 'm32', ...)."""
+    header = read_exec_header(path)
+    return _EM_ABIS.get(header.machine) if header else None
 
 
 def emulator_prefix(argv: Sequence[str]) -> list[str]:
@@ -145,7 +187,7 @@ def emulator_prefix(argv: Sequence[str]) -> list[str]:
     else []: an x86-64 launcher runs an aarch64 -c target under qemu-user."""
     exe = argv[0]
     path = exe if "/" in exe else which(exe)
-    machine = _elf_machine(path) if path else None
+    machine = get_machine(path) if path else None
     if machine not in QEMU_USER or HOST_MACHINE.get(os.uname().machine) == machine:
         return []
     env_name, default, sysroot = QEMU_USER[machine]
@@ -163,16 +205,56 @@ def check_command_target(argv: Sequence[str]) -> None:
     if path is None:
         raise TargetError(exe, "command not found")
     p = Path(path)
-    if not p.exists():
-        raise TargetError(path, "no such file")
+    from .elf.reader import missing_reason
+    missing = missing_reason(path)
+    if missing is not None:
+        raise TargetError(path, missing)
     if p.is_file():
-        with p.open("rb") as f:
-            if f.read(2) == b"#!":
-                return  # a script: its interpreter takes the preload
         if not os.access(p, os.X_OK):
             raise TargetError(path, "is not executable")
+        with p.open("rb") as f:
+            if f.read(4) != b"\x7fELF":
+                # A script (#!: its interpreter takes the preload), or a file a shell
+                # runs with sh (the kernel says ENOEXEC): a shell would run it.
+                return
     from .elf.reader import check_preloadable, get_elf_info  # pyelftools: ~50 ms
-    check_preloadable(get_elf_info(path))  # the path as the user wrote it, in any message
+    try:
+        info = get_elf_info(path)   # the path as the user wrote it, in any message
+    except TargetError:
+        header = read_exec_header(path)
+        if header is None:
+            raise
+        # Damaged beyond the program headers (section headers, say): the kernel runs
+        # it all the same, so only what the kernel and ld.so read is checked.
+        _check_exec_header(path, header)
+        return
+    check_preloadable(info)
+
+
+def _check_exec_header(path: str, header: ExecHeader) -> None:
+    """check_preloadable's checks, on the program headers alone."""
+    if header.machine not in _EM_NAMES:
+        raise TargetError(path, f"unsupported machine {header.machine}: pydyn supports "
+                                "x86_64, i386 and aarch64 targets")
+    if header.elf_type not in (2, 3):
+        raise TargetError(path, f"is not an executable (ELF type {header.elf_type})")
+    if not header.has_interp:
+        raise TargetError(path, "is statically linked: pydyn needs a dynamically linked "
+                                "target (LD_PRELOAD)")
+    if os.stat(path).st_mode & 0o6000:
+        raise TargetError(path, "is setuid/setgid: the dynamic linker ignores LD_PRELOAD "
+                                "for it")
+
+
+def process_reaped(pid: int) -> bool:
+    """Whether pid no longer exists (one kill(pid, 0); a zombie still does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
 
 
 def process_gone(pid: int) -> bool:
@@ -211,11 +293,16 @@ class Session:
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
+        # Entries of processes that are gone, copied out before their entry was freed
+        # for a later process (_recycle_processes): the exit accounting reads them.
+        self._gone_procs: list[dict[str, Any]] = []
         self._stop_timers = threading.Event()
         self._drain_error: BaseException | None = None
         self._attached: Any = None   # attach.AttachedProcess under -x
         self._detach_failed = False
         self._stuck: tuple[int, str] = (0, "")   # handlers still running after the stop
+        self._staged: Path | None = None   # modules shared with other users (share.py)
+        self.child_shm = ""   # PYDYN_SHM of the -c command: NAME, or NAME:FD
 
     # -- segment -------------------------------------------------------------
     def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
@@ -311,7 +398,7 @@ class Session:
         ours = self.modules.preload_entry
         user = env.get("LD_PRELOAD", "")
         env["LD_PRELOAD"] = f"{ours}:{user}" if user else ours
-        env[ENV_SHM] = self.shm_name
+        env[ENV_SHM] = self.child_shm or self.shm_name
         env[ENV_PRELOAD_MARK] = ours
         return env
 
@@ -330,8 +417,28 @@ class Session:
             del env["LD_PRELOAD"]
         return ["-E", f"LD_PRELOAD={ours}:{user}" if user else f"LD_PRELOAD={ours}"]
 
-    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None) -> None:
-        """A process killed by a signal never runs its destructor: mark it here."""
+    def _recycle_processes(self) -> int:
+        """Copy out the entries of processes that are gone (exited, killed, exec'd,
+        refused) and free them for later processes: a long session starts far more
+        processes than the table has entries.  Only the launcher writes an entry in
+        those states, and the runtime claims only free ones, so no lock is needed.
+        Returns the entries still in use."""
+        alive = 0
+        for i, proc in self.view.used_procs():
+            if proc.state in (PD_PROC_ALIVE, PD_PROC_FREE):
+                alive += 1
+                continue
+            if self.options.verbose:
+                self._report_process(i, proc)   # -v lists it even if it came and went
+            self._gone_procs.append(proc.as_dict())
+            self._seen_procs.discard((i, int(proc.pid), int(proc.start_ns)))
+            proc.state = PD_PROC_FREE
+        return alive
+
+    def _mark_dead_processes(self, child: subprocess.Popen[bytes] | None,
+                             quick: bool = False) -> None:
+        """A process killed by a signal never runs its destructor: mark it here.
+        `quick`: only processes already reaped (no /proc read for zombies)."""
         for _, proc in self.view.used_procs():
             if proc.state != PD_PROC_ALIVE:
                 continue
@@ -339,7 +446,7 @@ class Session:
             if child is not None and pid == child.pid and child.returncode is not None:
                 gone = True
             else:
-                gone = process_gone(pid)
+                gone = process_reaped(pid) if quick else process_gone(pid)
             if gone:
                 proc.state = PD_PROC_KILLED
 
@@ -356,6 +463,13 @@ class Session:
             self.log(f"pydyn: removed {len(stale)} segment(s) of dead sessions")
         shm, mem = self._create_segment(module)
         self.shm_name = shm.name
+        inherited_fd = -1
+        if argv is not None and os.geteuid() == 0:
+            try:
+                inherited_fd = self._share_with_any_user(shm.name)
+            except BaseException:
+                shm.unlink()
+                raise
         child: subprocess.Popen[bytes] | None = None
         drain = threading.Thread(target=self._drain_loop, args=(module,), daemon=True)
         interrupted = False
@@ -378,8 +492,16 @@ class Session:
                     emulator = emulator_prefix(argv)
                     if emulator:
                         argv = [*emulator, *self._guest_preload(env), *argv]
+                    fds = (inherited_fd,) if inherited_fd >= 0 else ()
                     try:
-                        child = subprocess.Popen(argv, env=env)
+                        try:
+                            child = subprocess.Popen(argv, env=env, pass_fds=fds)
+                        except OSError as exc:
+                            if exc.errno != errno.ENOEXEC:
+                                raise
+                            # Neither ELF nor #!: a shell runs such a file with sh.
+                            child = subprocess.Popen(["/bin/sh", *argv], env=env,
+                                                     pass_fds=fds)
                     except OSError as exc:
                         raise TargetError(argv[0], exc.strerror or str(exc)) from exc
                     header.target_pid = child.pid
@@ -406,6 +528,10 @@ class Session:
             # only ends the session; the target runs on with its probes inert.
             if child is not None and child.poll() is None and interrupted:
                 child.terminate()
+                try:   # a stopped command acts on SIGTERM only once continued
+                    os.kill(child.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
                 try:
                     child.wait(timeout=5)
                 except subprocess.TimeoutExpired:
@@ -423,8 +549,11 @@ class Session:
                 raise self._drain_error
             return self._result(child)
         finally:
+            if inherited_fd >= 0:
+                os.close(inherited_fd)
             self._stop_timers.set()
             self._detach()
+            self._unstage(child)
             self._stop_draining(module)
             if drain.is_alive():
                 drain.join(timeout=5)
@@ -437,6 +566,52 @@ class Session:
                 mem.close()
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
+
+    def _share_with_any_user(self, name: str) -> int:
+        """A root session's command may change user before it loads the module
+        (runuser, setpriv, a daemon's setuid): the modules are staged where any user
+        can read them (share.py), and the segment, which stays root's and 0600, is
+        left open in the command as a descriptor; PYDYN_SHM=NAME:FD tells the runtime,
+        which maps it through FD when it cannot open NAME.  Returns FD."""
+        from .share import stage_modules
+        self.modules = stage_modules(self.modules)
+        self._staged = self.modules.directory
+        fd = os.open(f"/dev/shm{name}", os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        try:
+            # High, where programs do not put descriptors of their own (shells move
+            # theirs to 10 and up; bash's script is 255).
+            soft = 1024
+            try:
+                import resource
+                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+            except (ImportError, ValueError, OSError):
+                pass
+            high = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, max(3, min(500, soft // 2)))
+        finally:
+            os.close(fd)
+        self.child_shm = f"{name}:{high}"
+        return high
+
+    def _unstage(self, child: subprocess.Popen[bytes] | None) -> None:
+        """Remove the staged modules, unless a process of the session still runs (its
+        children may still exec and preload them; share.remove_stale_stages takes the
+        directory once nothing maps it)."""
+        staged, self._staged = self._staged, None
+        if staged is None:
+            return
+        from .share import remove_tree
+        try:
+            if self.options.attach_pid is not None:
+                # restored at the detach, its environment too: nothing loads them again
+                alive = self._detach_failed
+            else:
+                alive = (child is not None and child.poll() is None) or any(
+                    p.state == PD_PROC_ALIVE and not process_gone(int(p.pid))
+                    for _, p in self.view.used_procs())
+        except (ValueError, AttributeError):   # the segment was never mapped
+            alive = False
+        if not alive:
+            remove_tree(staged)
 
     def _quiesce(self, module: _Module) -> None:
         """Before `end`: wait until no handler that saw RUNNING still runs (bounded,
@@ -452,9 +627,11 @@ class Session:
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
         for i, proc in self.view.used_procs():
-            key = (i, int(proc.pid), int(proc.start_ns))  # an exec'd entry may be reused
-            if proc.state == 0 or key in self._seen_procs:
-                continue
+            self._report_process(i, proc)
+
+    def _report_process(self, i: int, proc: StructView) -> None:
+        key = (i, int(proc.pid), int(proc.start_ns))  # entries are reused
+        if proc.state != PD_PROC_FREE and key not in self._seen_procs:
             self._seen_procs.add(key)
             abi = ABI_NAMES.get(proc.abi, "?")
             module = self.modules.get_module(abi)
@@ -465,7 +642,7 @@ class Session:
 
     def _attach(self, pid: int) -> None:
         """-x PID: load the module of the process's class into it and arm its sites."""
-        from .attach import AttachedProcess, inspect, share_with
+        from .attach import AttachedProcess, inspect, share_segment
         from .build import INSTALL_HINT
 
         target = inspect(pid)
@@ -474,7 +651,10 @@ class Session:
             raise TargetError(f"pid {pid} ({target.exe})", f"is a {target.abi} process and no "
                               f"{target.abi} module was built: {INSTALL_HINT[target.abi]}")
         if target.uid != os.geteuid():
-            modules = share_with(target, modules, self.shm_name)
+            from .share import stage_modules
+            share_segment(target, self.shm_name)
+            modules = stage_modules(modules)
+            self._staged = modules.directory
         module = modules.get_module(target.abi)
         assert module is not None
         self._attached = AttachedProcess(target, module, self.log, self.options.verbose)
@@ -500,6 +680,11 @@ class Session:
         while not header.exit_requested:
             if child is not None and child.poll() is not None:
                 return
+            if self.sink.consumer_gone:
+                # Nobody reads the output: end the session (the drain keeps emptying
+                # the ring meanwhile, so no producer waits on it); the command runs on
+                # with its probes inert, as after exit().
+                return
             if deadline is not None and time.monotonic() >= deadline:
                 return
             if attached is not None:
@@ -516,9 +701,17 @@ class Session:
                 time.sleep(0.02)
             if self.options.verbose:
                 self._report_new_processes()
-            if time.monotonic() - last_scan > 0.5:
-                self._mark_dead_processes(child)
-                last_scan = time.monotonic()
+            # a forked child's _exit leaves its entry alive until marked: every round
+            # once the table is half full, as a loop of short processes takes entries
+            # (between the half-second scans by kill(pid, 0) alone: no /proc read for each
+            # of many long-lived processes every round; zombies wait for the full scan)
+            used = self._recycle_processes()
+            full = time.monotonic() - last_scan > 0.5
+            if full or used > self.options.proctab_count // 2:
+                self._mark_dead_processes(child, quick=not full)
+                self._recycle_processes()
+                if full:
+                    last_scan = time.monotonic()
 
     def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
         h = self.view.header
@@ -532,6 +725,10 @@ class Session:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
             for kind in sorted(self.sink.error_kinds):
                 self.log(f"hint: {kind}: {LIMIT_ADVICE[kind]}")
+        if h.lock_timeouts:
+            self.log(f"WARNING: {h.lock_timeouts} wait(s) for a segment lock given up: its "
+                     "holder was stopped (SIGSTOP, a debugger) or held it longer than "
+                     "STUCK_CONTEXT_MS; those probes were skipped")
         if h.lock_recoveries:
             self.log(f"WARNING: {h.lock_recoveries} segment lock(s) recovered from a process "
                      "that died holding them")
@@ -543,15 +740,14 @@ class Session:
         if status is not None and status < 0:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
-        procs = [p.as_dict() for _, p in self.view.used_procs()]
-        if skipped and len(procs) >= self.options.proctab_count and not any(
-                p["state"] == PD_PROC_EXECED for p in procs):
-            self.log(f"WARNING: the process table is full ({self.options.proctab_count} "
-                     "entries): processes started after it filled were not registered "
-                     "(their probes still ran; each is counted in skipped probes, and -v "
-                     "does not list them)")
-        if self.options.verbose and procs:
+        if self.options.verbose:
             self._report_new_processes()
+        procs = self._gone_procs + [p.as_dict() for _, p in self.view.used_procs()]
+        if h.procs_unlisted:
+            self.log(f"WARNING: {h.procs_unlisted} process(es) found the process table full "
+                     f"({self.options.proctab_count} entries alive at once): their probes "
+                     "ran, but they are not listed (-v) or counted as processes")
+        if self.options.verbose and procs:
             states: dict[str, int] = {}
             for p in procs:
                 name = PROC_STATE_NAMES.get(int(p["state"]), "?")
@@ -562,4 +758,4 @@ class Session:
                 self.log(f"pydyn: {h.stat_slot_fallbacks} thread(s) found no free per-thread "
                          "slot (statistics shared the locked one, counters added atomically)")
         return SessionResult(1 if errors or self._detach_failed else 0, errors, skipped,
-                             status, procs)
+                             status, procs, self.sink.consumer_gone)

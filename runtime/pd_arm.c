@@ -75,16 +75,7 @@ int pd_object_matches(const char *path, const char *loaded_name)
     } else if (!realpath(name, resolved)) {
         return 0;
     }
-#if defined(__aarch64__)
-    /* Under qemu-user the loader names sysroot libraries by guest paths (/lib/libc.so.6
-     * for the launcher's /usr/aarch64-linux-gnu/lib/libc.so.6); stat sees both through
-     * qemu's -L mapping: the same file is the same inode. */
-    struct stat a, b;
-    if (strcmp(resolved, path) != 0)
-        return stat(resolved, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
-               a.st_ino == b.st_ino;
-#endif
-    return strcmp(resolved, path) == 0;
+    return pd_arch_same_file(resolved, path);
 }
 
 int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
@@ -98,6 +89,25 @@ int pd_segment_prot(const struct dl_phdr_info *info, uintptr_t vaddr)
                    ((ph->p_flags & PF_X) ? PROT_EXEC : 0);
     }
     return -1;
+}
+
+/* Adds 1 or -1 to the semaphore of an armed row and of every row it runs for its
+ * address (pd_site.shared); returns how many semaphores it changed. */
+static uint32_t pd_site_semas(const struct pd_site *site, uintptr_t bias, int delta)
+{
+    uint32_t n = 0;
+    for (unsigned i = 0; i < (site->nshared ? site->nshared : 1u); i++) {
+        const struct pd_site *r = site->nshared ? &pd_sites[site->shared[i]] : site;
+        if (!r->sema)
+            continue;
+        uint16_t *sema = (uint16_t *)(bias + (uintptr_t)r->sema);
+        if (delta > 0)
+            __atomic_add_fetch(sema, 1, __ATOMIC_RELAXED);
+        else
+            __atomic_sub_fetch(sema, 1, __ATOMIC_RELAXED);
+        n++;
+    }
+    return n;
 }
 
 static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
@@ -116,7 +126,8 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
         uintptr_t *ool = pd_ool_prepare(info, o); /* function entries */
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
             const struct pd_site *site = &pd_sites[s];
-            if (site->object != o || pd_site_off[s])
+            /* a shared row is armed with the row that runs it (pd_site.shared) */
+            if (site->object != o || pd_site_off[s] || (site->fx & PD_FX_SHARED))
                 continue;
             if ((site->fx & PD_FX_EXIT) && !(stubs && stubs[s])) {
                 /* its stub was refused after the choice (a branch into its window): a trap
@@ -186,9 +197,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
                     pd_self->sites_failed++;
                 continue;
             }
-            if (site->sema)
-                __atomic_add_fetch((uint16_t *)(info->dlpi_addr + (uintptr_t)site->sema), 1,
-                                   __ATOMIC_RELAXED);
+            pd_site_semas(site, (uintptr_t)info->dlpi_addr, 1);
             if (pd_self)
                 pd_self->sites_armed++;
         }
@@ -228,7 +237,7 @@ int pd_object_bias(uint32_t o, uintptr_t *bias)
     return 1;
 }
 
-/* After a dlopen (pd_dlopen.c, which serializes the calls): arms the objects that
+/* In a pass after a dlopen or dlclose (pd_dlopen.c, one pass at a time): arms the objects that
  * are new since the last pass. */
 void pd_arm_loaded(void)
 {
@@ -242,7 +251,7 @@ static int pd_find_bias(struct dl_phdr_info *info, size_t size, void *data)
     return (uintptr_t)info->dlpi_addr == *(uintptr_t *)data;
 }
 
-/* After a dlclose: forgets the sites of armed objects that are no longer loaded
+/* In the same passes: forgets the sites of armed objects that are no longer loaded
  * (their memory is gone: nothing is read or restored there) and frees their stubs. */
 void pd_disarm_unloaded(void)
 {
@@ -298,11 +307,7 @@ uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas)
             continue;
         *bytes += len;
         sites++;
-        if (a->site->sema) {
-            __atomic_sub_fetch((uint16_t *)(a->bias + (uintptr_t)a->site->sema), 1,
-                               __ATOMIC_RELAXED);
-            (*semas)++;
-        }
+        *semas += pd_site_semas(a->site, a->bias, -1);
     }
     pd_tramp_unlink_all(bytes); /* then the branches and islands that led into stubs */
     return sites;

@@ -91,12 +91,8 @@ const char *pd_execname(void)
     static __thread char name[17];
     if (prctl_get_name(name) != 0)
         strcpy(name, "?");
-#ifdef __aarch64__
-    /* Under qemu-user the kernel's comm is the emulator's ("qemu-aarch64")
-     * until the guest renames itself; report what a native kernel would. */
-    else if (strncmp(name, "qemu-", 5) == 0 && strncmp(program_invocation_short_name, "qemu-", 5) != 0)
-        snprintf(name, sizeof name, "%s", program_invocation_short_name);
-#endif
+    else
+        pd_arch_comm(name);
     return name;
 }
 

@@ -23,7 +23,8 @@
 #ifndef PD_OUTBUF_SIZE
 #define PD_OUTBUF_SIZE 8192 /* a handler's records, written to the ring when it ends */
 #endif
-/* How long the launcher's stop waits for handlers still running (pd_quiesce.c). */
+/* How long the launcher's stop waits for handlers still running (pd_quiesce.c), and the
+ * longest wait for a segment lock before the waiter gives up (pd_lock.h). */
 #ifndef STUCK_CONTEXT_MS
 #define STUCK_CONTEXT_MS 2000
 #endif

@@ -1,22 +1,35 @@
-/* Objects loaded later: dlopen/dlmopen arm the probes of a new object
- * when it has loaded, dlclose forgets them once it has really gone.
+/* Objects loaded later: dlopen/dlmopen arm the probes of a new object when it
+ * has loaded, dlclose forgets them once it has really gone.
  *
- * The calls are serialized by one recursive mutex (a library constructor or
- * destructor may dlopen/dlclose again).  Arming runs after the real dlopen has
- * returned, so probes in the object's own constructors do not fire.  dlclose
- * cannot know beforehand whether the object will unload (other references), so
- * it never touches the object: after the real dlclose, the sites of every
- * armed object whose load address is no longer in the link map are dropped
- * from the table and their stubs unmapped.
+ * No lock of ours is held across the real dlopen/dlclose.  The loader runs
+ * library constructors and destructors inside those calls, with its own lock
+ * held, and they may call dlopen/dlclose again (libpam's pam_end dlcloses its
+ * modules, a C++ plugin's static destructor dlcloses another); another thread
+ * may fork meanwhile.  A lock of ours around the call would be taken in a
+ * different order from the loader's by those nested calls, and a process
+ * forked while another thread held it would inherit it held by a thread it does
+ * not have.  So the wrappers call the real function, then bring the tables up
+ * to date (pd_dl_sync): one pass that retires every armed object no longer in
+ * the link map and arms every object not armed yet.  A pass touches only this
+ * module's tables and the objects' code, and asks the loader nothing but
+ * dl_iterate_phdr (its short write lock, never held while a constructor runs),
+ * so waiting for another thread's pass cannot close a cycle with the loader's
+ * lock.  Arming happens inside dl_iterate_phdr's callback: an object cannot be
+ * unmapped under it.  The pass lock is a word owned by its thread (pd_lock.h):
+ * a pass re-entered on the same thread (a signal handler's dlopen) leaves the
+ * work to the pass it interrupted, which goes round again; fork takes it in its
+ * prepare handler, so a child never starts with a half-done pass, and resets it.
+ *
+ * Arming runs after the real dlopen has returned, so probes in the object's own
+ * constructors do not fire (unless another thread's pass runs meanwhile).
  *
  * glibc searches a bare file name with the *caller's* DT_RUNPATH: being the
  * caller now, we repeat that part of the search (pd_caller_path).  Objects
- * loaded by libc itself (NSS, iconv: __libc_dlopen) are not seen, and such an
- * object's constructor calling dlopen while another thread is in ours would
- * deadlock on the mutex (ld.so's lock is taken first there).
+ * loaded by libc itself (NSS, iconv: __libc_dlopen) are armed at the next pass.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -24,16 +37,71 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "pd_lock.h"
 #include "pd_runtime.h"
 
-static pthread_mutex_t pd_dl_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static uint32_t pd_dl_word; /* the pass lock: its holder's tid, pd_lock.h */
+static int pd_dl_dirty;     /* a dlopen/dlclose happened since the last pass began */
+static __thread int pd_dl_forking; /* this thread took the pass lock for fork */
 
-/* A fork while another thread is in dlopen must not leave the child's mutex held. */
-static void pd_dl_lock(void) { pthread_mutex_lock(&pd_dl_mutex); }
-static void pd_dl_unlock(void) { pthread_mutex_unlock(&pd_dl_mutex); }
+/* Brings the armed tables up to date with the link map; returns at once when this
+ * thread is inside a pass already (that pass sees pd_dl_dirty and goes round). */
+static void pd_dl_sync(void)
+{
+    __atomic_store_n(&pd_dl_dirty, 1, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&pd_dl_dirty, __ATOMIC_SEQ_CST)) {
+        int rc = pd_lock(&pd_dl_word);
+        if (rc == PD_LOCK_DEADLOCK || rc == PD_LOCK_TIMEOUT) /* the holder goes round again */
+            return;
+        while (__atomic_exchange_n(&pd_dl_dirty, 0, __ATOMIC_SEQ_CST)) {
+            pd_disarm_unloaded();
+            pd_got_forget_unloaded();
+            pd_arm_loaded();
+            pd_got_redirect_loaded();
+        }
+        pd_unlock(&pd_dl_word);
+    }
+}
+
+/* For -x attach and detach, which change the same tables (pd_got.c): 1 if taken.  Not
+ * taken when a thread the launcher stopped holds it: the tables are then frozen mid-pass
+ * anyway, and waiting would hang the attach. */
+int pd_dl_tables_lock(void)
+{
+    int rc = pd_lock(&pd_dl_word);
+    return rc == PD_LOCK_OK || rc == PD_LOCK_RECOVERED;
+}
+void pd_dl_tables_unlock(int taken)
+{
+    if (taken)
+        pd_unlock(&pd_dl_word);
+}
+
+static void pd_dl_prefork(void)
+{
+    int rc = pd_lock(&pd_dl_word);
+    pd_dl_forking = rc == PD_LOCK_OK || rc == PD_LOCK_RECOVERED;
+}
+
+static void pd_dl_postfork_parent(void)
+{
+    if (pd_dl_forking)
+        pd_unlock(&pd_dl_word);
+    pd_dl_forking = 0;
+}
+
+/* The word names a thread of the parent: the child's only thread is the forking one,
+ * and any pass it was inside (a fork from a signal handler) it finishes on return. */
+static void pd_dl_postfork_child(void)
+{
+    __atomic_store_n(&pd_dl_word, 0, __ATOMIC_RELEASE);
+    pd_dl_forking = 0;
+}
+
 __attribute__((constructor)) static void pd_dl_init(void)
 {
-    pthread_atfork(pd_dl_lock, pd_dl_unlock, pd_dl_unlock);
+    pd_lock_setup(); /* its child handler (the cached tid) runs before ours */
+    pthread_atfork(pd_dl_prefork, pd_dl_postfork_parent, pd_dl_postfork_child);
 }
 
 typedef void *(*dlopen_fn)(const char *, int);
@@ -93,7 +161,6 @@ static char *pd_caller_path(const char *file, const void *caller)
 static void *pd_open(const char *file, int mode, const void *caller, void *(*open)(const char *, int, void *),
                      void *arg)
 {
-    pd_dl_lock();
     char *path = NULL;
     if (caller && file && !strchr(file, '/') && !(mode & RTLD_NOLOAD)) {
         void *loaded = open(file, RTLD_LAZY | RTLD_NOLOAD, arg);
@@ -107,12 +174,11 @@ static void *pd_open(const char *file, int mode, const void *caller, void *(*ope
     void *h = path ? open(path, mode, arg) : NULL;
     if (!h)
         h = open(file, mode, arg);
+    int saved = errno;
     free(path);
-    if (h) {
-        pd_arm_loaded();
-        pd_got_redirect_loaded();
-    }
-    pd_dl_unlock();
+    if (h)
+        pd_dl_sync();
+    errno = saved;
     return h;
 }
 
@@ -155,12 +221,11 @@ PD_EXPORT void *dlmopen(Lmid_t lmid, const char *file, int mode)
 PD_EXPORT int dlclose(void *handle)
 {
     PD_REAL(dlclose, dlclose_fn);
-    pd_dl_lock();
     int rc = real_dlclose(handle);
     if (rc == 0) {
-        pd_disarm_unloaded();
-        pd_got_forget_unloaded();
+        int saved = errno;
+        pd_dl_sync();
+        errno = saved;
     }
-    pd_dl_unlock();
     return rc;
 }

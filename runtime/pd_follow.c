@@ -25,9 +25,12 @@ static char pd_env_shm[256];     /* "PYDYN_SHM=..." */
 static char pd_env_mark[1024];   /* "PYDYN_PRELOAD=..." */
 static char pd_preload[1024];    /* our LD_PRELOAD entry */
 
+static void pd_follow_resolve(void);
+
 /* Called by the constructor of an attached process. */
 void pd_follow_init(void)
 {
+    pd_follow_resolve();
     const char *shm = getenv("PYDYN_SHM"), *entry = getenv("PYDYN_PRELOAD");
     if (!shm || !entry || strlen(entry) >= sizeof pd_preload)
         return;
@@ -56,12 +59,28 @@ static int pd_has_entry(const char *list, const char *entry)
     return 0;
 }
 
-/* Returns envp itself when nothing is missing, else a malloc'ed copy with
- * pydyn's variables restored (the exec either replaces the image or fails,
- * and a failed exec's copy is freed by the caller). */
-static char **pd_fixed_env(char *const envp[], char **freeme)
+/* How many pointers and bytes pd_fixed_env may need for `envp`. */
+static size_t pd_env_count(char *const envp[])
 {
-    *freeme = NULL;
+    size_t n = 0;
+    while (envp && envp[n])
+        n++;
+    return n + 4;
+}
+
+static size_t pd_prebuf_len(char *const envp[])
+{
+    const char *pre = pd_env_get(envp, "LD_PRELOAD", 10);
+    return strlen(pd_preload) + (pre ? strlen(pre) : 0) + 16;
+}
+
+/* Returns envp itself when nothing is missing, else `out` (room for pd_env_count
+ * pointers) filled with pydyn's variables restored, the LD_PRELOAD entry in `prebuf`
+ * (pd_prebuf_len bytes).  No malloc: the exec family is async-signal-safe, called
+ * from signal handlers and from vfork children (which share the parent's heap, whose
+ * lock another thread may hold), and so is this. */
+static char **pd_fixed_env(char *const envp[], char **out, char *prebuf, size_t prelen)
+{
     if (!pd_preload[0])
         return (char **)envp;
     const char *pre = pd_env_get(envp, "LD_PRELOAD", 10);
@@ -70,16 +89,8 @@ static char **pd_fixed_env(char *const envp[], char **freeme)
     int need_mark = pd_env_get(envp, "PYDYN_PRELOAD", 13) == NULL;
     if (!need_pre && !need_shm && !need_mark)
         return (char **)envp;
-    size_t n = 0;
-    while (envp && envp[n])
-        n++;
-    size_t prelen = strlen(pd_preload) + (pre ? strlen(pre) : 0) + 16;
-    char **out = malloc((n + 4) * sizeof *out + prelen);
-    if (!out)
-        return (char **)envp;
-    char *prebuf = (char *)(out + n + 4);
     size_t j = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; envp && envp[i]; i++)
         if (!(need_pre && strncmp(envp[i], "LD_PRELOAD=", 11) == 0))
             out[j++] = envp[i];
     if (need_pre) {
@@ -92,7 +103,6 @@ static char **pd_fixed_env(char *const envp[], char **freeme)
     if (need_mark)
         out[j++] = pd_env_mark;
     out[j] = NULL;
-    *freeme = (char *)out;
     return out;
 }
 
@@ -102,80 +112,93 @@ typedef int (*execvpe_fn)(const char *, char *const[], char *const[]);
 typedef int (*spawn_fn)(pid_t *, const char *, const posix_spawn_file_actions_t *,
                         const posix_spawnattr_t *, char *const[], char *const[]);
 
-/* Calls the real `call` with pydyn's variables restored in `envp`; keeps the
- * callee's errno across freeing the copy. */
-#define PD_WITH_FIXED_ENV(name, type, call)                                        \
+/* The real functions, looked up by pd_follow_init (dlsym takes the loader's lock and
+ * may allocate: not in a signal handler or a vfork child), else at the first call. */
+static execve_fn real_execve;
+static execvpe_fn real_execvpe;
+static fexecve_fn real_fexecve;
+static spawn_fn real_posix_spawn, real_posix_spawnp;
+#define PD_NEXT_FN(name) \
+    (real_##name ? real_##name : (real_##name = (__typeof__(real_##name))dlsym(RTLD_NEXT, #name)))
+
+static void pd_follow_resolve(void)
+{
+    (void)PD_NEXT_FN(execve), (void)PD_NEXT_FN(execvpe), (void)PD_NEXT_FN(fexecve);
+    (void)PD_NEXT_FN(posix_spawn), (void)PD_NEXT_FN(posix_spawnp);
+}
+
+/* Calls the real `name` with pydyn's variables restored in `envp`; the copy lives on
+ * this frame (an environment of more pointers than fit is passed as it is). */
+#define PD_ENV_MAX 16384
+#define PD_WITH_FIXED_ENV(name, call)                                              \
     do {                                                                           \
-        PD_REAL(name, type);                                                       \
-        char *freeme;                                                              \
-        char **env = pd_fixed_env(envp, &freeme);                                  \
-        int rc = call;                                                             \
-        int saved = errno;                                                         \
-        free(freeme);                                                              \
-        errno = saved;                                                             \
-        return rc;                                                                 \
+        if (!PD_NEXT_FN(name)) {                                                   \
+            errno = ENOSYS;                                                        \
+            return -1;                                                             \
+        }                                                                          \
+        size_t n_ = pd_env_count(envp), len_ = pd_prebuf_len(envp);               \
+        int fits_ = n_ <= PD_ENV_MAX && len_ <= 65536;                             \
+        char *slots_[fits_ ? n_ : 1];                                              \
+        char prebuf_[fits_ ? len_ : 1];                                            \
+        char **env = fits_ ? pd_fixed_env(envp, slots_, prebuf_, len_) : (char **)envp; \
+        return call;                                                               \
     } while (0)
 
 PD_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-    PD_WITH_FIXED_ENV(execve, execve_fn, real_execve(path, argv, env));
+    PD_WITH_FIXED_ENV(execve, real_execve(path, argv, env));
 }
 
 PD_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    PD_WITH_FIXED_ENV(execvpe, execvpe_fn, real_execvpe(file, argv, env));
+    PD_WITH_FIXED_ENV(execvpe, real_execvpe(file, argv, env));
 }
 
 PD_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-    PD_WITH_FIXED_ENV(fexecve, fexecve_fn, real_fexecve(fd, argv, env));
+    PD_WITH_FIXED_ENV(fexecve, real_fexecve(fd, argv, env));
 }
 
 /* execv/execvp use `environ`, which the program may have cleared. */
 PD_EXPORT int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
 PD_EXPORT int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
 
-static char **pd_collect_args(const char *arg0, va_list ap, char ***envp_out)
+/* execl's arguments (and execle's envp) into `argv`, which has room for pd_count_args. */
+static size_t pd_count_args(const char *arg0, va_list ap)
 {
-    size_t cap = 16, n = 0;
-    char **argv = malloc(cap * sizeof *argv);
-    if (!argv)
-        return NULL;
+    size_t n = 1;
+    if (arg0)
+        while (va_arg(ap, char *))
+            n++;
+    return n + 1;
+}
+
+static void pd_collect_args(const char *arg0, va_list ap, char **argv, char ***envp_out)
+{
+    size_t n = 0;
     argv[n++] = (char *)arg0;
     for (;;) {
         char *a = arg0 ? va_arg(ap, char *) : NULL;
-        if (n == cap) {
-            char **grown = realloc(argv, (cap *= 2) * sizeof *argv);
-            if (!grown) {
-                free(argv);
-                return NULL;
-            }
-            argv = grown;
-        }
         argv[n++] = a;
         if (!a)
             break;
     }
     if (envp_out)
         *envp_out = va_arg(ap, char **);
-    return argv;
 }
 
-#define PD_EXECL_BODY(call, with_env)                               \
-    va_list ap;                                                     \
-    va_start(ap, arg);                                              \
-    char **envp = environ;                                          \
-    char **argv = pd_collect_args(arg, ap, with_env ? &envp : NULL); \
-    va_end(ap);                                                     \
-    if (!argv) {                                                    \
-        errno = ENOMEM;                                             \
-        return -1;                                                  \
-    }                                                               \
-    int rc = call;                                                  \
-    int saved = errno;                                              \
-    free(argv);                                                     \
-    errno = saved;                                                  \
-    return rc
+/* On the stack, as glibc's own execl does: async-signal-safe. */
+#define PD_EXECL_BODY(call, with_env)                                 \
+    va_list ap, count;                                                \
+    va_start(ap, arg);                                                \
+    va_copy(count, ap);                                               \
+    size_t n_ = pd_count_args(arg, count);                            \
+    va_end(count);                                                    \
+    char *argv[n_];                                                   \
+    char **envp = environ;                                            \
+    pd_collect_args(arg, ap, argv, with_env ? &envp : NULL);          \
+    va_end(ap);                                                       \
+    return call
 
 PD_EXPORT int execl(const char *path, const char *arg, ...)
 {
@@ -195,11 +218,11 @@ PD_EXPORT int execle(const char *path, const char *arg, ...)
 PD_EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *fa,
                           const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    PD_WITH_FIXED_ENV(posix_spawn, spawn_fn, real_posix_spawn(pid, path, fa, attr, argv, env));
+    PD_WITH_FIXED_ENV(posix_spawn, real_posix_spawn(pid, path, fa, attr, argv, env));
 }
 
 PD_EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *fa,
                            const posix_spawnattr_t *attr, char *const argv[], char *const envp[])
 {
-    PD_WITH_FIXED_ENV(posix_spawnp, spawn_fn, real_posix_spawnp(pid, file, fa, attr, argv, env));
+    PD_WITH_FIXED_ENV(posix_spawnp, real_posix_spawnp(pid, file, fa, attr, argv, env));
 }

@@ -20,7 +20,7 @@
  * switching (swapcontext) across a pending return is only tolerated when the
  * frame is found on the shadow stack.
  *
- * All of that is the hijack.  Where launcher/retplan.py patched the function's exits
+ * All of that is the hijack.  Where launcher/plan/returns.py patched the function's exits
  * instead, each exit is a PD_FX_EXIT row whose "entry" probes are the return probes,
  * run here (or, one FAST probe, as a mark's) with the registers at the exit; the
  * entry row then hooks nothing.  pd_ret_choose picks one mechanism per function.
@@ -32,16 +32,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "pd_runtime.h"
+#include "pd_internal.h"
 
-/* Entry and return probes run before the vector registers are saved: the
- * C here uses none, and calls what may through pd_xmm_call. */
-#if defined(__x86_64__) || defined(__i386__)
-#pragma GCC target("general-regs-only")
-int pd_xmm_always;
-#else
-int pd_xmm_always = 1;
-#endif
+/* Entry and return probes run before the vector registers are saved: the C here uses
+ * none, and calls what may through pd_xmm_call. */
+PD_FAST_UNIT
+
+#include PD_ARCH_FUNC_H /* where a hooked function's return address is */
 
 #define PD_SHADOW_MAX 65536u /* frames per thread (the mapping is touched lazily) */
 
@@ -50,9 +47,7 @@ struct pd_shadow {
     uintptr_t at;                 /* where it was: the stack pointer at entry */
     const struct pd_site *site;
     uintptr_t bias;
-#if defined(__aarch64__)
-    uintptr_t slot; /* while unhooked: where the frame saved x30, | its PAC key (pd_unwind.c) */
-#endif
+    struct pd_ret_arch arch;
 };
 
 /* One TLS block: its address is found once per call (one TLS descriptor call). */
@@ -63,7 +58,7 @@ struct pd_thread {
     uintptr_t alt_lo, alt_hi; /* the thread's sigaltstack (pd_unwind.c tracks it), or 0 */
     int *guard;               /* &pd_in_handler, kept here: one TLS descriptor call a hit */
     /* the context of a FAST probe (pd_func_fast): only the fields before errmsg, all it
-     * touches (launcher/fastprobe.py's whitelist); pd_in_handler keeps it unshared */
+     * touches (launcher/translate/fast.py: counter adds only); pd_in_handler keeps it unshared */
     _Alignas(16) unsigned char fctx[offsetof(struct pd_ctx, errmsg)];
 };
 static __thread struct pd_thread pd_thr;
@@ -230,24 +225,13 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
         pd_count_skipped(site->nreturn);
         return;
     }
-#if defined(__aarch64__)
-    /* The return address is in x30, which the stub or the trap handler restores from
-     * regs; its "slot" is the word below sp, where pd_ret_handler finds it too (sp at
-     * the return is sp at the entry).  Nothing is stored there. */
-    pd_ureg *lr = &((struct pd_regs *)regs)->r[30];
-    uintptr_t at = sp - sizeof(pd_ureg);
-#define PD_RET_SLOT lr
-#else
-    (void)regs;
-    pd_ureg *slot = (pd_ureg *)sp;
-    uintptr_t at = (uintptr_t)slot;
-#define PD_RET_SLOT slot
-#endif
+    pd_ureg *slot = pd_ret_slot(regs, sp);
+    uintptr_t at = pd_ret_at(sp);
     /* Frames at or below this return slot were left by longjmp: a live caller's slot
      * is above ours.  The same slot is live only for a tail call from a hooked frame,
      * where it already holds pd_ret_tramp. */
     if (PD_UNLIKELY(n > 0 && stk[n - 1].at <= at)) {
-        int tail = *PD_RET_SLOT == (pd_ureg)(uintptr_t)pd_ret_tramp;
+        int tail = *slot == (pd_ureg)(uintptr_t)pd_ret_tramp;
         while (n > 0 && pd_same_stack(t, stk[n - 1].at, at) &&
                (stk[n - 1].at < at || (stk[n - 1].at == at && !tail))) {
             pd_count_skipped(stk[n - 1].site->nreturn);
@@ -256,21 +240,37 @@ pd_func_hook(struct pd_thread *t, const struct pd_regs *regs, uintptr_t sp,
     }
     t->n = n + 1; /* claim the slot first: a signal handler nests above it */
     PD_BARRIER();
-    stk[n].ret = (uintptr_t)*PD_RET_SLOT;
+    stk[n].ret = (uintptr_t)*slot;
     stk[n].at = at;
     stk[n].site = site;
     stk[n].bias = bias;
-#if defined(__aarch64__)
-    stk[n].slot = 0;
-#endif
+    pd_ret_arch_init(&stk[n].arch);
     PD_BARRIER();
-    *PD_RET_SLOT = (pd_ureg)(uintptr_t)pd_ret_tramp;
-#undef PD_RET_SLOT
+    *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
+}
+
+/* The rows sharing the address of `site` (pd_site.shared), each with its own argument
+ * descriptors, in script order; then the return of the function, if it is one.  Part
+ * of pd_func_fire: it runs before the vector registers are saved. */
+static inline __attribute__((always_inline)) void
+pd_fire_shared(struct pd_thread *t, uint8_t *globals, const struct pd_site *site,
+               const struct pd_regs *regs, uintptr_t bias)
+{
+    for (unsigned i = 0; i < site->nshared; i++) {
+        const struct pd_site *r = &pd_sites[site->shared[i]];
+        if (r->nentry + r->nreturn)
+            pd_func_run(t, globals, r, r->fprobes, r->nentry, regs, bias);
+        else
+            pd_func_run(t, globals, r, &r->probe, 1, regs, bias);
+    }
+    if (site->nreturn)
+        pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
 }
 
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (PD_UNLIKELY(!(site->nentry + site->nreturn))) { /* a one-probe row (PD_FX_ALT), trapped */
+    if (PD_UNLIKELY(!(site->nentry + site->nreturn + site->nshared))) {
+        /* a one-probe row (PD_FX_ALT), trapped */
         pd_run_probe(&pd_probes[site->probe], site, regs, bias);
         return;
     }
@@ -278,6 +278,10 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
     uint8_t *globals = pd_fast_globals();
     if (PD_UNLIKELY(!globals)) /* a session not running (yet, or any more) */
         return;
+    if (PD_UNLIKELY(site->nshared)) {
+        pd_fire_shared(t, globals, site, regs, bias);
+        return;
+    }
     const struct pd_probe *p = &pd_probes[site->fprobes[0]]; /* fprobes is never empty */
     if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST))) {
         /* hooked first (a FAST probe reads no register): after its handler nothing
@@ -300,9 +304,10 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
 }
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_FIRE_SP
 /* pd_func_fire for a site whose one entry probe p is FAST (pd_func_fast_probe), from a
- * stub that builds no pd_regs (pd_write_fast_body): sp is the stack pointer at entry. */
+ * stub that builds no pd_regs (x86's pd_write_fast_body): sp is the stack pointer at
+ * entry. */
 void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintptr_t sp,
                      uintptr_t bias)
 {
@@ -320,7 +325,7 @@ void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintp
  * needs no pd_regs (pd_func_fire_sp). */
 const struct pd_probe *pd_func_fast_probe(const struct pd_site *site)
 {
-    if (site->nentry != 1)
+    if (site->nentry != 1 || site->nshared)
         return NULL;
     const struct pd_probe *p = &pd_probes[site->fprobes[0]];
     return p->locks & PD_PROBE_FAST ? p : NULL;
@@ -340,57 +345,7 @@ static void pd_shadow_drop_dead(struct pd_thread *t, uintptr_t cfa)
     }
 }
 
-#if defined(__aarch64__)
-#include "arch/aarch64/unhook.h" /* pd_shadow_unhook, pd_shadow_rehook */
-#else
-void pd_shadow_unhook(uintptr_t cfa)
-{
-    PD_THR(t);
-    pd_shadow_drop_dead(t, cfa);
-    for (uint32_t i = 0; i < t->n; i++) {
-        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-        if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp)
-            *slot = (pd_ureg)t->stk[i].ret;
-    }
-}
-
-/* After the unwinder is done (a catch has begun, a backtrace returned): the frames
- * still live return through pd_ret_tramp again. */
-void pd_shadow_rehook(uintptr_t cfa)
-{
-    PD_THR(t);
-    pd_shadow_drop_dead(t, cfa);
-    for (uint32_t i = 0; i < t->n; i++) {
-        pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-        if (*slot == (pd_ureg)t->stk[i].ret)
-            *slot = (pd_ureg)(uintptr_t)pd_ret_tramp;
-    }
-}
-#endif
-
-#if defined(__x86_64__) || defined(__i386__)
-
-/* At the detach of a -x process, every other thread stopped: each thread's hooked
- * frames get their real return addresses, so an exception or backtrace through one
- * later needs no wrapper (the GOT is the process's own again).  Returns them counted. */
-uint32_t pd_shadow_unhook_all(void)
-{
-    uint32_t n = 0;
-    for (uint32_t k = 0; k < PD_THREADS_MAX; k++) {
-        struct pd_thread *t = __atomic_load_n(&pd_threads[k], __ATOMIC_ACQUIRE);
-        for (uint32_t i = 0; t && t->stk && i < t->n; i++) {
-            pd_ureg *slot = (pd_ureg *)t->stk[i].at;
-            if (*slot == (pd_ureg)(uintptr_t)pd_ret_tramp) {
-                *slot = (pd_ureg)t->stk[i].ret;
-                n++;
-            }
-        }
-    }
-    return n;
-}
-#else
-uint32_t pd_shadow_unhook_all(void) { return 0; }
-#endif
+#include PD_ARCH_UNHOOK_H /* pd_shadow_unhook, pd_shadow_rehook, pd_shadow_unhook_all */
 
 uintptr_t pd_ret_tramp_addr(void) { return (uintptr_t)pd_ret_tramp; }
 
@@ -429,14 +384,9 @@ uintptr_t pd_shadow_ret(uintptr_t at)
 }
 
 /* Called by pd_ret_tramp with the registers at the return; returns where to go. */
-pd_ureg pd_ret_handler(struct pd_regs *regs);
 pd_ureg pd_ret_handler(struct pd_regs *regs)
 {
-#if defined(__aarch64__) /* pd_ret_tramp filled in sp (arch/aarch64/func.h) */
-    uintptr_t sp = (uintptr_t)regs->r[PD_DWARF_SP];
-#else
-    uintptr_t sp = (uintptr_t)(regs + 1) + sizeof(pd_ureg); /* after the slot */
-#endif
+    uintptr_t sp = pd_ret_sp(regs);
     uintptr_t at = sp - sizeof(pd_ureg);
     regs->r[PD_DWARF_SP] = (pd_ureg)sp;
     PD_THR(t);
@@ -491,7 +441,7 @@ pd_ureg pd_ret_handler(struct pd_regs *regs)
     return (pd_ureg)e.ret;
 }
 
-#if defined(__x86_64__)
+#ifdef PD_ARCH_RET_FAST
 /* pd_ret_tramp's fast path (x86-64, unless pd_xmm_always): the return whose slot is
  * `at`, when it is the top shadow frame's and every return probe of its site is FAST,
  * needs no pd_regs: pops the frame, runs them, returns the original address.  Anything
@@ -530,290 +480,3 @@ int64_t pd_func_return(struct pd_ctx *c)
     }
     return (int64_t)(intptr_t)pd_reg(c->regs, 0); /* rax / eax, as a C long */
 }
-
-/* pd_ret_tramp: entered by the `ret` of a hooked function, stack pointer just above
- * where the return address was.  Builds struct pd_regs (DWARF order), keeps the
- * return-value registers (rax/rdx + xmm0/xmm1; eax/edx + the x87 state), calls
- * pd_ret_handler and returns to the address it gives.  The other xmm registers are
- * kept too (unless -D PD_TRAMP_SAVE_XMM=0): gcc's IPA-RA lets the caller of a local
- * function keep values in registers that function does not clobber, and a handler's
- * libc calls may -- on x86-64 by pd_xmm_call around such handlers (below), unless
- * pd_xmm_always. */
-#if PD_TRAMP_SAVE_XMM
-#define PD_X64_SAVE_XMM \
-    "  movdqa %xmm0,0(%rsp)\n" \
-    "  movdqa %xmm1,16(%rsp)\n" \
-    "  movdqa %xmm2,32(%rsp)\n" \
-    "  movdqa %xmm3,48(%rsp)\n" \
-    "  movdqa %xmm4,64(%rsp)\n" \
-    "  movdqa %xmm5,80(%rsp)\n" \
-    "  movdqa %xmm6,96(%rsp)\n" \
-    "  movdqa %xmm7,112(%rsp)\n" \
-    "  movdqa %xmm8,128(%rsp)\n" \
-    "  movdqa %xmm9,144(%rsp)\n" \
-    "  movdqa %xmm10,160(%rsp)\n" \
-    "  movdqa %xmm11,176(%rsp)\n" \
-    "  movdqa %xmm12,192(%rsp)\n" \
-    "  movdqa %xmm13,208(%rsp)\n" \
-    "  movdqa %xmm14,224(%rsp)\n" \
-    "  movdqa %xmm15,240(%rsp)\n"
-#define PD_X64_LOAD_XMM \
-    "  movdqa 0(%rsp),%xmm0\n" \
-    "  movdqa 16(%rsp),%xmm1\n" \
-    "  movdqa 32(%rsp),%xmm2\n" \
-    "  movdqa 48(%rsp),%xmm3\n" \
-    "  movdqa 64(%rsp),%xmm4\n" \
-    "  movdqa 80(%rsp),%xmm5\n" \
-    "  movdqa 96(%rsp),%xmm6\n" \
-    "  movdqa 112(%rsp),%xmm7\n" \
-    "  movdqa 128(%rsp),%xmm8\n" \
-    "  movdqa 144(%rsp),%xmm9\n" \
-    "  movdqa 160(%rsp),%xmm10\n" \
-    "  movdqa 176(%rsp),%xmm11\n" \
-    "  movdqa 192(%rsp),%xmm12\n" \
-    "  movdqa 208(%rsp),%xmm13\n" \
-    "  movdqa 224(%rsp),%xmm14\n" \
-    "  movdqa 240(%rsp),%xmm15\n"
-#define PD_I386_SAVE_XMM \
-    "  movdqa %xmm0,112(%esp)\n" \
-    "  movdqa %xmm1,128(%esp)\n" \
-    "  movdqa %xmm2,144(%esp)\n" \
-    "  movdqa %xmm3,160(%esp)\n" \
-    "  movdqa %xmm4,176(%esp)\n" \
-    "  movdqa %xmm5,192(%esp)\n" \
-    "  movdqa %xmm6,208(%esp)\n" \
-    "  movdqa %xmm7,224(%esp)\n"
-#define PD_I386_LOAD_XMM \
-    "  movdqa 112(%esp),%xmm0\n" \
-    "  movdqa 128(%esp),%xmm1\n" \
-    "  movdqa 144(%esp),%xmm2\n" \
-    "  movdqa 160(%esp),%xmm3\n" \
-    "  movdqa 176(%esp),%xmm4\n" \
-    "  movdqa 192(%esp),%xmm5\n" \
-    "  movdqa 208(%esp),%xmm6\n" \
-    "  movdqa 224(%esp),%xmm7\n"
-#else /* only the return-value registers */
-#define PD_X64_SAVE_XMM "  movdqa %xmm0,0(%rsp)\n" \
-    "  movdqa %xmm1,16(%rsp)\n"
-#define PD_X64_LOAD_XMM "  movdqa 0(%rsp),%xmm0\n" \
-    "  movdqa 16(%rsp),%xmm1\n"
-#define PD_I386_SAVE_XMM
-#define PD_I386_LOAD_XMM
-#endif
-#if defined(__x86_64__)
-/* pd_xmm_call(fn, a, b, c, d): keeps xmm0-15 around fn(a, b, c, d). */
-__asm__(".text\n"
-        ".globl pd_xmm_call\n"
-        ".hidden pd_xmm_call\n"
-        ".type pd_xmm_call,@function\n"
-        "pd_xmm_call:\n"
-        "  push %rbp\n"
-        "  mov %rsp,%rbp\n"
-        "  and $-16,%rsp\n"
-        "  sub $256,%rsp\n"
-        PD_X64_SAVE_XMM
-        "  mov %rdi,%rax\n  mov %rsi,%rdi\n  mov %rdx,%rsi\n  mov %rcx,%rdx\n  mov %r8,%rcx\n"
-        "  call *%rax\n"
-        PD_X64_LOAD_XMM
-        "  mov %rbp,%rsp\n"
-        "  pop %rbp\n"
-        "  ret\n"
-        ".size pd_xmm_call,.-pd_xmm_call\n");
-/* Leaves pd_ret_tramp for the return address N-8 bytes above the stack pointer: by an
- * indirect jmp, not `ret`, whose prediction would be wrong (the hooked function's ret
- * came here and took the caller's return stack entry), as would every return after
- * it in the caller.  [rsp-8] is safe to read: signals skip the red zone. */
-#define PD_X64_RET_JMP(n) "  lea " #n "(%rsp),%rsp\n  jmp *-8(%rsp)\n"
-/* The return probes' C runs on the thread's private stack (pd_pstack.c), as a stub's
- * does; the registers stay saved on the target's (the ~100-250 bytes below the slot).
- * Flags are dead at a return; rax and rcx are saved already.  Claimed (TOP = 0) right
- * after it is read, as the stubs do; leaves TOP's value and offset at 8(%rsp) and
- * (%rsp), 16-aligned (0 at 8(%rsp): no private stack, aligned in place). */
-#if PD_PRIVATE_STACK
-#define PD_X64_PSTACK_ON "  cmpl $0,pd_ps_enabled(%rip)\n"
-#else
-#define PD_X64_PSTACK_ON "  cmp %rsp,%rsp\n" /* ZF: never */
-#endif
-#define PD_X64_TO_PSTACK \
-    PD_X64_PSTACK_ON \
-    "  je 7f\n" \
-    "  movslq pd_ps_top_off(%rip),%rax\n" \
-    "  mov %fs:(%rax),%rcx\n" \
-    "  jrcxz 7f\n" \
-    "  movq $0,%fs:(%rax)\n" \
-    "  lea -16(%rcx),%rsp\n" \
-    "  mov %rcx,8(%rsp)\n" \
-    "  mov %rax,(%rsp)\n" \
-    "  jmp 8f\n" \
-    "7:\n" \
-    "  and $-16,%rsp\n" \
-    "  sub $16,%rsp\n" \
-    "  movq $0,8(%rsp)\n" \
-    "8:\n"
-/* ... and gives it back: rcx and rdx are reloaded from the frame later; no flag is
- * touched (the fast path's ZF). */
-#define PD_X64_FROM_PSTACK \
-    "  mov 8(%rsp),%rcx\n" \
-    "  jrcxz 9f\n" \
-    "  mov (%rsp),%rdx\n" \
-    "  mov %rcx,%fs:(%rdx)\n" \
-    "9:\n"
-/* pd_ret_handler is general-regs-only: pd_ret_tramp saves the vector registers only
- * for pd_xmm_always. */
-__asm__(".text\n"
-        ".globl pd_ret_tramp\n"
-        ".hidden pd_ret_tramp\n"
-        ".type pd_ret_tramp,@function\n"
-        "pd_ret_tramp:\n"
-        "  sub $8,%rsp\n"            /* slot: where we return to */
-        "  cmpl $0,pd_xmm_always(%rip)\n"
-        "  jne 5f\n"
-        /* pd_ret_fast: what C may clobber is kept (the caller of a local function may
-         * rely on registers that function leaves alone: IPA-RA), flags are dead */
-        "  push %rax\n  push %rdx\n  push %rcx\n  push %rsi\n  push %rdi\n"
-        "  push %r8\n  push %r9\n  push %r10\n  push %r11\n  push %rbx\n"
-        "  mov %rsp,%rbx\n"
-        PD_X64_TO_PSTACK
-        "  lea 80(%rbx),%rdi\n"      /* the slot */
-        "  call pd_ret_fast\n"
-        PD_X64_FROM_PSTACK
-        "  test %rax,%rax\n"
-        "  jz 4f\n"
-        "  mov %rax,80(%rbx)\n"
-        "4:\n"
-        "  mov %rbx,%rsp\n"          /* mov and pop keep ZF */
-        "  pop %rbx\n  pop %r11\n  pop %r10\n  pop %r9\n  pop %r8\n"
-        "  pop %rdi\n  pop %rsi\n  pop %rcx\n  pop %rdx\n  pop %rax\n"
-        "  jz 5f\n"
-        PD_X64_RET_JMP(8)
-        "5:\n"                      /* the full path: pd_regs for pd_ret_handler */
-        "  pushq $0\n"               /* flags (dead at a return) */
-        "  pushq $0\n"               /* rip */
-        "  push %r15\n  push %r14\n  push %r13\n  push %r12\n"
-        "  push %r11\n  push %r10\n  push %r9\n  push %r8\n"
-        "  pushq $0\n"               /* rsp: filled in by the handler */
-        "  push %rbp\n  push %rdi\n  push %rsi\n  push %rbx\n"
-        "  push %rcx\n  push %rdx\n  push %rax\n"
-        "  mov %rsp,%rbx\n"
-        PD_X64_TO_PSTACK
-        "  sub $256,%rsp\n"
-        "  cmpl $0,pd_xmm_always(%rip)\n"
-        "  je 1f\n"
-        PD_X64_SAVE_XMM
-        "1:\n"
-        "  cld\n"
-        "  mov %rbx,%rdi\n"
-        "  call pd_ret_handler\n"
-        "  mov %rax,144(%rbx)\n"     /* 18 words above: the slot */
-        "  cmpl $0,pd_xmm_always(%rip)\n"
-        "  je 2f\n"
-        PD_X64_LOAD_XMM
-        "2:\n"
-        "  add $256,%rsp\n"
-        PD_X64_FROM_PSTACK
-        "  mov %rbx,%rsp\n"
-        "  pop %rax\n  pop %rdx\n  pop %rcx\n  pop %rbx\n"
-        "  pop %rsi\n  pop %rdi\n  pop %rbp\n"
-        "  add $8,%rsp\n"
-        "  pop %r8\n  pop %r9\n  pop %r10\n  pop %r11\n"
-        "  pop %r12\n  pop %r13\n  pop %r14\n  pop %r15\n"
-        PD_X64_RET_JMP(24)
-        ".size pd_ret_tramp,.-pd_ret_tramp\n");
-_Static_assert(sizeof(struct pd_regs) == 144, "pd_ret_tramp's frame");
-#elif defined(__i386__)
-/* As on x86-64: the C runs on the private stack, the registers stay saved on the
- * target's.  PIC: ecx gets the GOT from pd_ret_pc_cx (a call matched by its ret, which
- * keeps the return stack buffer in step); eax/ecx/edx are saved already and flags are
- * dead at a return.  Leaves TOP's value at 8(%esp) (0: no private stack, aligned in
- * place) and its offset at 4(%esp), 16-aligned. */
-#if PD_PRIVATE_STACK
-#define PD_I386_TO_PSTACK \
-    "  call pd_ret_pc_cx\n" \
-    "  addl $_GLOBAL_OFFSET_TABLE_, %ecx\n" \
-    "  cmpl $0,pd_ps_enabled@GOTOFF(%ecx)\n" \
-    "  je 7f\n" \
-    "  mov pd_ps_top_off@GOTOFF(%ecx),%eax\n" \
-    "  mov %gs:(%eax),%ecx\n" \
-    "  jecxz 7f\n" \
-    "  movl $0,%gs:(%eax)\n" \
-    "  lea -16(%ecx),%esp\n" \
-    "  mov %ecx,8(%esp)\n" \
-    "  mov %eax,4(%esp)\n" \
-    "  jmp 8f\n" \
-    "7:\n" \
-    "  and $-16,%esp\n" \
-    "  sub $16,%esp\n" \
-    "  movl $0,8(%esp)\n" \
-    "8:\n"
-#else
-#define PD_I386_TO_PSTACK "  and $-16,%esp\n  sub $16,%esp\n  movl $0,8(%esp)\n"
-#endif
-/* ... and gives it back (esp at that record; eax, the return address, is kept). */
-#define PD_I386_FROM_PSTACK \
-    "  mov 8(%esp),%ecx\n" \
-    "  jecxz 9f\n" \
-    "  mov 4(%esp),%edx\n" \
-    "  mov %ecx,%gs:(%edx)\n" \
-    "9:\n"
-__asm__(".text\n"
-        ".hidden pd_ret_pc_cx\n"
-        ".type pd_ret_pc_cx,@function\n"
-        "pd_ret_pc_cx:\n"
-        "  mov (%esp),%ecx\n"
-        "  ret\n"
-        ".size pd_ret_pc_cx,.-pd_ret_pc_cx\n");
-__asm__(".text\n"
-        ".globl pd_ret_tramp\n"
-        ".hidden pd_ret_tramp\n"
-        ".type pd_ret_tramp,@function\n"
-        "pd_ret_tramp:\n"
-        "  sub $4,%esp\n"            /* slot */
-        "  pushl $0\n"               /* flags */
-        "  pushl $0\n"               /* eip */
-        "  push %edi\n  push %esi\n  push %ebp\n"
-        "  pushl $0\n"               /* esp */
-        "  push %ebx\n  push %edx\n  push %ecx\n  push %eax\n"
-        "  mov %esp,%ebx\n"
-        PD_I386_TO_PSTACK
-        "  sub $240,%esp\n"          /* 128 for xmm0-7, 112 for the x87 state */
-        /* st0 (st1) hold a float return value, if any: else the x87 stack is empty (the
-         * ABI) and the slow fnsave/frstor pair is skipped; the flag lives at 108, after
-         * the 108-byte fnsave image */
-        "  fnstsw %ax\n"
-        "  and $0x3800,%eax\n"      /* TOP: 0 = empty */
-        "  mov %eax,108(%esp)\n"
-        "  jz 1f\n"
-        "  fnsave (%esp)\n"
-        "1:\n"
-        PD_I386_SAVE_XMM
-        "  sub $12,%esp\n"
-        "  push %ebx\n"
-        "  cld\n"
-        "  call pd_ret_handler\n"
-        "  add $16,%esp\n"
-        PD_I386_LOAD_XMM
-        "  cmpl $0,108(%esp)\n"
-        "  je 2f\n"
-        "  frstor (%esp)\n"
-        "2:\n"
-        "  mov %eax,40(%ebx)\n"      /* 10 words above: the slot */
-        "  add $240,%esp\n"
-        PD_I386_FROM_PSTACK
-        "  mov %ebx,%esp\n"
-        "  pop %eax\n  pop %ecx\n  pop %edx\n  pop %ebx\n"
-        "  add $4,%esp\n"
-        "  pop %ebp\n  pop %esi\n  pop %edi\n"
-        "  add $8,%esp\n"
-        "  ret\n"
-        ".size pd_ret_tramp,.-pd_ret_tramp\n");
-_Static_assert(sizeof(struct pd_regs) == 40, "pd_ret_tramp's frame");
-#endif
-#if defined(__aarch64__)
-#include "arch/aarch64/func.h" /* pd_ret_tramp */
-#endif
-#if defined(__aarch64__) /* its stubs save the vector registers themselves (i386: pd_fast_i386.c) */
-uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d)
-{
-    return fn(a, b, c, d);
-}
-#endif

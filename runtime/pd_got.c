@@ -62,7 +62,7 @@ struct pd_got_entry {
     uintptr_t ro_lo, ro_hi;   /* the object's RELRO pages (read-only after relocation) */
 };
 
-static pthread_mutex_t pd_got_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* Guarded by pd_dlopen.c's pass lock: its passes call the _loaded/_unloaded functions. */
 static struct pd_got_entry *pd_got;
 static uint32_t pd_got_n, pd_got_cap;
 static int pd_got_active;          /* between pd_got_redirect_all and pd_got_restore_all */
@@ -233,22 +233,22 @@ void pd_got_redirect_all(void)
                 ".return-probed frames are not handled in this process");
         return;
     }
-    pthread_mutex_lock(&pd_got_mutex);
-    pd_self_base = lm->l_addr;
+    void *ours[PD_GOT_NNAMES]; /* asked before the lock: the loader's lock is never taken inside it */
     for (unsigned n = 0; n < PD_GOT_NNAMES; n++)
-        pd_got_ours[n] = dlsym(lm, pd_got_names[n]); /* a link map is a handle: ours first */
+        ours[n] = dlsym(lm, pd_got_names[n]); /* a link map is a handle: ours first */
+    int taken = pd_dl_tables_lock();
+    pd_self_base = lm->l_addr;
+    memcpy(pd_got_ours, ours, sizeof ours);
     pd_got_active = 1;
     dl_iterate_phdr(pd_got_object, NULL);
-    pthread_mutex_unlock(&pd_got_mutex);
+    pd_dl_tables_unlock(taken);
 }
 
 /* After a dlopen: the GOTs of objects that were not there before. */
 void pd_got_redirect_loaded(void)
 {
-    pthread_mutex_lock(&pd_got_mutex);
     if (pd_got_active)
         dl_iterate_phdr(pd_got_object, NULL);
-    pthread_mutex_unlock(&pd_got_mutex);
 }
 
 struct pd_got_live {
@@ -275,20 +275,18 @@ static int pd_got_loaded(const struct pd_got_entry *e)
 /* After a dlclose: forget the entries of objects that have gone. */
 void pd_got_forget_unloaded(void)
 {
-    pthread_mutex_lock(&pd_got_mutex);
     uint32_t k = 0;
     for (uint32_t i = 0; i < pd_got_n; i++)
         if (pd_got_loaded(&pd_got[i]))
             pd_got[k++] = pd_got[i];
     pd_got_n = k;
-    pthread_mutex_unlock(&pd_got_mutex);
 }
 
 /* At detach: every original value back.  counts[0] += entries restored, counts[1] +=
  * entries not redirected at attach or left as they are now. */
 void pd_got_restore_all(uint32_t counts[2])
 {
-    pthread_mutex_lock(&pd_got_mutex);
+    int taken = pd_dl_tables_lock();
     uint32_t left = pd_got_failed;
     for (uint32_t i = pd_got_n; i-- > 0;) {
         const struct pd_got_entry *e = &pd_got[i];
@@ -302,7 +300,7 @@ void pd_got_restore_all(uint32_t counts[2])
     pd_got = NULL;
     pd_got_n = pd_got_cap = pd_got_failed = 0;
     pd_got_active = 0;
-    pthread_mutex_unlock(&pd_got_mutex);
+    pd_dl_tables_unlock(taken);
 }
 
 #else /* no return hooks on this arch: nothing to unwind through */

@@ -6,7 +6,7 @@
  *
  * Hidden, every one: the units are linked into one module, whose i386 code then
  * calls them directly, without a PLT (and so without a GOT register on the FAST path,
- * tests/test_fastpath.py). */
+ * tests/test_fast_handlers.py). */
 #ifndef PD_INTERNAL_H
 #define PD_INTERNAL_H
 
@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "pd_runtime.h"
+#include PD_ARCH_HOST_H /* how the process sees itself: natively or under qemu-user */
 
 #pragma GCC visibility push(hidden)
 
@@ -63,6 +64,12 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 /* A FAST mark's stub calls it with the probe and &pd_fenv as immediates. */
 PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
                                               const struct pd_fast_env *env);
+
+/* ---- function probes (pd_func.c) ------------------------------------------- */
+
+/* Called by pd_ret_tramp (arch/) with the registers at a hooked function's return
+ * (struct pd_regs on its stack); returns the original return address. */
+pd_ureg pd_ret_handler(struct pd_regs *regs);
 
 /* ---- armed sites and traps (pd_trap.c) ------------------------------------- */
 

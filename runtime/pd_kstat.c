@@ -49,7 +49,7 @@ static uint32_t pd_kstat_used(const struct pd_kstatdesc *kd)
     return n > kd->nslots + 1 ? kd->nslots + 1 : n;
 }
 
-/* A keyed counter (an array whose every write is `c[k] += v`, translate.py's
+/* A keyed counter (an array whose every write is `c[k] += v`, translate/analysis.py's
  * _find_kcount_globals) keeps one int64 sum a key in each table, not a pd_stat. */
 static inline int pd_kstat_is_count(const struct pd_kstatdesc *kd)
 {

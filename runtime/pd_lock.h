@@ -10,6 +10,13 @@
  * timeout it checks whether the holder thread still exists and takes the lock
  * over if not (a target killed inside a probe must not hang the session).
  *
+ * A waiter never waits for ever: it gives up (PD_LOCK_TIMEOUT, the caller skips
+ * its work and counts it, as stap skips a probe whose lock it cannot get) once
+ * the holder is found stopped (SIGSTOP, a debugger: 'T' or 't' in /proc, after
+ * one timed sleep; later waiters that find the word unchanged give up at once)
+ * or has held it for STUCK_CONTEXT_MS.  A stopped process must not stall every
+ * other process of the session, nor the launcher's `end` and exit report.
+ *
  * All syscalls are made with syscall(2), never through libc wrappers such as
  * kill() or open() that a script may be probing, and errno is preserved: the
  * lock runs inside the target's own code.
@@ -29,6 +36,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "pd_config.h" /* STUCK_CONTEXT_MS */
 
 #if defined(__x86_64__) && defined(__ILP32__)
 #error "pd_lock.h: x32 is not supported (its futex timeout is not two longs)"
@@ -55,6 +64,8 @@
 #define PD_LOCK_DEADLOCK (-1) /* this thread already holds it (e.g. a probe hit in a signal
                                  handler); NOT acquired, the caller must skip its work */
 #define PD_LOCK_BUSY (-2)    /* pd_trylock(): held by another thread; NOT acquired */
+#define PD_LOCK_TIMEOUT (-3) /* pd_lock(): its holder is stopped or held it STUCK_CONTEXT_MS;
+                                NOT acquired, the caller skips its work and counts it */
 
 /* The kernel's timeout type for SYS_futex: two longs on i386, x86-64 and
  * aarch64 alike.  glibc's struct timespec is not, once _TIME_BITS=64. */
@@ -104,10 +115,15 @@ static inline void pd_lock_relax_(void)
 #endif
 }
 
-/* Whether thread tid is gone.  A killed process whose parent has not reaped it
- * yet still answers kill(0), so a zombie ('Z'/'X' in /proc/TID/stat) counts as
- * dead too.  Anything uncertain counts as alive.  Clobbers errno. */
-static inline int pd_lock_holder_dead_(uint32_t tid)
+/* What a holder thread is doing, as far as a waiter can tell. */
+#define PD_HOLDER_RUNNING 0 /* or anything uncertain */
+#define PD_HOLDER_DEAD 1
+#define PD_HOLDER_STOPPED 2
+
+/* Thread tid's state.  A killed process whose parent has not reaped it yet still
+ * answers kill(0), so a zombie ('Z'/'X' in /proc/TID/stat) counts as dead too;
+ * 'T' (stopped) and 't' (stopped by a tracer) as stopped.  Clobbers errno. */
+static inline int pd_lock_holder_state_(uint32_t tid)
 {
 	char path[32] = "/proc/";
 	char digits[12];
@@ -116,9 +132,9 @@ static inline int pd_lock_holder_dead_(uint32_t tid)
 	long fd, got;
 
 	if (tid == 0)
-		return 1; /* a held word always names its holder: this one is garbage */
+		return PD_HOLDER_DEAD; /* a held word always names its holder: this one is garbage */
 	if (syscall(SYS_kill, (long)tid, 0L) == -1 && errno == ESRCH)
-		return 1;
+		return PD_HOLDER_DEAD;
 	do {
 		digits[n++] = (char)('0' + tid % 10);
 		tid /= 10;
@@ -130,17 +146,35 @@ static inline int pd_lock_holder_dead_(uint32_t tid)
 	path[i] = '\0';
 
 	fd = syscall(SYS_openat, (long)AT_FDCWD, path, (long)(O_RDONLY | O_CLOEXEC));
-	if (fd < 0)
-		return errno == ENOENT; /* reaped since kill(); no /proc at all means unknown */
+	if (fd < 0) /* reaped since kill(); no /proc at all means unknown */
+		return errno == ENOENT ? PD_HOLDER_DEAD : PD_HOLDER_RUNNING;
 	got = syscall(SYS_read, fd, buf, (long)sizeof(buf));
 	syscall(SYS_close, fd);
 	/* "tid (comm) S ...": comm may contain ')', so the state follows the last one. */
 	for (long j = got - 1; j >= 0; j--) {
-		if (buf[j] == ')')
-			return j + 2 < got && (buf[j + 2] == 'Z' || buf[j + 2] == 'X');
+		if (buf[j] != ')')
+			continue;
+		if (j + 2 >= got)
+			return PD_HOLDER_RUNNING;
+		if (buf[j + 2] == 'Z' || buf[j + 2] == 'X')
+			return PD_HOLDER_DEAD;
+		if (buf[j + 2] == 'T' || buf[j + 2] == 't')
+			return PD_HOLDER_STOPPED;
+		return PD_HOLDER_RUNNING;
 	}
-	return 0;
+	return PD_HOLDER_RUNNING;
 }
+
+static inline uint64_t pd_lock_now_ms_(void)
+{
+	struct pd_lock_timeout_ ts = { 0, 0 };
+	syscall(SYS_clock_gettime, (long)CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The last held value of a word whose holder was found stopped (per object file:
+ * a hint only): a waiter finding the same value asks /proc at once, without a sleep. */
+static uint32_t pd_lock_stopped_word_;
 
 static inline int pd_lock_slow_(volatile uint32_t *w, uint32_t self)
 {
@@ -160,6 +194,7 @@ static inline int pd_lock_slow_(volatile uint32_t *w, uint32_t self)
 			goto out;
 		pd_lock_relax_();
 	}
+	uint64_t start = 0;
 	for (;;) {
 		v = __atomic_load_n(w, __ATOMIC_RELAXED);
 		if (v == 0) {
@@ -175,6 +210,11 @@ static inline int pd_lock_slow_(volatile uint32_t *w, uint32_t self)
 			rc = PD_LOCK_DEADLOCK;
 			goto out;
 		}
+		if ((v | PD_LOCK_WAITERS) == __atomic_load_n(&pd_lock_stopped_word_, __ATOMIC_RELAXED) &&
+		    pd_lock_holder_state_(v & PD_LOCK_TID_MASK) == PD_HOLDER_STOPPED) {
+			rc = PD_LOCK_TIMEOUT;
+			goto out;
+		}
 		if (!(v & PD_LOCK_WAITERS)) {
 			expected = v;
 			if (!__atomic_compare_exchange_n(w, &expected, v | PD_LOCK_WAITERS, 0,
@@ -182,16 +222,28 @@ static inline int pd_lock_slow_(volatile uint32_t *w, uint32_t self)
 				continue;
 			v |= PD_LOCK_WAITERS;
 		}
+		if (start == 0)
+			start = pd_lock_now_ms_() + 1; /* never 0 */
 		struct pd_lock_timeout_ ts = { 0, PD_LOCK_WAIT_NS };
 		long r = syscall(SYS_futex, w, (long)FUTEX_WAIT, (long)v, &ts, NULL, 0L);
-		if (r == -1 && errno == ETIMEDOUT && __atomic_load_n(w, __ATOMIC_RELAXED) == v &&
-		    pd_lock_holder_dead_(v & PD_LOCK_TID_MASK)) {
-			expected = v;
-			if (__atomic_compare_exchange_n(w, &expected, self | PD_LOCK_WAITERS, 0,
-			                                __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
-				rc = PD_LOCK_RECOVERED;
+		if (r == -1 && errno == ETIMEDOUT && __atomic_load_n(w, __ATOMIC_RELAXED) == v) {
+			int holder = pd_lock_holder_state_(v & PD_LOCK_TID_MASK);
+			if (holder == PD_HOLDER_DEAD) {
+				expected = v;
+				if (__atomic_compare_exchange_n(w, &expected, self | PD_LOCK_WAITERS, 0,
+				                                __ATOMIC_ACQUIRE, __ATOMIC_RELAXED)) {
+					rc = PD_LOCK_RECOVERED;
+					goto out;
+				}
+			} else if (holder == PD_HOLDER_STOPPED) {
+				__atomic_store_n(&pd_lock_stopped_word_, v, __ATOMIC_RELAXED);
+				rc = PD_LOCK_TIMEOUT;
 				goto out;
 			}
+		}
+		if (pd_lock_now_ms_() + 1 - start >= STUCK_CONTEXT_MS) {
+			rc = PD_LOCK_TIMEOUT;
+			goto out;
 		}
 	}
 out:
@@ -200,7 +252,7 @@ out:
 }
 
 /* Acquire; returns PD_LOCK_OK, PD_LOCK_RECOVERED (count it in
- * pd_header.lock_recoveries) or PD_LOCK_DEADLOCK (not acquired). */
+ * pd_header.lock_recoveries), PD_LOCK_DEADLOCK or PD_LOCK_TIMEOUT (not acquired). */
 static inline int pd_lock(volatile uint32_t *w)
 {
 	uint32_t self = pd_lock_self();

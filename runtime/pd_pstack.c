@@ -33,6 +33,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
@@ -48,8 +49,11 @@ int pd_ps_enabled;                     /* the stubs switch stacks */
 int32_t pd_ps_top_off, pd_ps_save_off; /* their offsets from the thread pointer */
 
 /* From pd_altstack_init (the constructor), before any stub is written. */
+static void pd_sigaction_setup(void);
+
 void pd_pstack_init(void)
 {
+    pd_sigaction_setup();
 #if defined(__x86_64__) || defined(__i386__)
     if (pd_xmm_always) /* -x: dlopen'ed, the TLS may be dynamic */
         return;
@@ -95,17 +99,51 @@ static void pd_sig_wrap(int sig, siginfo_t *si, void *uc)
     pd_ps_save = save;
 }
 
+/* Looked up and measured once from pd_pstack_init (the constructor): sigaction is
+ * async-signal-safe and called from signal handlers and fork children, where dlsym and
+ * dladdr (the loader's lock, maybe malloc) must not run; a call before the constructor
+ * (another library's) still finds them the slow way. */
+static pd_sigaction_fn pd_sigaction_real;
+static uintptr_t pd_self_lo, pd_self_hi; /* this module's mapped range */
+
 static pd_sigaction_fn pd_real_sigaction(void)
 {
-    static pd_sigaction_fn real;
-    if (!real)
-        real = (pd_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
-    return real;
+    if (!pd_sigaction_real)
+        pd_sigaction_real = (pd_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+    return pd_sigaction_real;
+}
+
+static int pd_self_range(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size, (void)data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0, at = (uintptr_t)pd_sig_wrap;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t a = info->dlpi_addr + ph->p_vaddr;
+        lo = a < lo ? a : lo;
+        hi = a + ph->p_memsz > hi ? a + ph->p_memsz : hi;
+    }
+    if (at < lo || at >= hi)
+        return 0;
+    pd_self_lo = lo;
+    pd_self_hi = hi;
+    return 1;
+}
+
+static void pd_sigaction_setup(void)
+{
+    pd_real_sigaction();
+    if (!pd_self_hi)
+        dl_iterate_phdr(pd_self_range, NULL);
 }
 
 /* Whether `fn` is this module's own (pd_sigtrap, pd_stub_fault): never wrapped. */
 static int pd_is_ours(void *fn)
 {
+    if (pd_self_hi)
+        return (uintptr_t)fn - pd_self_lo < pd_self_hi - pd_self_lo;
     static void *base;
     Dl_info di;
     if (!base && dladdr((void *)pd_sig_wrap, &di))

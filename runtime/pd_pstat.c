@@ -127,6 +127,12 @@ int pd_slot_lock(struct pd_ctx *c, uint32_t *w)
             pd_error(c, "statistic slot lock held by this thread");
         return -1;
     }
+    if (rc == PD_LOCK_TIMEOUT) { /* its holder is stopped or stuck: the handler is half done */
+        __atomic_add_fetch(&pd_segment_header()->lock_timeouts, 1, __ATOMIC_RELAXED);
+        if (c)
+            pd_error(c, "statistic slot lock held by a stopped or stuck thread");
+        return -1;
+    }
     if (rc == PD_LOCK_RECOVERED)
         __atomic_add_fetch(&pd_segment_header()->lock_recoveries, 1, __ATOMIC_RELAXED);
     return 0;

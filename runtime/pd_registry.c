@@ -7,8 +7,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "pd_internal.h"
@@ -24,14 +26,43 @@ static const char *pd_hex(const uint8_t *sum)
     return pd_hex_buf;
 }
 
+/* `name` is NAME or NAME:FD.  A root session's launcher leaves the segment open as FD
+ * in its command (0600, root's): a process that has since become another user
+ * (runuser, setpriv, a daemon's setuid) cannot open it by name, but maps it through
+ * that descriptor, once fstat shows it is the very file NAME names. */
+static int pd_open_segment(const char *name)
+{
+    char base[256];
+    const char *colon = strchr(name, ':');
+    size_t n = colon ? (size_t)(colon - name) : strlen(name);
+    if (n >= sizeof base)
+        return -1;
+    memcpy(base, name, n);
+    base[n] = 0;
+    int fd = shm_open(base, O_RDWR, 0);
+    if (fd >= 0 || !colon)
+        return fd;
+    char *end;
+    long inherited = strtol(colon + 1, &end, 10);
+    char path[sizeof base + 16];
+    struct stat by_name, by_fd;
+    snprintf(path, sizeof path, "/dev/shm/%s", base + (base[0] == '/'));
+    if (*end || inherited < 3 || inherited > INT_MAX || stat(path, &by_name) != 0 ||
+        fstat((int)inherited, &by_fd) != 0 || by_fd.st_dev != by_name.st_dev ||
+        by_fd.st_ino != by_name.st_ino)
+        return -1;
+    return fcntl((int)inherited, F_DUPFD_CLOEXEC, 0);
+}
+
 int pd_map_segment(const char *name)
 {
-    int fd = shm_open(name, O_RDWR, 0);
+    int fd = pd_open_segment(name);
     if (fd < 0)
         return PD_ATTACH_NOSHM;
     struct stat st;
-    /* A segment of another user is never trusted (it could feed us pointers). */
-    if (fstat(fd, &st) != 0 || st.st_uid != geteuid() ||
+    /* A segment of another user is never trusted (it could feed us pointers); root's
+     * is (root can change this process anyway). */
+    if (fstat(fd, &st) != 0 || (st.st_uid != geteuid() && st.st_uid != 0) ||
         (size_t)st.st_size < sizeof(struct pd_header)) {
         close(fd);
         return PD_ATTACH_BADSEG;
@@ -75,47 +106,62 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
     memset(dst + n, 0, cap - n);
 }
 
-/* An exec'd image re-registers under the same pid: its old entry is marked
- * EXECED, so the table keeps the history the launcher reports with -v.  That
- * history is the first to go: with no free entry left, an EXECED one is reused
- * (a fork+exec storm needs one entry per process, not two). */
+/* This process into a free entry of the table.  The launcher copies out the entry of
+ * every process that is gone and frees it (launcher/session.py), so a long session
+ * recycles the table; an entry is only ever claimed here, free, under the lock.  An
+ * exec'd image re-registers under the same pid: its old entry is marked EXECED for the
+ * launcher's accounting.  With no free entry (more processes alive at once than
+ * entries, or the launcher behind a burst) the process waits up to PD_REGISTER_WAIT_MS
+ * for one, then runs unlisted: its probes run as ever, and it is counted in
+ * procs_unlisted (not as skipped probes: none was skipped).  NULL then. */
+#define PD_REGISTER_WAIT_MS 200
 static struct pd_proc *pd_register(uint32_t state)
 {
-    if (pd_lock(&pd_hdr->proctab_lock) == PD_LOCK_RECOVERED)
-        __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
     pid_t pid = getpid();
-    struct pd_proc *slot = NULL, *execed = NULL;
-    for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
-        struct pd_proc *p = pd_proc_at(i);
-        if (p->state == PD_PROC_ALIVE && p->pid == pid)
-            p->state = PD_PROC_EXECED;
-        if (!slot && p->state == PD_PROC_FREE)
-            slot = p;
-        if (!execed && p->state == PD_PROC_EXECED)
-            execed = p;
+    for (int waited = 0;; waited += 5) {
+        int rc = pd_lock(&pd_hdr->proctab_lock);
+        if (rc == PD_LOCK_TIMEOUT || rc == PD_LOCK_DEADLOCK) { /* a process stopped in here */
+            if (rc == PD_LOCK_TIMEOUT)
+                __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        if (rc == PD_LOCK_RECOVERED)
+            __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
+        struct pd_proc *slot = NULL;
+        for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
+            struct pd_proc *p = pd_proc_at(i);
+            if (p->state == PD_PROC_ALIVE && p->pid == pid)
+                p->state = PD_PROC_EXECED;
+            if (!slot && p->state == PD_PROC_FREE)
+                slot = p;
+        }
+        if (slot) {
+            memset(slot, 0, sizeof *slot);
+            slot->pid = pid;
+            slot->ppid = getppid();
+            slot->abi = PD_ARCH_ABI;
+            slot->start_ns = pd_now_ns();
+            char comm[17] = {0};
+            prctl_get_name(comm);
+            pd_copy_name(slot->comm, sizeof slot->comm, comm);
+            char exe[PATH_MAX];
+            ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+            exe[n > 0 ? n : 0] = 0;
+            pd_copy_name(slot->exe, sizeof slot->exe, exe);
+            __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
+            __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
+            pd_unlock(&pd_hdr->proctab_lock);
+            return slot;
+        }
+        pd_unlock(&pd_hdr->proctab_lock);
+        if (waited >= PD_REGISTER_WAIT_MS ||
+            __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
+            break; /* (nobody frees entries once the session stops) */
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
     }
-    if (!slot)
-        slot = execed;
-    if (slot) {
-        memset(slot, 0, sizeof *slot);
-        slot->pid = pid;
-        slot->ppid = getppid();
-        slot->abi = PD_ARCH_ABI;
-        slot->start_ns = pd_now_ns();
-        char comm[17] = {0};
-        prctl_get_name(comm);
-        pd_copy_name(slot->comm, sizeof slot->comm, comm);
-        char exe[PATH_MAX];
-        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-        exe[n > 0 ? n : 0] = 0;
-        pd_copy_name(slot->exe, sizeof slot->exe, exe);
-        __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
-        __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
-    } else {
-        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
-    }
-    pd_unlock(&pd_hdr->proctab_lock);
-    return slot;
+    __atomic_add_fetch(&pd_hdr->procs_unlisted, 1, __ATOMIC_RELAXED);
+    return NULL;
 }
 
 static void pd_fire_process_probes(uint32_t kind)
@@ -185,6 +231,14 @@ int pd_session_attach(const char *name)
         pd_unmap();
         return PD_ATTACH_ENDED;
     }
+    /* The -c command's process is the launcher's only child: it names itself the
+     * target before its first instruction runs, where the launcher learns the pid
+     * only once the process is already running. */
+    if (pd_hdr->launcher_pid > 0 && getppid() == (pid_t)pd_hdr->launcher_pid) {
+        int32_t none = 0;
+        __atomic_compare_exchange_n(&pd_hdr->target_pid, &none, (int32_t)getpid(), 0,
+                                    __ATOMIC_RELEASE, __ATOMIC_RELAXED);
+    }
     /* a later -x session reloading the same module file (dlopen returns the loaded
      * one) finds it inert; the zero pages of the last segment stay mapped */
     __atomic_store_n(&pd_inert, 0, __ATOMIC_RELEASE);
@@ -231,5 +285,6 @@ __attribute__((destructor)) static void pd_target_fini(void)
     if (pd_self && pd_self->pid == getpid()) {
         pd_self->end_ns = pd_now_ns();
         __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+        pd_self = NULL; /* the launcher may free the entry for another process now */
     }
 }

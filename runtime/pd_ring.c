@@ -53,6 +53,11 @@ static int pd_ring_write(const uint8_t *buf, uint32_t len)
         int rc = pd_lock(&pd_hdr->ring_lock);
         if (rc == PD_LOCK_DEADLOCK)
             return -1;
+        if (rc == PD_LOCK_TIMEOUT) { /* a writer stopped in here: these records are lost */
+            __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+            return -1;
+        }
         if (rc == PD_LOCK_RECOVERED)
             __atomic_add_fetch(&pd_hdr->lock_recoveries, 1, __ATOMIC_RELAXED);
         uint32_t tail = pd_hdr->ring_tail;

@@ -42,6 +42,21 @@ static void pd_run_finish(struct pd_ctx *c)
     }
 }
 
+/* A wait for `word` given up (PD_LOCK_TIMEOUT): counted; the launcher (its `end`, the
+ * exit report) also says which probe did not run and why, since what it would have
+ * read or printed is missing. */
+static void pd_lock_gave_up(const char *pp, volatile uint32_t *word)
+{
+    __atomic_add_fetch(&pd_hdr->lock_timeouts, 1, __ATOMIC_RELAXED);
+    if (!pd_is_launcher)
+        return;
+    uint32_t tid = __atomic_load_n(word, __ATOMIC_RELAXED) & PD_LOCK_TID_MASK;
+    int stopped = tid && pd_lock_holder_state_(tid) == PD_HOLDER_STOPPED;
+    pd_warn("probe %s skipped: the globals lock is held by thread %u, %s; what it would "
+            "read or print is missing", pp ? pp : "?", (unsigned)tid,
+            stopped ? "which is stopped" : "for longer than STUCK_CONTEXT_MS");
+}
+
 /* The reentrancy guard's address, found once (one TLS descriptor call). */
 #define PD_GUARD(g)                 \
     int *g = &pd_in_handler.busy;   \
@@ -91,8 +106,12 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 
     if (p->locks & PD_PROBE_LOCKS) {
         int rc = pd_lock(&pd_hdr->globals_lock);
-        if (rc == PD_LOCK_DEADLOCK) { /* this thread already holds it: never wait on ourselves */
+        /* this thread already holds it (never wait on ourselves), or its holder is
+         * stopped or stuck: the probe is skipped, as stap skips one it cannot lock */
+        if (rc == PD_LOCK_DEADLOCK || rc == PD_LOCK_TIMEOUT) {
             __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+            if (rc == PD_LOCK_TIMEOUT)
+                pd_lock_gave_up(p->pp, &pd_hdr->globals_lock);
             if (inside)
                 pd_quiesce_leave(tls);
             errno = saved_errno;
@@ -147,7 +166,7 @@ static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_f
  * vector register, no stack frame for a context: the one in pd_in_handler, whose
  * cslot, globals and actions (the session's, set on the thread's first hit) stay set
  * between hits.  Those and probe are all a FAST handler and its error report read
- * (site, regs and bias stay NULL: fastprobe.py's whitelist has no context built-in).
+ * (site, regs and bias stay NULL: translate/fast.py: counter adds only has no context built-in).
  * A FAST mark's stub calls this with the probe and &pd_fenv as immediates; only an
  * error leaves through pd_xmm_call.  noipa: gcc would split off the state check, a
  * jump more. */

@@ -82,8 +82,10 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
  * no xmm (nor, on i386, x87) register in it. */
 #if defined(__x86_64__) || defined(__i386__)
 #define PD_FAST_FN __attribute__((target("general-regs-only")))
+#define PD_FAST_UNIT _Pragma("GCC target(\"general-regs-only\")") /* every function after it */
 #else
 #define PD_FAST_FN
+#define PD_FAST_UNIT
 #endif
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */
@@ -106,7 +108,7 @@ struct pd_object {
     uint32_t abi;        /* PD_ABI_*: only a module of that ABI arms its sites */
 };
 
-/* How to patch a site: computed offline by launcher/plan/. */
+/* How to patch a site: computed offline by launcher/plan/x86.py. */
 enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
 enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3, PD_FIX_B26 = 4 };
 
@@ -120,7 +122,7 @@ struct pd_fixup {
 };
 
 /* A direct branch elsewhere in the object landing inside a DISPLACE window: pointed at
- * the relocated copy of the instruction it reaches (patchplan.Redirect). */
+ * the relocated copy of the instruction it reaches (plan/x86.py Redirect). */
 struct pd_redirect {
     uint64_t field, anchor; /* link-time: its displacement, and what that is relative to */
     uint64_t island, hop;   /* size 1: `jmp rel32` at island (reached via `jmp rel8` at hop) */
@@ -162,15 +164,20 @@ struct pd_site {
     uint16_t nentry;
     uint16_t nreturn;
     uint8_t fx;          /* PD_FX_*: how a function's return probes are reached */
+    /* Several rows at one address (probes on one mark, a function entry that is a mark):
+     * the armed one lists them all, itself included, in script order; the others are
+     * PD_FX_SHARED and never armed themselves (pd_fire_shared). */
+    const uint32_t *shared;
+    uint16_t nshared;
 };
 
-/* A function whose exits are patched (launcher/retplan.py) has a PD_FX_HIJACK row (the
+/* A function whose exits are patched (launcher/plan/returns.py) has a PD_FX_HIJACK row (the
  * entry with nreturn return probes, as without exits) followed by PD_FX_ALT rows: the
  * entry without return probes (if it has entry probes) and one PD_FX_EXIT row per exit,
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -221,8 +228,8 @@ PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *sit
                              const struct pd_regs *regs, uintptr_t bias);
 PD_FAST_FN int pd_session_running(void);
 PD_FAST_FN void pd_count_skipped(unsigned n);
-/* fn(a, b, c, d) with every vector register kept (pd_func.c; i386: pd_fast_i386.c, also
- * the x87 state): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
+/* fn(a, b, c, d) with every vector register kept (arch/x86_64/x86_64_ret.S; i386:
+ * arch/i386/pd_fast_i386.S, also the x87 state; aarch64: a plain call): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
  * stubs and pd_ret_tramp save them themselves (a module dlopened by -x, whose TLS
  * descriptors may call malloc, which glibc 2.36's _dl_tlsdesc_dynamic does not guard;
  * the i386 pd_ret_tramp always does). */
@@ -241,8 +248,8 @@ extern struct pd_header *pd_hdr __attribute__((visibility("hidden")));
 extern int pd_inert __attribute__((visibility("hidden")));
 /* The thread's FAST-path TLS block, found once per hit: the reentrancy guard, and the
  * context of a FAST mark probe (pd_fast_mark): only the fields before errmsg, all a FAST
- * handler touches (launcher/fastprobe.py's whitelist), kept between hits.  Its cslot is
- * the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
+ * handler touches (launcher/translate/fast.py: counter adds only), kept between hits.
+ * Its cslot is the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
  * reachable as `cslot`; its error is 0 between hits (the error path clears it). */
 struct pd_fast_tls {
     int busy;
@@ -320,7 +327,7 @@ static inline PD_FAST_FN void pd_slots_current(struct pd_fast_tls *t)
     if (PD_UNLIKELY(t->slots_epoch != epoch))
         pd_slots_rejoin(t, epoch);
 }
-/* Only the fields a FAST handler touches (launcher/fastprobe.py's whitelist), for a
+/* Only the fields a FAST handler touches (launcher/translate/fast.py: counter adds only), for a
  * context outside pd_in_handler (pd_func.c's). */
 static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, uintptr_t bias,
                                           const int *guard)
@@ -344,9 +351,12 @@ void pd_shadow_rehook(uintptr_t cfa);
 uint32_t pd_shadow_unhook_all(void); /* every thread's, at a -x detach */
 extern int pd_ret_live; /* attached by -x: return probes keep the hijack (pd_ret_choose) */
 void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off);
-/* Objects loaded and unloaded at run time (pd_dlopen.c calls these, serialized). */
+/* Objects loaded and unloaded at run time (pd_dlopen.c's passes call these, under
+ * its pass lock, which -x attach and detach take too). */
 void pd_arm_loaded(void);
 void pd_disarm_unloaded(void);
+int pd_dl_tables_lock(void);
+void pd_dl_tables_unlock(int taken);
 void *pd_dlopen_noload(const char *lib);
 /* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
  * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */

@@ -125,8 +125,8 @@ uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
     for (uint32_t s = 0; s < pd_module.nsites; s++) {
         const struct pd_site *site = &pd_sites[s];
         const struct pd_plan *plan = &site->plan;
-        if (site->object != o || plan->tactic == PD_TACTIC_TRAP)
-            continue;
+        if (site->object != o || plan->tactic == PD_TACTIC_TRAP || (site->fx & PD_FX_SHARED))
+            continue; /* (a shared row is run by the one armed at its address) */
         uintptr_t addr = (uintptr_t)info->dlpi_addr + (uintptr_t)site->pc;
         if (plan->tactic == PD_TACTIC_DISPLACE && memcmp((const void *)addr, plan->orig, plan->len))
             continue; /* not the bytes the plan was made for: the trap is always safe */

@@ -1,5 +1,5 @@
 /* Trampolines: per-site stubs that replace the trap at sites whose patch plan
- * (launcher/patchplan.py, in pd_site.plan) says NOP or DISPLACE, and the
+ * (launcher/plan/x86.py, in pd_site.plan) says NOP or DISPLACE, and the
  * out-of-line copies a trapped function entry resumes in.
  *
  * pd_tramp.c maps the memory near each object and walks its sites; the arch's own

@@ -90,7 +90,10 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
         pd_uc_set_ip(uc, a->ool);
         return;
     }
-    pd_run(&pd_probes[a->site->probe], a->site, &regs, a->bias);
+    if (a->site->nshared) /* several probes at this nop */
+        pd_func_fire(&regs, a->site, a->bias);
+    else
+        pd_run(&pd_probes[a->site->probe], a->site, &regs, a->bias);
     /* The patched instruction is a nop: resuming after it is its emulation. */
     pd_uc_set_ip(uc, at + a->site->nop_len);
 }

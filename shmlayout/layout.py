@@ -224,7 +224,7 @@ class ConstGroup(NamedTuple):
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 3
+PD_LAYOUT_VERSION: Final = 4
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -360,6 +360,8 @@ HEADER: Final = Struct("pd_header", (
     # count themselves here, atomically.
     Field("tslots_off", "u64", doc="offset of the pd_tslot array (1 + 64 entries)"),
     Field("inflight_unslotted", "u32", doc="handlers running in threads without a slot"),
+    Field("procs_unlisted", "u32", doc="processes that found no free pd_proc entry"),
+    Field("lock_timeouts", "u32", doc="lock waits given up (holder stopped, or STUCK_CONTEXT_MS)"),
 ), size=512, doc="segment header, at offset 0")
 
 PROC: Final = Struct("pd_proc", (

@@ -41,7 +41,7 @@ RETURNS = {
     "f_b": [105], "f_target": [105, 111], "call_bl": [1], "f_bcond": [20, 10],
     "f_cbz": [40, 30], "f_tbz": [50, 60], "f_tbnz": [80, 90], "f_pac": [111], "f_bti": [70],
 }
-# the relocation each entry needs (patchplan_a64.relocate's name for it)
+# the relocation each entry needs (plan/aarch64.py relocate's name for it)
 FORMS = {"f_adr": "adr", "f_adrp": "adrp", "f_ldrx": "ldr literal", "f_ldrw": "ldr literal",
          "f_ldrsw": "ldr literal", "f_ldrd": "ldr literal", "f_ldrq": "ldr literal",
          "f_prfm": "prfm literal, a hint: dropped", "f_b": "b", "f_bl": "bl",

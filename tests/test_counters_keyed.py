@@ -82,7 +82,7 @@ def test_threads_count_exactly_as_the_locked_map(progs: dict[str, Path], cache: 
     lines += [f"top {k}" for k, _ in sorted(t.items(), key=lambda kv: -kv[1])[:2]]
     lines += [f"v {k} {v}" for k, v in sorted(c.items(), key=lambda kv: kv[1])]
     lines += ["in 1 0", f"n 8 {8 * 2 * PER}"]
-    # r is read by its own updates (translate.py), so neither path reports it at exit
+    # r is read by its own updates (translate/analysis.py), so neither path reports it at exit
     assert out == lines
 
 

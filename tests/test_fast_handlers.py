@@ -36,7 +36,7 @@ FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_func_fire_sp", "pd_counter_slow", "pd_counter_wide", "pd_fast_mark",
             "pd_fast_error", "pd_fast_tls_dynamic", "pd_quiesce_enter_slow",
             "pd_quiesce_leave_slow"}
-# m32: __atomic_fetch_add_8 (runtime/pd_fast_i386.c, general registers) is the add of a
+# m32: __atomic_fetch_add_8 (runtime/arch/i386/pd_fast_i386.S, general registers) is the add of a
 # thread without a counter slot, and PIC code calls the get_pc_thunks; both are checked
 # like FAST_FNS.
 M32_HELPERS = {"__atomic_fetch_add_8", "__x86.get_pc_thunk.ax", "__x86.get_pc_thunk.bx",
@@ -122,7 +122,7 @@ def test_vector_registers_kept(tmp_path: Path, cache: Path, m32: bool, kind: str
     r = run_pydyn(cache, "-v", "-o", str(out), "-e", script, "-c", f"{b} {n}")
     assert r.returncode == 0, r.stderr
     m = re.search(r"sites: (\d+) total, (\d+) trap", r.stderr)
-    # the mark, the function's entry and its one exit (its `.return`: retplan.py)
+    # the mark, the function's entry and its one exit (its `.return`: plan/returns.py)
     assert m and m.group(1) == "3", r.stderr
     assert re.search(r"returns of vec_fn@0x[0-9a-f]+: exits patched \(1:", r.stderr), r.stderr
     if not m32:
@@ -151,7 +151,7 @@ def test_fast_handler_maxaction_is_reported(tmp_path: Path, cache: Path, mode: s
 def test_x87_stack_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
     """i386 gcc keeps doubles on the x87 stack: at x87_live.c's site it is full (eight
     values), and fp_add's own x87 pushes would overwrite them with NaNs unless
-    pd_xmm_call saves the x87 state (pd_fast_i386.c)."""
+    pd_xmm_call saves the x87 state (arch/i386/pd_fast_i386.S)."""
     b = build_c(PROGS / "x87_live.c", tmp_path / "x87", m32=m32)
     n = 2000
     bare = subprocess.run([str(b), str(n)], capture_output=True, text=True, check=True).stdout

@@ -343,16 +343,6 @@ def test_fork_exec_storm_of_200_mixed_processes(bins: dict[str, Path], cache: Pa
     assert "WARNING" not in res.stderr, res.stderr[-2000:]
 
 
-def test_full_process_table_is_reported(bins: dict[str, Path], cache: Path) -> None:
-    t = bins["t64"]
-    script = f'global hits\nprobe process("{t}").mark("tick") {{ hits++ }}\n' \
-             'probe end { printf("hits=%d\\n", hits) }\n'
-    res = run_pydyn(cache, "-e", script, "-c", f"{t} forks 300")
-    no_traceback(res)
-    assert "forks done 300" in res.stdout and "hits=300" in res.stdout, res.stdout
-    assert "process table is full (256 entries)" in res.stderr, res.stderr
-
-
 def test_full_map_is_reported(bins: dict[str, Path], cache: Path) -> None:
     t = bins["t64"]
     script = f'global a[10]\nprobe process("{t}").mark("tick") {{ a[$arg1] = 1 }}\n'

@@ -17,7 +17,7 @@ platform ABI's integer arguments at entry: x86-64 rdi, rsi, rdx, rcx, r8, r9
 (7 and 8 on the stack); i386 `4*N(%esp)`; aarch64 x0-x7.  On aarch64 a `bti c`
 landing pad at the entry is skipped as `endbr64` is (the `B` must not replace it);
 `paciasp`/`pacibsp` are not skipped: the runtime moves them into the stub, so they
-sign the return address the handler may have swapped (patchplan_a64.py) -- except
+sign the return address the handler may have swapped (plan/aarch64.py) -- except
 in an object marked for BTI (its pages are guarded: an indirect call must land on a
 landing pad, which paciasp is and `B` is not), where the probe goes after them and a
 return probe is refused (the address is signed by then).

@@ -18,7 +18,7 @@ import struct
 from collections.abc import Iterator
 
 from ..errors import TargetError
-from .reader import ElfInfo, get_elf_info
+from .reader import ElfInfo, get_elf_info, missing_reason
 
 LD_SO_CACHE = "/etc/ld.so.cache"
 _CACHE_MAGIC = b"glibc-ld.so.cache1.1"
@@ -123,7 +123,8 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
             other = get_elf_info(name)   # TargetError naming what is wrong with it
             raise TargetError(name, f"is a {_describe(other)} file, but {info.path} is "
                                     f"{_describe(info)}")
-        raise TargetError(name, "no such file" if not is_glob else "no file matches")
+        raise TargetError(name, "no file matches" if is_glob
+                          else missing_reason(name) or "no such file")
 
     searched = _search_dirs(info, env_library_path)
     ordered: list[str] = []

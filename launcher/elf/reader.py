@@ -9,6 +9,7 @@ can slice section bytes without copying or seeking.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import stat
@@ -151,7 +152,19 @@ class ElfHandle:
         return sec["sh_addr"], data
 
 
+def missing_reason(path: str) -> str | None:
+    """Why `path` cannot be found, in words (a symlink loop is not 'no such file'), or
+    None if it exists."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return _os_reason(exc)
+    return None
+
+
 def _os_reason(exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "too many levels of symbolic links"
     if isinstance(exc, FileNotFoundError):
         return "no such file"
     if isinstance(exc, IsADirectoryError):

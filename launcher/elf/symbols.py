@@ -167,3 +167,30 @@ def get_symbol_table(path: str) -> SymbolTable:
         table = SymbolTable.from_handle(h)
         table._ensure_loaded()
     return table
+
+
+def get_default_symbols(path: str, names: set[str]) -> dict[str, int]:
+    """Values of the default-version (`name@@VER`, or unversioned) definitions of `names`
+    in .dynsym: i386 glibc also defines an older, different dlopen@GLIBC_2.0."""
+    out: dict[str, int] = {}
+    with open_elf(path) as h:
+        dynsym, dynstr = h.get_section_bytes(".dynsym"), h.get_section_bytes(".dynstr")
+        versym = h.get_section_bytes(".gnu.version")
+        if dynsym is None or dynstr is None:
+            return out
+        is64 = h.elffile.elfclass == 64
+        entry = struct.Struct("<IBBHQQ" if is64 else "<IIIBBH")
+        strs = dynstr[1]
+        for i, f in enumerate(entry.iter_unpack(dynsym[1][:len(dynsym[1]) // entry.size
+                                                          * entry.size])):
+            st_name, value, shndx = (f[0], f[4], f[3]) if is64 else (f[0], f[1], f[5])
+            if shndx == 0 or not st_name:
+                continue
+            name = strs[st_name:strs.find(b"\0", st_name)].decode(errors="replace")
+            if name not in names:
+                continue
+            hidden = versym is not None and len(versym[1]) >= 2 * i + 2 and \
+                struct.unpack_from("<H", versym[1], 2 * i)[0] & 0x8000
+            if not hidden:
+                out[name] = value
+    return out

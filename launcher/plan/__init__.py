@@ -110,7 +110,8 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     functions: dict[tuple[str, int], FunctionPlan] = {}
     for key, (site, has_returns, uses_entry, uses_return) in funcs.items():
         rplan = plan_returns(site, site.func_addr, site.func_size, entry_values=uses_entry,
-                             return_value=uses_return, forced=forced) if has_returns else None
+                             return_value=uses_return, forced=forced,
+                             mark_at_entry=key in marks) if has_returns else None
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr) if params else {})

@@ -125,13 +125,15 @@ class _Fallback(Exception):
 
 def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
                  entry_values: bool = False, return_value: bool = False,
-                 forced: bool = False) -> ReturnPlan:
+                 forced: bool = False, mark_at_entry: bool = False) -> ReturnPlan:
     """The return mechanism of the function at [func_addr, +func_size) whose entry site
     is `site`."""
     if site.machine not in ("x86_64", "i386"):
         return hijack(f"{site.machine} keeps the return-address swap")
     if forced:
         return hijack("-D PD_RETURN_HIJACK=1")
+    if mark_at_entry:
+        return hijack("a mark is at the entry: the one row there runs its probes too")
     if entry_values:
         return hijack("a return probe uses @entry or a parameter (saved per frame at the "
                       "entry)")

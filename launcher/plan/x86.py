@@ -89,7 +89,7 @@ class PatchPlan:
     # (offset in the window, offset in `code`) of each instruction after the first: where
     # the runtime sends a branch of another stub's relocated code that lands inside
     bounds: tuple[tuple[int, int], ...] = ()
-    # a function exit's site (retplan.py): the bytes of `code` that run before the
+    # a function exit's site (plan/returns.py): the bytes of `code` that run before the
     # handler (the instructions of the window before the exit)
     pre: int = 0
 
@@ -511,7 +511,7 @@ def plan_site(site: ProbeSite) -> PatchPlan:
 
 
 def _plan_site(site: ProbeSite, until: int = 0) -> PatchPlan:
-    """`until`: a link-time address the window must reach (a function exit's, retplan.py)."""
+    """`until`: a link-time address the window must reach (a function exit's, plan/returns.py)."""
     if site.machine not in ("x86_64", "i386"):
         return trap(f"trampolines are not implemented on {site.machine}")
     if site.nop_len >= JMP_LEN:

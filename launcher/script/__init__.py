@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from . import ast
-from .parser import parse_script
+from .parser import parse_script, recursion_headroom
 
-__all__ = ["ast", "parse_script"]
+__all__ = ["ast", "parse_script", "recursion_headroom"]

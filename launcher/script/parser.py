@@ -7,11 +7,16 @@ values.  `;` only separates statements and is optional.
 
 One token of lookahead, no backtracking; binary levels use precedence climbing
 and statement/else-if/assignment/ternary chains are loops, so recursion grows
-with real nesting only, which is bounded by MAX_NESTING.
+with real nesting only, which is bounded by MAX_NESTING.  A chain still makes a
+tree as deep as it is long (`1 + 1 + ...` is left-deep, `!!!x` and `else if`
+nest), and the later passes walk trees recursively: `check_depth` bounds the
+tree's depth, every construct alike, by MAX_TREE_DEPTH (stap's parser has limits
+too), with the same "nested too deeply" error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Iterator, Sequence
@@ -25,6 +30,11 @@ from .preprocess import Config, Preprocessor
 
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
+# Statements and expressions inside each other, each operator of a chain one level: 200
+# nested blocks (a Block and an If each) fit, a 500-term `1 + 1 + ...` does not.
+MAX_TREE_DEPTH = 500
+# Python frames the translator's walk may take per tree level (recursion_headroom).
+_FRAMES_PER_TREE_LEVEL = 10
 
 _ASSIGN_OPS = frozenset({"=", "<<<", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "^=",
                          "|=", ".="})
@@ -923,6 +933,28 @@ class Parser:
         return ast.Call(name.text, tuple(args), name.loc)
 
 
+def check_depth(script: ast.Script) -> None:
+    """ScriptError at the first node deeper than MAX_TREE_DEPTH (iterative: the check
+    itself never recurses)."""
+    stack: list[tuple[object, int]] = [(script, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, ast.Node):
+            depth += 1
+            if depth > MAX_TREE_DEPTH:
+                raise ScriptError(
+                    f"script nested too deeply (more than {MAX_TREE_DEPTH} levels)", node.loc,
+                    hint="each operator of a chain (a + b + ...), each prefix operator and "
+                         "each 'else if' is one level: split long chains with temporaries")
+        if isinstance(node, (tuple, list)):
+            stack.extend((child, depth) for child in node)
+        elif dataclasses.is_dataclass(node):
+            for f in dataclasses.fields(node):
+                value = getattr(node, f.name)
+                if isinstance(value, (ast.Node, tuple, list)) or dataclasses.is_dataclass(value):
+                    stack.append((value, depth))
+
+
 def _frame_depth() -> int:
     depth = 0
     frame = sys._getframe()
@@ -933,15 +965,17 @@ def _frame_depth() -> int:
 
 
 @contextmanager
-def _recursion_headroom() -> Iterator[None]:
-    """Make room for MAX_NESTING levels of recursive descent.
+def recursion_headroom() -> Iterator[None]:
+    """Make room for MAX_NESTING levels of recursive descent, and for a recursive walk
+    of a tree MAX_TREE_DEPTH deep (the translator's).
 
     Python's default limit (1000 frames) would allow only ~45 levels; real
     scripts nest far less than MAX_NESTING, but fuzzed ones must not turn into
     a RecursionError.  Python-to-Python calls do not use the C stack (3.11).
     """
     old = sys.getrecursionlimit()
-    needed = _frame_depth() + MAX_NESTING * _FRAMES_PER_NESTING + 200
+    needed = _frame_depth() + max(MAX_NESTING * _FRAMES_PER_NESTING,
+                                  MAX_TREE_DEPTH * _FRAMES_PER_TREE_LEVEL) + 200
     if needed > old:
         sys.setrecursionlimit(needed)
     try:
@@ -966,9 +1000,11 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru) \
         if kernel_release is None else Config(args=tuple(args), arch=arch, runtime=runtime,
                                               kernel_release=kernel_release, guru=guru)
-    with _recursion_headroom():
+    with recursion_headroom():
         parser = Parser(Preprocessor(tokens, config), filename, lines, guru)
         try:
-            return parser.script()
+            script = parser.script()
         except RecursionError:
             raise ScriptError("script nested too deeply", parser.peek().loc) from None
+    check_depth(script)
+    return script

@@ -87,7 +87,7 @@ def _find_atomic_globals(script: ast.Script, types: Types) -> set[str]:
         if id(node) not in statement_level:
             candidates.discard(target.name)
     # A local of the same name shadows the global somewhere: keep it simple.
-    for scope in types.scopes.values():
+    for scope in types.scopes():
         candidates -= set(scope.locals)
     return candidates
 
@@ -101,7 +101,7 @@ def _find_pstat_globals(script: ast.Script, types: Types) -> set[str]:
     for node in iter_nodes((script.probes, script.functions)):
         if isinstance(node, ast.Delete) and isinstance(node.target, ast.Symbol):
             stats.discard(node.target.name)
-    for scope in types.scopes.values():
+    for scope in types.scopes():
         stats -= set(scope.locals)
     return stats
 
@@ -111,7 +111,7 @@ def _find_kstat_globals(script: ast.Script, types: Types) -> set[str]:
     `global s%` (dropping the oldest entry needs one table) and names a local shadows."""
     found = {n for n, v in types.globals.items() if v.array is not None and v.array.value == STAT
              and not (v.decl is not None and v.decl.wrap)}
-    for scope in types.scopes.values():
+    for scope in types.scopes():
         found -= set(scope.locals)
     return found
 
@@ -146,6 +146,6 @@ def _find_kcount_globals(script: ast.Script, types: Types) -> set[str]:
     for node in nodes:
         if isinstance(node, ast.Symbol) and id(node) not in allowed:
             found.discard(node.name)
-    for scope in types.scopes.values():
+    for scope in types.scopes():
         found -= set(scope.locals)
     return found

@@ -864,7 +864,7 @@ def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
         return embedded_function_c(_func_signature(info), [
             (p.name, t or LONG) for p, t in zip(f.params, info.params, strict=True)],
             info.ret, f.body.code, _where(f))
-    scope = tr.types.scopes[id(f)]
+    scope = tr.types.func_scopes[f.name]
     em = Emitter(tr, scope)
     em.stmt(f.body)
     params = {p.name for p in f.params}
@@ -918,14 +918,14 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         out.extend(_emit_function(unit, f))
     locks: list[int] = []
     entry_locks: dict[int, bool] = {}
-    entries_of = [entry_values(p, _returns_only(unit.types.scopes[id(p)]))
-                  for p in script.probes]
+    entries_of = [entry_values(p, _returns_only(scope))
+                  for p, scope in zip(script.probes, unit.types.probe_scopes, strict=True)]
     if any(entries_of):
         out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
     for nodes in entries_of:
         unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
-        scope = unit.types.scopes[id(probe)]
+        scope = unit.types.probe_scopes[pi]
         fast = not entries_of[pi] and is_fast(probe.body, unit.plan)
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.stmt(probe.body)

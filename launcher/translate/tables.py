@@ -83,24 +83,28 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
             object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
         return objects[path]
 
-    ordered: list[tuple[int, ResolvedPoint]] = []
+    ordered: list[tuple[int, int, ResolvedPoint]] = []   # (probe, its point's index, point)
     hidden: dict[tuple[int, int], int] = {}
 
-    def hidden_entry(pi: int, rp: ResolvedPoint) -> int:
-        """The probe row of probe pi's @entry handler for point rp (entry.py)."""
-        if (pi, id(rp)) not in hidden:
-            hidden[(pi, id(rp))] = len(probe_rows)
+    def hidden_entry(pi: int, ri: int, rp: ResolvedPoint) -> int:
+        """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
+        if (pi, ri) not in hidden:
+            hidden[(pi, ri)] = len(probe_rows)
             probe_rows.append(f"    {{PD_PROBE_MARK, {int(entry_locks[pi])}, probe_{pi}_entry, "
                               f"{_c_string(format_point(rp.point))}, -1, 0}},")
-        return hidden[(pi, id(rp))]
+        return hidden[(pi, ri)]
 
     fast_rows: set[int] = set()                 # probe rows of FAST probes
+    # rows at one address (a mark several probes name, a function entry that is also a
+    # mark): one of them is armed and runs them all, in script order (pd_runtime.h)
+    at_address: dict[tuple[int, int], list[tuple[int, int]]] = {}   # -> (first probe, row)
+    function_rows: set[int] = set()
     return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
     for pi, probe in enumerate(script.probes):
-        ordered += [(pi, rp) for rp in resolution.points.get(id(probe), [])]
+        ordered += [(pi, ri, rp) for ri, rp in enumerate(resolution.points.get(id(probe), []))]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
-    ordered.sort(key=lambda item: item[1].priority)
-    for pi, rp in ordered:
+    ordered.sort(key=lambda item: item[2].priority)
+    for pi, ri, rp in ordered:
         pidx = len(probe_rows)
         obj = -1
         if rp.kind in ("process_begin", "process_end") and rp.object_path:
@@ -133,7 +137,7 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
                 group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
                 if pi in entry_locks:
-                    group[2].append(hidden_entry(pi, rp))
+                    group[2].append(hidden_entry(pi, ri, rp))
                 continue
             ai = len(site_rows)
             arg_tables.append(
@@ -143,6 +147,7 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
             plan = plans.mark(site)
             plan_decls, plan_init = plan_c(plan, ai, _c_string)
             arg_tables.extend(plan_decls)
+            at_address.setdefault((oi, site.pc), []).append((pidx, ai))
             site_rows.append(
                 f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
                 f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
@@ -166,6 +171,8 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
         exits = rplan.exits if rplan else ()
         head = f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
         # a function with patched exits: this hijack row, then its alternatives (pd_runtime.h)
+        at_address.setdefault((oi, site.pc), []).append((min(entries + returns), ai))
+        function_rows.add(ai)
         site_rows.append(
             f"{head}{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
             f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}, "
@@ -192,6 +199,22 @@ def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, u
                 "PD_FX_ALT | PD_FX_EXIT},")
             all_sites.append(dataclasses.replace(ex.site, is_return=True))
             all_plans.append(ex.plan)
+    for rows in at_address.values():
+        if len(rows) < 2:
+            continue
+        rows.sort()
+        # a function's row is the one armed: it also hooks the function's return
+        armed = next((r for _, r in rows if r in function_rows), rows[0][1])
+        arg_tables.append(f"static const uint32_t shared_{armed}[] = {{"
+                          + ", ".join(str(r) for _, r in rows) + "};")
+        for _, r in rows:
+            if r in function_rows:   # (the armed one)
+                more = f"shared_{armed}, {len(rows)}"
+            elif r == armed:         # a mark's: no function probes, fx 0, the rows
+                more = f"NULL, 0, 0, 0, shared_{armed}, {len(rows)}"
+            else:
+                more = "NULL, 0, 0, PD_FX_SHARED"
+            site_rows[r] = site_rows[r][:-len("},")] + f", {more}}},"
     # the exit report: globals written but never read are printed after `end`
     if report:
         probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')

@@ -149,14 +149,18 @@ class Types:
             for p in f.params:
                 info.locals[p.name] = p.type
             self.funcs[f.name] = info
-        self.scopes: dict[int, Scope] = {}
+        self.probe_scopes: list[Scope] = []   # by the probe's index in the script
         for probe in script.probes:
             points = resolution.points.get(id(probe), [])
             sites = tuple(s for rp in points for s in rp.sites)
-            self.scopes[id(probe)] = Scope("probe", sites=sites,
-                                           probe_kinds=tuple(rp.kind for rp in points))
-        for f in script.functions:
-            self.scopes[id(f)] = Scope("function", self.funcs[f.name])
+            self.probe_scopes.append(Scope("probe", sites=sites,
+                                           probe_kinds=tuple(rp.kind for rp in points)))
+        self.func_scopes = {f.name: Scope("function", self.funcs[f.name])
+                            for f in script.functions}
+
+    def scopes(self) -> list[Scope]:
+        """Every probe's and function's scope."""
+        return [*self.probe_scopes, *self.func_scopes.values()]
 
     # ------------------------------------------------------------------ types
     def _set(self, current: str | None, new: str | None, node: ast.Node, what: str) -> str | None:
@@ -177,11 +181,11 @@ class Types:
     def infer(self) -> None:
         for _ in range(50):
             self.changed = False
-            for probe in self.script.probes:
-                self._infer_stmt(probe.body, self.scopes[id(probe)])
+            for probe, scope in zip(self.script.probes, self.probe_scopes, strict=True):
+                self._infer_stmt(probe.body, scope)
             for f in self.script.functions:
                 if not isinstance(f.body, ast.Embedded):   # guru C: typed by its callers
-                    self._infer_stmt(f.body, self.scopes[id(f)])
+                    self._infer_stmt(f.body, self.func_scopes[f.name])
             if not self.changed:
                 break
         for name, var in list(self.globals.items()):
@@ -206,7 +210,7 @@ class Types:
             for p, t in zip(f.params, info.params, strict=True):
                 if t is None:
                     raise _err(f"unresolved type for parameter '{p.name}'", p)
-        for scope in self.scopes.values():
+        for scope in self.scopes():
             for name, t in scope.locals.items():
                 if t is None and name in scope.first_use:
                     raise _err(f"unresolved type for identifier '{name}'",

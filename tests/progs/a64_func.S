@@ -1,6 +1,6 @@
 /* aarch64 function entries whose first instruction is PC-relative: each
  * must give the same result from the stub's relocated copy as in place
- * (tests/test_aarch64_functions.py; launcher/patchplan_a64.py relocates them).
+ * (tests/test_aarch64_functions.py; launcher/plan/aarch64.py relocates them).
  * The pac/bti forms are hint-space: they assemble for any -march and run as nops
  * on a CPU without pointer authentication / BTI (qemu's default cpu has both). */
         .text

@@ -10,6 +10,7 @@
 
 /* Read by pd_a64_tramp_common: which vector state to save.  Set before any
  * constructor arms a site (pd_ret_tramp needs it also when only BRKs are armed). */
+int pd_xmm_always = 1; /* the stubs and pd_ret_tramp always save the vector state */
 int pd_a64_sve;
 __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 {
@@ -19,8 +20,8 @@ __attribute__((constructor(101))) static void pd_a64_sve_init(void)
 __attribute__((visibility("hidden"), used)) void
 pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry */
-        pd_func_fire(regs, site, bias);
+    if (site->nentry + site->nreturn + site->nshared) /* a function entry, or rows sharing */
+        pd_func_fire(regs, site, bias);                   /* one address (pd_func.c) */
     else
         pd_run(&pd_probes[site->probe], site, regs, bias);
 }
@@ -28,107 +29,10 @@ pd_a64_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t b
 extern const uint8_t pd_a64_stub_tmpl[], pd_a64_stub_branch[], pd_a64_stub_lits[],
     pd_a64_stub_end[], pd_a64_tramp_common[] __attribute__((visibility("hidden")));
 
-/* The frame: struct pd_regs at 0 (x0..x30, sp, pc, flags = 34 words), fpsr/fpcr at
- * 272; the stub's three saved registers at 288..311, the site's sp at 320. */
+/* The frame of pd_a64_tramp_common (aarch64_stub.S): struct pd_regs at 0 (x0..x30, sp,
+ * pc, flags = 34 words), fpsr/fpcr at 272; the stub's three saved registers at
+ * 288..311, the site's sp at 320. */
 _Static_assert(sizeof(struct pd_regs) == 272, "pd_a64_tramp_common's frame");
-
-#define PD_A64_STP(a, b, off) "  stp x" #a ", x" #b ", [sp, #" #off "]\n"
-#define PD_A64_LDP(a, b, off) "  ldp x" #a ", x" #b ", [sp, #" #off "]\n"
-#define PD_A64_GPRS(op)                                                        \
-    op(0, 1, 0) op(2, 3, 16) op(4, 5, 32) op(6, 7, 48) op(8, 9, 64) op(10, 11, 80) \
-    op(12, 13, 96) op(14, 15, 112) op(18, 19, 144) op(20, 21, 160) op(22, 23, 176) \
-    op(24, 25, 192) op(26, 27, 208) op(28, 29, 224)
-#define PD_A64_ZREGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31"
-#define PD_A64_PREGS "0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15"
-
-__asm__(".text\n"
-        ".arch_extension sve\n"
-        ".balign 8\n"
-        ".globl pd_a64_stub_tmpl, pd_a64_stub_branch, pd_a64_stub_lits, pd_a64_stub_end\n"
-        ".hidden pd_a64_stub_tmpl, pd_a64_stub_branch, pd_a64_stub_lits, pd_a64_stub_end\n"
-        "pd_a64_stub_tmpl:\n"
-        "  sub sp, sp, #32\n"
-        "  stp x16, x17, [sp]\n"
-        "  str x30, [sp, #16]\n"
-        "  adr x16, pd_a64_stub_lits\n"
-        "  ldr x17, pd_a64_stub_lits + 24\n"
-        "  blr x17\n"
-        "  ldp x16, x17, [sp]\n"
-        "  ldr x30, [sp, #16]\n"
-        "  add sp, sp, #32\n"
-        "pd_a64_stub_branch:\n"
-        "  brk #0xa64\n" /* replaced by `b site+4` in each copy */
-        ".balign 8\n"
-        "pd_a64_stub_lits:\n"
-        "  .quad 0, 0, 0, 0, 0\n" /* site pc, struct pd_site *, bias, common, C entry */
-        "pd_a64_stub_end:\n"
-        "\n"
-        ".globl pd_a64_tramp_common\n"
-        ".hidden pd_a64_tramp_common\n"
-        ".type pd_a64_tramp_common,%function\n"
-        "pd_a64_tramp_common:\n" /* x16: the stub's literals; x30: back into the stub */
-        "  hint #34\n"                /* bti c: the stub's blr may land in a guarded page */
-        "  sub sp, sp, #288\n"
-        PD_A64_GPRS(PD_A64_STP)
-        "  ldp x0, x1, [sp, #288]\n"   /* the site's x16, x17 */
-        "  stp x0, x1, [sp, #128]\n"
-        "  ldr x0, [sp, #304]\n"       /* the site's x30 */
-        "  add x1, sp, #320\n"         /* the site's sp */
-        "  stp x0, x1, [sp, #240]\n"
-        "  ldr x0, [x16]\n"            /* pc = the site */
-        "  mrs x1, nzcv\n"
-        "  stp x0, x1, [sp, #256]\n"
-        "  mrs x0, fpsr\n"
-        "  mrs x1, fpcr\n"
-        "  stp x0, x1, [sp, #272]\n"
-        "  mov x19, sp\n"              /* callee-saved across the call: the frame, */
-        "  mov x20, x30\n"             /* the way back, the literals */
-        "  mov x21, x16\n"
-        "  adrp x9, pd_a64_sve\n"
-        "  ldr w9, [x9, #:lo12:pd_a64_sve]\n"
-        "  cbnz w9, 1f\n"
-        "  sub sp, sp, #512\n"
-        "  .irp n," PD_A64_ZREGS "\n  str q\\n, [sp, #\\n*16]\n  .endr\n"
-        "  b 2f\n"
-        "1:\n"
-        "  addvl sp, sp, #-32\n"       /* z0-z31 at sp + 3 VL, */
-        "  addvl sp, sp, #-3\n"        /* p0-p15 and ffr (17 p-sized slots) at sp */
-        "  addvl x9, sp, #3\n"
-        "  .irp n," PD_A64_ZREGS "\n  str z\\n, [x9, #\\n, mul vl]\n  .endr\n"
-        "  .irp n," PD_A64_PREGS "\n  str p\\n, [sp, #\\n, mul vl]\n  .endr\n"
-        "  rdffr p0.b\n"
-        "  str p0, [sp, #16, mul vl]\n"
-        "2:\n"
-        "  mov x0, x19\n"
-        "  ldr x1, [x21, #8]\n"
-        "  ldr x2, [x21, #16]\n"
-        "  ldr x9, [x21, #32]\n"
-        "  blr x9\n"
-        "  adrp x9, pd_a64_sve\n"
-        "  ldr w9, [x9, #:lo12:pd_a64_sve]\n"
-        "  cbnz w9, 3f\n"
-        "  .irp n," PD_A64_ZREGS "\n  ldr q\\n, [sp, #\\n*16]\n  .endr\n"
-        "  b 4f\n"
-        "3:\n"
-        "  ldr p0, [sp, #16, mul vl]\n"
-        "  wrffr p0.b\n"
-        "  .irp n," PD_A64_PREGS "\n  ldr p\\n, [sp, #\\n, mul vl]\n  .endr\n"
-        "  addvl x9, sp, #3\n"
-        "  .irp n," PD_A64_ZREGS "\n  ldr z\\n, [x9, #\\n, mul vl]\n  .endr\n"
-        "4:\n"
-        "  mov sp, x19\n"
-        "  ldr x0, [sp, #240]\n"       /* x30 as the entry left it: the stub restores it */
-        "  str x0, [sp, #304]\n"
-        "  ldp x0, x1, [sp, #272]\n"
-        "  msr fpsr, x0\n"
-        "  msr fpcr, x1\n"
-        "  ldr x0, [sp, #264]\n"
-        "  msr nzcv, x0\n"
-        "  mov x30, x20\n"             /* x16, x17, x30 are the stub's to restore */
-        PD_A64_GPRS(PD_A64_LDP)
-        "  add sp, sp, #288\n"
-        "  ret\n"
-        ".size pd_a64_tramp_common, .-pd_a64_tramp_common\n");
 
 static int pd_a64_b_reaches(uintptr_t from, uintptr_t to)
 {
@@ -259,7 +163,7 @@ int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
     return pd_patch(addr, 4, prot, pd_a64_write_b);
 }
 
-/* No exit sites here (retplan.py): the stub's start. */
+/* No exit sites here (plan/returns.py): the stub's start. */
 uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
 {
     (void)p;
@@ -288,4 +192,23 @@ void pd_tramp_unlink_all(uint32_t *bytes) { (void)bytes; }
 int pd_tramp_exec_prot(const struct dl_phdr_info *info)
 {
     return pd_a64_guarded(info) ? PROT_BTI : 0;
+}
+
+/* pd_ret_tramp (aarch64_stub.S) is a stub whose C entry runs the return probes and
+ * hands back the original return address in x30. */
+static void pd_a64_ret_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
+{
+    (void)site;
+    (void)bias;
+    regs->r[30] = pd_ret_handler(regs);
+}
+
+/* {pc, site, bias, common, C entry}, as in a stub: pc is pd_ret_handler's to fill in */
+__attribute__((visibility("hidden"), used)) const uintptr_t pd_a64_ret_lits[5] = {
+    0, 0, 0, (uintptr_t)pd_a64_tramp_common, (uintptr_t)pd_a64_ret_entry};
+
+/* The stubs save the vector registers themselves: nothing to keep around fn. */
+uintptr_t pd_xmm_call(pd_saved_fn fn, uintptr_t a, uintptr_t b, uintptr_t c, uintptr_t d)
+{
+    return fn(a, b, c, d);
 }

@@ -23,6 +23,9 @@
 #define PD_DWARF_SP 31
 #define PD_DWARF_IP 32
 #define PD_ARCH_TRAMP_H "arch/aarch64/tramp.h" /* for pd_tramp.h */
+#define PD_ARCH_FUNC_H "arch/aarch64/func.h"     /* for pd_func.c */
+#define PD_ARCH_UNHOOK_H "arch/aarch64/unhook.h" /* for pd_func.c */
+#define PD_ARCH_HOST_H "arch/aarch64/host.h"     /* for pd_internal.h */
 #define PD_A64_NOP 0xd503201fu
 #define PD_A64_BRK0 0xd4200000u
 

@@ -1,5 +1,5 @@
 /* aarch64 trampolines: the 4-byte `nop` of a USDT site whose plan is
- * NOP (launcher/patchplan_a64.py) becomes `B stub`, one aligned 32-bit store
+ * NOP (launcher/plan/aarch64.py) becomes `B stub`, one aligned 32-bit store
  * (B and NOP are both in the architecture's list of instructions that may be
  * modified while another core executes them), then the i-cache flush
  * pd_patch does.  B reaches +-128 MiB, so the stubs live in memory mapped near

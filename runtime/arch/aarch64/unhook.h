@@ -16,8 +16,8 @@
 
 static inline uintptr_t *pd_a64_slot(const struct pd_shadow *e, int *key)
 {
-    *key = (int)(e->slot & 7);
-    return (uintptr_t *)(e->slot & ~(uintptr_t)7);
+    *key = (int)(e->arch.slot & 7);
+    return (uintptr_t *)(e->arch.slot & ~(uintptr_t)7);
 }
 
 int pd_shadow_a64_fix(uint32_t *cursor, uintptr_t cfa, uintptr_t *slot, int key)
@@ -36,7 +36,7 @@ int pd_shadow_a64_fix(uint32_t *cursor, uintptr_t cfa, uintptr_t *slot, int key)
             continue;
         if (*slot != pd_a64_pac((uintptr_t)pd_ret_tramp, cfa, key))
             return 0;
-        e->slot = (uintptr_t)slot | (uintptr_t)key;
+        e->arch.slot = (uintptr_t)slot | (uintptr_t)key;
         *slot = e->ret;
         return 1;
     }
@@ -69,6 +69,10 @@ void pd_shadow_rehook(uintptr_t cfa)
         uintptr_t *slot = pd_a64_slot(e, &key), mod = e->at + sizeof(pd_ureg);
         if (slot && *slot == pd_a64_pac(e->ret, mod, key))
             *slot = pd_a64_pac((uintptr_t)pd_ret_tramp, mod, key);
-        e->slot = 0;
+        e->arch.slot = 0;
     }
 }
+
+/* A -x detach leaves aarch64 frames hooked: pd_ret_tramp's FDE stays registered
+ * (pd_unwind.c), so an unwinder still walks through them. */
+uint32_t pd_shadow_unhook_all(void) { return 0; }

@@ -4,6 +4,9 @@
 #include "pd_internal.h"
 #include "pd_tramp.h"
 
+/* i386_ret.S and the stubs lay the frame out word by word */
+_Static_assert(sizeof(struct pd_regs) == 40, "pd_ret_tramp's frame");
+
 /* From the stub's start to just before its relocated code: see ../x86/tramp.h. */
 uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *site,
                        uintptr_t bias, int ps)

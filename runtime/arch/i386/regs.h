@@ -12,6 +12,9 @@
 #define PD_DWARF_CX 1 /* ecx: the scratch register of a stub's stack switch */
 #define PD_GREG_IP REG_EIP
 #define PD_ARCH_TRAMP_H "arch/i386/tramp.h" /* for pd_tramp.h */
+#define PD_ARCH_FUNC_H "arch/x86/func.h"     /* for pd_func.c */
+#define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
+#define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
 
 typedef uint32_t pd_ureg;
 

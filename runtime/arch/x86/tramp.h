@@ -12,7 +12,7 @@
 /* The last word of a stub's slot: where a site shorter than a jmp rel32 (plan.island)
  * sends its jmp rel8 (pd_tramp_link_area writes it, pd_install_jump reads it). */
 #define PD_STUB_ENTRY (PD_STUB_SIZE - 8)
-/* A function exit's instructions before the exit (plan.pre code bytes, retplan.py) run
+/* A function exit's instructions before the exit (plan.pre code bytes, plan/returns.py) run
  * from here before the stub's start: its site jumps here, they `jmp` to the start. */
 #define PD_STUB_PRE (PD_STUB_ENTRY - 24)
 #define PD_OOL_SIZE 96 /* relocated code (<= 64) + jmp back */

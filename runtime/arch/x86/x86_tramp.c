@@ -27,6 +27,10 @@
 #include "pd_internal.h"
 #include "pd_tramp.h"
 
+/* 0: the stubs save no vector register (the C they call is general-regs-only); 1 once
+ * pd_attach.c joins under -x, where a TLS descriptor may call malloc. */
+int pd_xmm_always;
+
 unsigned pd_stub_code_off;
 unsigned pd_stub_store_off;
 unsigned pd_stub_sp_delta;
@@ -90,8 +94,8 @@ int pd_stub_code(uintptr_t stub, const struct pd_plan *plan, unsigned from, unsi
 static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site *site,
                                      uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) /* a function entry (pd_func.c) */
-        pd_func_fire(regs, site, bias);
+    if (site->nentry + site->nreturn + site->nshared) /* a function entry, or rows sharing */
+        pd_func_fire(regs, site, bias);                   /* one address (pd_func.c) */
     else
         pd_run_probe(&pd_probes[site->probe], site, regs, bias);
 }
@@ -103,7 +107,7 @@ PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site,
         return;
     }
     const struct pd_probe *p = &pd_probes[site->probe];
-    if (PD_LIKELY(p->locks & PD_PROBE_FAST)) {
+    if (PD_LIKELY((p->locks & PD_PROBE_FAST) && !site->nshared)) {
         pd_fast_mark(p, &pd_fenv); /* reads no register: flags left unconverted */
         return;
     }
@@ -270,7 +274,8 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
         return -1;
     if (pd_put_rel32(field, (uintptr_t)e->p, bias + (uintptr_t)plan->resume) != 0)
         return -1;
-    const struct pd_probe *probe = site->nentry + site->nreturn ? pd_func_fast_probe(site)
+    const struct pd_probe *probe = site->nentry + site->nreturn + site->nshared
+        ? pd_func_fast_probe(site)
         : pd_probes[site->probe].locks & PD_PROBE_FAST ? &pd_probes[site->probe] : NULL;
     if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
@@ -316,7 +321,7 @@ int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
     return pd_patch(addr, 1, prot, pd_write_first);
 }
 
-/* ---- branches into windows (patchplan.Redirect, plan.bounds, plan.island) ---------- */
+/* ---- branches into windows (plan/x86.py Redirect, plan.bounds, plan.island) ---------- */
 
 /* Code outside the site windows that pd_tramp_link_code rewrote (redirected branches, islands
  * of dead padding), with its original bytes, so that a detach (pd_disarm_all) can give

@@ -16,6 +16,10 @@
 #define PD_DWARF_CX 2 /* rcx: the scratch register of a stub's stack switch */
 #define PD_GREG_IP REG_RIP
 #define PD_ARCH_TRAMP_H "arch/x86_64/tramp.h" /* for pd_tramp.h */
+#define PD_ARCH_FUNC_H "arch/x86/func.h"     /* for pd_func.c */
+#define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
+#define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
+#define PD_ARCH_RET_FAST 1 /* x86_64_ret.S tries pd_ret_fast (pd_func.c) first */
 
 typedef uint64_t pd_ureg;
 
