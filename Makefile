@@ -91,6 +91,7 @@ demo: examples
 	$(VENV)/bin/pydyn examples/count.stp -c './examples/bin/counter 1000'
 	$(VENV)/bin/pydyn examples/jobs.stp -c './examples/bin/server 4 500'
 	$(VENV)/bin/pydyn examples/latency.stp -c './examples/bin/requests 40'
+	$(VENV)/bin/pydyn examples/calls.stp -c './examples/bin/calls pydyn 3'
 
 # mypy resolves modules by file path; this tree of links gives it the
 # installed names (pydyn.launcher -> launcher/, ...).
