@@ -12,18 +12,25 @@ right before a block says what else may:
     <!-- doctest: numbers vary -->                 timings and counts that depend on them
     <!-- doctest: unordered, first column varies -->   e.g. one line per pid, any order
     <!-- doctest: skip REASON -->                  not run (the reason is shown)
+    <!-- doctest: postgres -->   run against a PostgreSQL 15 server this test starts (as
+                                 root, for user postgres): the page's postmaster.pid is
+                                 that server's, and psql runs a create, an insert and a
+                                 failing select while the session lasts
 
 A command naming a program under /usr that is not installed is skipped, saying which.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("README.md", "docs/guide.md", "docs/language.md")
 DOC_ROOT = "/home/me/pydyn"           # the checkout as the pages show it
 DOC_CACHE = "/home/me/.cache/pydyn"   # the module cache as the pages show it
-RUNNABLE = ("pydyn", "cat")
+RUNNABLE = ("pydyn", "cat", "sudo")
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+PG_PIDFILE = "/var/lib/postgresql/15/main/postmaster.pid"   # as the guide names it
 
 
 class Example:
@@ -146,9 +155,48 @@ def examples_built() -> None:
         pytest.fail(f"make examples: {res.stderr}")
 
 
+def _postgres_server(tmp: Path) -> Generator[Path, None, None]:
+    """A PostgreSQL 15 cluster of user postgres in `tmp` (a directory postgres can
+    reach: pytest's own are root's 0700), started; yields its pid file."""
+    import pwd
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        pytest.skip("no user postgres (apt-get install postgresql-15)")
+    if os.geteuid() != 0:
+        pytest.skip("starting a server as user postgres needs root")
+    data = tmp / "pgdata"
+    as_pg = ["runuser", "-u", "postgres", "--"]
+    subprocess.run(["chown", "postgres", str(tmp)], check=True)
+    subprocess.run([*as_pg, str(PG_BIN / "initdb"), "-D", str(data)], check=True,
+                   capture_output=True)
+    subprocess.run([*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(data), "-w", "-o",
+                    f"-p 5439 -k {tmp} -c listen_addresses=''", "-l", str(tmp / "log"),
+                    "start"], check=True, capture_output=True)
+    try:
+        yield data / "postmaster.pid"
+    finally:
+        subprocess.run([*as_pg, str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], capture_output=True)
+
+
+def _psql_once_attached(tmp: Path, pidfile: Path) -> subprocess.Popen[bytes]:
+    """The guide's psql session (three commands, one failing), started once the
+    postmaster has the probe module mapped, as the user in the guide waits for it."""
+    pid = pidfile.read_text().split()[0]
+    psql = (f"until grep -q pydyn_ /proc/{pid}/maps; do sleep 0.05; done; sleep 0.5; "
+            f"exec runuser -u postgres -- psql -q -h {tmp} -p 5439 postgres "
+            "-c 'create table t (a int)' -c 'insert into t values (1)' "
+            "-c 'select * from nosuch'")
+    return subprocess.Popen(["bash", "-c", psql], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 @pytest.mark.usefixtures("examples_built")
 @pytest.mark.parametrize("block", _blocks(), ids=lambda b: f"{b[0].page}:{b[0].line}")
-def test_page_example(block: list[Example], shell_env: dict[str, str], cache: Path) -> None:
+def test_page_example(block: list[Example], shell_env: dict[str, str], cache: Path,
+                      tmp_path: Path) -> None:
+    server: Generator[Path, None, None] | None = None
     for example in block:
         skip = next((m for m in example.modes if m.startswith("skip")), None)
         if skip:
@@ -158,10 +206,18 @@ def test_page_example(block: list[Example], shell_env: dict[str, str], cache: Pa
             pytest.skip(f"{example}: {missing} is not installed")
         assert example.command.split()[0] in RUNNABLE or example.background, \
             f"{example}: only {', '.join(RUNNABLE)} and `PROGRAM &` lines can be run"
+        if "postgres" in example.modes and server is None:
+            pgdir = Path(tempfile.mkdtemp(prefix="pydyn-doc-pg."))
+            pgdir.chmod(0o755)
+            server = _postgres_server(pgdir)
     started: list[subprocess.Popen[bytes]] = []
     try:
+        pidfile = next(server) if server is not None else None
         for example in block:
-            command = example.command
+            command = example.command.removeprefix("sudo ")
+            if pidfile is not None:
+                command = command.replace(PG_PIDFILE, str(pidfile))
+                started.append(_psql_once_attached(pgdir, pidfile))
             if started:
                 command = command.replace("$!", str(started[-1].pid))
             if example.background:
@@ -184,6 +240,9 @@ def test_page_example(block: list[Example], shell_env: dict[str, str], cache: Pa
             if proc.poll() is None:
                 proc.send_signal(signal.SIGKILL)
             proc.wait()
+        if server is not None:
+            server.close()
+            shutil.rmtree(pgdir, ignore_errors=True)
 
 
 def test_pages_have_examples() -> None:
