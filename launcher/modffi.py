@@ -30,6 +30,7 @@ void pd_launcher_wait(uint32_t timeout_ms);
 void pd_launcher_wake(void);
 void pd_launcher_detach(void);
 uint32_t pd_launcher_quiesce(char *msg, uint32_t cap);
+uint32_t pd_launcher_reap_slots(void);
 """
 CDEF_SHA256 = sha256(CDEF.encode()).hexdigest()
 GENERATED = Path(__file__).with_name("_pd_launcher_ffi.py")

@@ -516,7 +516,7 @@ class Session:
                     t.start()
                     timers.append(t)
             try:
-                self._wait(child)
+                self._wait(child, module)
             except KeyboardInterrupt:
                 interrupted = True
             header.session_state = PD_SESSION_STOPPING
@@ -672,9 +672,12 @@ class Session:
             self._detach_failed = True
             self.log(f"pydyn: error: could not restore pid {attached.target.pid}: {exc}")
 
-    def _wait(self, child: subprocess.Popen[bytes] | None) -> None:
+    def _wait(self, child: subprocess.Popen[bytes] | None, module: _Module) -> None:
         header = self.view.header
         last_scan = time.monotonic()
+        # statistic slots of threads that are gone without giving them back (a main
+        # thread never does): runtime/pd_quiesce.c; absent from an older pydyn-run module
+        reap_slots = getattr(module.lib, "pd_launcher_reap_slots", None)
         deadline = None if self.options.timeout is None else last_scan + self.options.timeout
         attached = self.options.attach_pid
         while not header.exit_requested:
@@ -706,6 +709,8 @@ class Session:
             # (between the half-second scans by kill(pid, 0) alone: no /proc read for each
             # of many long-lived processes every round; zombies wait for the full scan)
             used = self._recycle_processes()
+            if reap_slots is not None:
+                reap_slots()
             full = time.monotonic() - last_scan > 0.5
             if full or used > self.options.proctab_count // 2:
                 self._mark_dead_processes(child, quick=not full)

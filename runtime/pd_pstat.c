@@ -48,8 +48,10 @@ static void pd_pslot_release(void *v)
     pd_pslot_mine = -1;
     pd_in_handler.cslot = (int64_t *)1;
     pd_in_handler.inflight = (uint32_t *)1; /* pd_quiesce.c: the header's count */
-    if (h && k > 0 && mine)
+    if (h && k > 0 && mine) {
+        pd_quiesce_disown(k);
         __atomic_fetch_and(&h->stat_slots, ~((uint64_t)1 << (k - 1)), __ATOMIC_RELEASE);
+    }
 }
 
 PD_FAST_FN void pd_slots_rejoin(struct pd_fast_tls *t, uint32_t epoch)

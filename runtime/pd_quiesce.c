@@ -51,6 +51,18 @@ static uintptr_t pd_quiesce_claim(uintptr_t tp, uintptr_t b, uintptr_t c, uintpt
     return 0;
 }
 
+/* A thread giving its slot back forgets itself as the owner first: once the bit is
+ * clear another thread may claim it, and the launcher must not take the old owner,
+ * gone by then, for the new one's (pd_launcher_reap_slots). */
+void pd_quiesce_disown(int k)
+{
+    if (!pd_seg || k <= 0)
+        return;
+    struct pd_tslot *s = pd_tslot_at(k);
+    __atomic_store_n(&s->tid, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+}
+
 PD_QUIESCE_SLOW int pd_quiesce_enter_slow(struct pd_fast_tls *t, uint32_t busy,
                                           const uint32_t *state)
 {
@@ -173,6 +185,38 @@ static uint32_t pd_inflight(char *names, size_t cap)
             len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
     }
     return n;
+}
+
+/* Called by the launcher while the session runs: gives back the statistic slots (and
+ * with them the counter blocks, keyed tables and busy words at the same index) of
+ * threads that are gone without giving theirs back -- a process's main thread never
+ * runs pthread's key destructors (pd_pstat.c), a killed one runs nothing -- so a long
+ * session of short processes does not leave later threads on the shared fallback.
+ * What a slot holds stays and is merged as ever; its next owner adds to it.  The owner
+ * is zeroed before the bit is cleared: a new owner writes its own only just after
+ * claiming, and an owner of 0 is never taken for dead.  Returns the slots given back. */
+PD_EXPORT uint32_t pd_launcher_reap_slots(void)
+{
+    if (!pd_seg)
+        return 0;
+    uint32_t freed = 0;
+    uint64_t bits = __atomic_load_n(&pd_hdr->stat_slots, __ATOMIC_ACQUIRE);
+    for (int k = 1; k <= PD_PSTAT_SLOTS; k++) {
+        if (!(bits & ((uint64_t)1 << (k - 1))))
+            continue;
+        struct pd_tslot *s = pd_tslot_at(k);
+        int32_t tid = __atomic_load_n(&s->tid, __ATOMIC_ACQUIRE);
+        int32_t pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+        /* tgkill: the thread of that process, not another one that got its number */
+        if (tid <= 0 || pid <= 0 || syscall(SYS_tgkill, (long)pid, (long)tid, 0L) == 0 ||
+            errno != ESRCH)
+            continue;
+        pd_quiesce_disown(k);
+        __atomic_store_n(&s->busy, 0, __ATOMIC_RELAXED);
+        __atomic_fetch_and(&pd_hdr->stat_slots, ~((uint64_t)1 << (k - 1)), __ATOMIC_RELEASE);
+        freed++;
+    }
+    return freed;
 }
 
 /* Called by the launcher after it stored STOPPING and before it runs `end`: waits

@@ -28,6 +28,7 @@ PD_QUIESCE_SLOW int pd_quiesce_enter_slow(struct pd_fast_tls *t, uint32_t busy,
                                           const uint32_t *state);
 PD_QUIESCE_SLOW void pd_quiesce_leave_slow(void);
 void pd_quiesce_attach(void); /* a process joins the session (membarrier set-up) */
+void pd_quiesce_disown(int k); /* slot k given back: no owner (pd_launcher_reap_slots) */
 
 /* Before a handler runs (the thread's guard taken): 1 if the session state word
  * (`state`: pd_hdr->session_state, or pd_fenv.state, which also says inert) is RUNNING

@@ -418,12 +418,13 @@ def bad_targets(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: Any) -> di
     text = tmp / "not_elf"
     text.write_text("hello, I am text\n")
     text.chmod(text.stat().st_mode | stat.S_IXUSR)
+    # An executable text file is a bad probe point, not a bad -c command: a shell runs
+    # it with sh (tests/test_robust_session.py::test_script_as_the_command).
     return {"static": static, "text": text, "missing": tmp / "missing_program", "dir": tmp}
 
 
 @pytest.mark.parametrize("which,reason", [
     ("static", "statically linked"),
-    ("text", "not an ELF file"),
     ("missing", "no such file"),
     ("dir", "is a directory"),
 ])
