@@ -63,7 +63,7 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "error": (("msg",), "raise an error: the handler stops, the error is counted "
                             "(a `try` block catches it)"),
         "warn": (("msg",), "print `WARNING: msg` on stderr and go on"),
-        "log": (("msg",), "print msg and a newline on the output at once"),
+        "log": (("msg",), "print msg and a newline on the output"),
     }),
     ("Strings", {
         "strlen": (("s",), "the length of s in bytes"),
