@@ -245,6 +245,7 @@ def test_page_example(block: list[Example], shell_env: dict[str, str], cache: Pa
             shutil.rmtree(pgdir, ignore_errors=True)
 
 
+@pytest.mark.unit
 def test_pages_have_examples() -> None:
     """The parser finds the pages' commands (a changed fence style would hide them)."""
     commands = [e.command for block in _blocks() for e in block]
@@ -252,6 +253,7 @@ def test_pages_have_examples() -> None:
     assert any(c.startswith("pydyn -x $!") for c in commands)
 
 
+@pytest.mark.unit
 def test_normalise_keeps_what_matters() -> None:
     shown = ["main(argc=0x3 argv=0x7ffed08aa448)", "hits=1000"]
     assert normalise(["main(argc=0x3 argv=0x7ffc00000000)", "hits=1000"], frozenset()) \

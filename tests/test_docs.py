@@ -31,6 +31,7 @@ def test_generated_pages_are_current() -> None:
             f"docs/{name} is stale: run `python -m pydyn.launcher.docgen docs`"
 
 
+@pytest.mark.unit
 def test_every_builtin_is_in_the_reference() -> None:
     """functions.md lists each built-in the translator accepts, with its table's types."""
     functions_md = (DOCS / "functions.md").read_text()
@@ -41,6 +42,7 @@ def test_every_builtin_is_in_the_reference() -> None:
         assert f"`{name}(" in functions_md, name
 
 
+@pytest.mark.unit
 def test_an_undescribed_builtin_fails_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
     """A built-in added to the table without a line in docgen_functions stops the page."""
     monkeypatch.setitem(BUILTINS, "no_such_builtin", ((), "long"))
