@@ -225,7 +225,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     resolution = Resolver(target_path, warn=warn).resolve(script)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     if opts.pass_ == 2:
-        for sites in resolution.points.values():
+        for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
                     print(site)

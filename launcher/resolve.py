@@ -61,12 +61,12 @@ class ResolvedPoint:
 
 @dataclass
 class Resolution:
-    points: dict[int, list[ResolvedPoint]] = field(default_factory=dict)  # id(probe) -> points
+    points: list[list[ResolvedPoint]] = field(default_factory=list)  # by probe, script order
     objects: dict[str, ElfInfo] = field(default_factory=dict)              # path -> info
     skipped_notes: int = 0
 
     def iter_sites(self) -> Iterable[ProbeSite]:
-        for pts in self.points.values():
+        for pts in self.points:
             for rp in pts:
                 yield from rp.sites
 
@@ -145,7 +145,7 @@ class Resolver:
                 except PydynError:
                     if not point.optional:
                         raise
-            self.resolution.points[id(probe)] = points
+            self.resolution.points.append(points)
         return self.resolution
 
     def resolve_point(self, point: ast.ProbePoint) -> list[ResolvedPoint]:

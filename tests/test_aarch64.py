@@ -39,8 +39,8 @@ from cbuild import (
 from pydyn.launcher.build import LIB_DIRS
 from pydyn.launcher.elf.argspec import ArgKind
 from pydyn.launcher.elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
+from pydyn.launcher.plan import plan_site
 from pydyn.launcher.plan.aarch64 import plan_site as plan_a64
-from pydyn.launcher.plan.x86 import plan_site
 
 A64_CC = os.environ.get("PYDYN_CC_AARCH64", "aarch64-linux-gnu-gcc")
 QEMU = shutil.which("qemu-aarch64")

@@ -91,8 +91,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     # per function: its entry site, whether it has return probes, reads entry values,
     # reads $return
     funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool, bool]] = {}
-    for probe in script.probes:
-        points = resolution.points.get(id(probe), [])
+    for probe, points in zip(script.probes, resolution.points, strict=True):
         sites = [s for rp in points for s in rp.sites]
         returns_only = bool(sites) and all(isinstance(s, FunctionSite) and s.is_return
                                            for s in sites)

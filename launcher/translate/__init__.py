@@ -42,7 +42,7 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     unit = Unit(types, plan, layout, limits)
     handlers = emit(script, unit)
     report = exit_report(unit)
-    tables = build_tables(script, resolution, plans, unit, handlers, report)
+    tables = build_tables(resolution, plans, unit, handlers, report)
 
     out = [*prologue(script, defines), *handlers.c_lines]
     if report:

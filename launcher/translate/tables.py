@@ -57,189 +57,212 @@ def _arg_initializer(spec: ArgSpec) -> str:
     return "{0, PD_ARG_CONST, 8, 0, 0, -1, -1, 1, 0, 0}"
 
 
-def build_tables(script: ast.Script, resolution: Resolution, plans: SitePlans, unit: Unit,
+def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
                  handlers: Handlers, report: list[str]) -> Tables:
     """Pass 3e: the probe, site and object tables (`report`: the exit report's body,
     run as the last `end` probe)."""
-    out: list[str] = []
-    probe_rows: list[str] = []
-    site_rows: list[str] = []
-    arg_tables: list[str] = []
-    objects: dict[str, int] = {}
-    object_rows: list[str] = []
-    required: set[str] = set()
-    timers: list[tuple[int, int, int]] = []
-    needs_wait = False
-    all_sites: list[ProbeSite] = []
-    all_plans: list[PatchPlan] = []
-    # function probes: one site per entry address, with its entry/return probes
-    fgroups: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
-    lock_bits = handlers.locks
-    entry_locks = handlers.entry_locks
-
-    def object_index(path: str, abi: str) -> int:
-        if path not in objects:
-            objects[path] = len(objects)
-            object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
-        return objects[path]
-
-    ordered: list[tuple[int, int, ResolvedPoint]] = []   # (probe, its point's index, point)
-    hidden: dict[tuple[int, int], int] = {}
-
-    def hidden_entry(pi: int, ri: int, rp: ResolvedPoint) -> int:
-        """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
-        if (pi, ri) not in hidden:
-            hidden[(pi, ri)] = len(probe_rows)
-            probe_rows.append(f"    {{PD_PROBE_MARK, {int(entry_locks[pi])}, probe_{pi}_entry, "
-                              f"{_c_string(format_point(rp.point))}, -1, 0}},")
-        return hidden[(pi, ri)]
-
-    fast_rows: set[int] = set()                 # probe rows of FAST probes
-    # rows at one address (a mark several probes name, a function entry that is also a
-    # mark): one of them is armed and runs them all, in script order (pd_runtime.h)
-    at_address: dict[tuple[int, int], list[tuple[int, int]]] = {}   # -> (first probe, row)
-    function_rows: set[int] = set()
-    return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
-    for pi, probe in enumerate(script.probes):
-        ordered += [(pi, ri, rp) for ri, rp in enumerate(resolution.points.get(id(probe), []))]
+    b = _Builder(resolution, plans, unit, handlers)
+    ordered = [(pi, ri, rp) for pi, points in enumerate(resolution.points)
+               for ri, rp in enumerate(points)]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
     ordered.sort(key=lambda item: item[2].priority)
     for pi, ri, rp in ordered:
-        pidx = len(probe_rows)
+        b.add_point(pi, ri, rp)
+    for site, oi, entries, returns in b.functions.values():
+        b.add_function(site, oi, entries, returns)
+    b.share_addresses()
+    if report:   # the exit report: globals written but never read, after `end`
+        b.probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
+    return Tables(b.render(), len(b.probe_rows), len(b.site_rows), len(b.object_rows),
+                  frozenset(b.required), b.timers, b.needs_wait, b.sites, b.plans,
+                  b.return_plans)
+
+
+class _Builder:
+    """The rows of the tables as they are added, and what they need."""
+
+    def __init__(self, resolution: Resolution, plans: SitePlans, unit: Unit,
+                 handlers: Handlers) -> None:
+        self.resolution, self.site_plans, self.unit = resolution, plans, unit
+        self.lock_bits, self.entry_locks = handlers.locks, handlers.entry_locks
+        self.probe_rows: list[str] = []
+        self.site_rows: list[str] = []
+        self.decls: list[str] = []            # argument tables, plans, probe lists
+        self.objects: dict[str, int] = {}
+        self.object_rows: list[str] = []
+        self.required: set[str] = set()
+        self.timers: list[tuple[int, int, int]] = []
+        self.needs_wait = False
+        self.sites: list[ProbeSite] = []      # every site row's site ...
+        self.plans: list[PatchPlan] = []      # ... and plan
+        self.return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
+        self.fast_rows: set[int] = set()      # probe rows of FAST probes
+        self.hidden: dict[tuple[int, int], int] = {}   # (probe, point) -> @entry row
+        # function probes: one site per entry address, with its entry/return probe rows
+        self.functions: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
+        # rows at one address (a mark several probes name, a function entry that is also
+        # a mark): one of them is armed and runs them all, in script order (pd_runtime.h)
+        self.at_address: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (first probe, row)
+        self.function_rows: set[int] = set()
+
+    def object_index(self, path: str, abi: str) -> int:
+        if path not in self.objects:
+            self.objects[path] = len(self.objects)
+            self.object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
+        return self.objects[path]
+
+    def hidden_entry(self, pi: int, ri: int, rp: ResolvedPoint) -> int:
+        """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
+        if (pi, ri) not in self.hidden:
+            self.hidden[(pi, ri)] = len(self.probe_rows)
+            self.probe_rows.append(
+                f"    {{PD_PROBE_MARK, {int(self.entry_locks[pi])}, probe_{pi}_entry, "
+                f"{_c_string(format_point(rp.point))}, -1, 0}},")
+        return self.hidden[(pi, ri)]
+
+    def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
+        """Probe pi's point ri: its probe row and its marks' site rows (its functions'
+        rows come once every probe of a function is known)."""
+        pidx = len(self.probe_rows)
+        locks = self.lock_bits[pi]
         obj = -1
         if rp.kind in ("process_begin", "process_end") and rp.object_path:
-            info = resolution.objects.get(rp.object_path)
+            info = self.resolution.objects.get(rp.object_path)
             abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
-            obj = object_index(rp.object_path, abi)
-            required.add(abi)
-        probe_rows.append(
-            f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
-            f"{lock_bits[pi]}, probe_{pi}, {_c_string(format_point(rp.point))}, "
-            f"{obj}, {rp.period_ns}"
-            f"{f', probe_{pi}_where' if lock_bits[pi] & PD_PROBE_FAST else ''}}},")
-        if lock_bits[pi] & PD_PROBE_FAST:
-            fast_rows.add(pidx)
-        if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
-            needs_wait = True
-        if rp.kind == "timer":
-            timers.append((pidx, rp.period_ns, rp.randomize_ns))
+            obj = self.object_index(rp.object_path, abi)
+            self.required.add(abi)
         if rp.kind == "never":
-            probe_rows.pop()
-            continue
+            return
+        self.probe_rows.append(
+            f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
+            f"{locks}, probe_{pi}, {_c_string(format_point(rp.point))}, "
+            f"{obj}, {rp.period_ns}"
+            f"{f', probe_{pi}_where' if locks & PD_PROBE_FAST else ''}}},")
+        if locks & PD_PROBE_FAST:
+            self.fast_rows.add(pidx)
+        if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
+            self.needs_wait = True
+        if rp.kind == "timer":
+            self.timers.append((pidx, rp.period_ns, rp.randomize_ns))
         for site in rp.sites:
             site_abi = ABI_OF_MACHINE.get(site.machine)
             if site_abi is None:
                 raise _err(f"{site.path}: {site.machine} targets are not supported yet",
                            rp.point)
-            required.add(site_abi)
-            oi = object_index(site.path, site_abi)
+            self.required.add(site_abi)
+            oi = self.object_index(site.path, site_abi)
             if isinstance(site, FunctionSite):
-                group = fgroups.setdefault((site.path, site.pc), (site, oi, [], []))
+                group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
-                if pi in entry_locks:
-                    group[2].append(hidden_entry(pi, ri, rp))
-                continue
-            ai = len(site_rows)
-            arg_tables.append(
-                f"static const struct pd_argdesc args_{ai}[] = {{"
-                + ", ".join(_arg_initializer(a) for a in site.args)
-                + ("" if site.args else "{0}") + "};")
-            plan = plans.mark(site)
-            plan_decls, plan_init = plan_c(plan, ai, _c_string)
-            arg_tables.extend(plan_decls)
-            at_address.setdefault((oi, site.pc), []).append((pidx, ai))
-            site_rows.append(
-                f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
-                f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
-                f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
-            all_sites.append(site)
-            all_plans.append(plan)
-    for site, oi, entries, returns in fgroups.values():
-        ai = len(site_rows)
-        fplan = plans.function(site)
-        fargs = [*site.args, *fplan.param_args(unit.types.param_names)]
-        arg_tables.append(f"static const struct pd_argdesc args_{ai}[] = {{"
+                if pi in self.entry_locks:
+                    group[2].append(self.hidden_entry(pi, ri, rp))
+            else:
+                self.add_mark(site, oi, pidx)
+
+    def add_mark(self, site: ProbeSite, oi: int, pidx: int) -> None:
+        ai = len(self.site_rows)
+        self.decls.append(
+            f"static const struct pd_argdesc args_{ai}[] = {{"
+            + ", ".join(_arg_initializer(a) for a in site.args)
+            + ("" if site.args else "{0}") + "};")
+        plan = self.site_plans.mark(site)
+        plan_decls, plan_init = plan_c(plan, ai, _c_string)
+        self.decls.extend(plan_decls)
+        self.at_address.setdefault((oi, site.pc), []).append((pidx, ai))
+        self.site_rows.append(
+            f"    {{{site.pc:#x}, {site.semaphore:#x}, args_{ai}, "
+            f"{_c_string(site.provider)}, {_c_string(site.name)}, {oi}, {pidx}, "
+            f"{site.nop_len}, {len(site.args)}, {plan_init}}},")
+        self.sites.append(site)
+        self.plans.append(plan)
+
+    def add_function(self, site: FunctionSite, oi: int, entries: list[int],
+                     returns: list[int]) -> None:
+        """A function's entry row with its entry and return probes; with patched exits,
+        the alternatives after it (pd_runtime.h)."""
+        ai = len(self.site_rows)
+        fplan = self.site_plans.function(site)
+        fargs = [*site.args, *fplan.param_args(self.unit.types.param_names)]
+        self.decls.append(f"static const struct pd_argdesc args_{ai}[] = {{"
                           + ", ".join(_arg_initializer(a) for a in fargs) + "};")
-        arg_tables.append(f"static const uint32_t fprobes_{ai}[] = {{"
+        self.decls.append(f"static const uint32_t fprobes_{ai}[] = {{"
                           + ", ".join(str(p) for p in entries + returns) + "};")
         plan = fplan.entry
         plan_decls, plan_init = plan_c(plan, ai, _c_string)
-        arg_tables.extend(plan_decls)
+        self.decls.extend(plan_decls)
         rplan = fplan.returns if returns else None
         if rplan is not None:
-            return_plans.append((site, rplan))
+            self.return_plans.append((site, rplan))
         exits = rplan.exits if rplan else ()
         head = f"    {{{site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
-        # a function with patched exits: this hijack row, then its alternatives (pd_runtime.h)
-        at_address.setdefault((oi, site.pc), []).append((min(entries + returns), ai))
-        function_rows.add(ai)
-        site_rows.append(
+        self.at_address.setdefault((oi, site.pc), []).append((min(entries + returns), ai))
+        self.function_rows.add(ai)
+        self.site_rows.append(
             f"{head}{_c_string(site.name)}, {oi}, {(entries + returns)[0]}, 0, {len(fargs)}, "
             f"{plan_init}, fprobes_{ai}, {len(entries)}, {len(returns)}, "
             f"{'PD_FX_HIJACK' if exits else 0}}},")
-        all_sites.append(site)
-        all_plans.append(plan)
+        self.sites.append(site)
+        self.plans.append(plan)
         # a row with one probe is run as a mark's (nentry 0: the FAST mark path, pd_regs
         # as the stub has them); an exit's probes that read registers need the caller's ip
         if exits and entries:
             mark_like = len(entries) == 1
-            site_rows.append(
+            self.site_rows.append(
                 f"{head}{_c_string(site.name)}, {oi}, {entries[0]}, 0, {len(fargs)}, "
                 f"{plan_init}, fprobes_{ai}, {0 if mark_like else len(entries)}, 0, "
                 "PD_FX_ALT},")
         for ex in exits:
-            ei = len(site_rows)
+            ei = len(self.site_rows)
             exit_decls, exit_init = plan_c(ex.plan, ei, _c_string)
-            arg_tables.extend(exit_decls)
-            mark_like = len(returns) == 1 and returns[0] in fast_rows
-            site_rows.append(
+            self.decls.extend(exit_decls)
+            mark_like = len(returns) == 1 and returns[0] in self.fast_rows
+            self.site_rows.append(
                 f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
                 f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
                 f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
                 "PD_FX_ALT | PD_FX_EXIT},")
-            all_sites.append(dataclasses.replace(ex.site, is_return=True))
-            all_plans.append(ex.plan)
-    for rows in at_address.values():
-        if len(rows) < 2:
-            continue
-        rows.sort()
-        # a function's row is the one armed: it also hooks the function's return
-        armed = next((r for _, r in rows if r in function_rows), rows[0][1])
-        arg_tables.append(f"static const uint32_t shared_{armed}[] = {{"
-                          + ", ".join(str(r) for _, r in rows) + "};")
-        for _, r in rows:
-            if r in function_rows:   # (the armed one)
-                more = f"shared_{armed}, {len(rows)}"
-            elif r == armed:         # a mark's: no function probes, fx 0, the rows
-                more = f"NULL, 0, 0, 0, shared_{armed}, {len(rows)}"
-            else:
-                more = "NULL, 0, 0, PD_FX_SHARED"
-            site_rows[r] = site_rows[r][:-len("},")] + f", {more}}},"
-    # the exit report: globals written but never read are printed after `end`
-    if report:
-        probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
-    out.append("")
-    out.extend(arg_tables)
-    out.append("const struct pd_probe pd_probes[] = {")
-    out.extend(probe_rows or ["    {0, 0, NULL, NULL, -1, 0},"])
-    out.append("};")
-    out.append("const struct pd_site pd_sites[] = {")
-    out.extend(site_rows or ["    {0, 0, NULL, NULL, NULL, 0, 0, 0, 0},"])
-    out.append("};")
-    out.append("const struct pd_object pd_objects[] = {")
-    out.extend(object_rows or ['    {"", 0},'])
-    out.append("};")
-    if unit.usym:
-        out.extend(unwind_c(objects, _c_string, data=unit.usymdata))
-    out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
-    for var in unit.globals.values():
-        if var.decl is not None and var.decl.init is not None:
-            init = var.decl.init
-            at = unit.layout.offset(var.name)
-            if isinstance(init, ast.StringLiteral):
-                out.append(f"    pd_strcpy((char *)(g + {at}), {_c_string(init.as_bytes())});")
-            else:
-                out.append(f"    *(int64_t *)(g + {at}) = INT64_C({init.value});")
-    out.append("}")
-    return Tables(out, len(probe_rows), len(site_rows), len(object_rows), frozenset(required),
-                  timers, needs_wait, all_sites, all_plans, return_plans)
+            self.sites.append(dataclasses.replace(ex.site, is_return=True))
+            self.plans.append(ex.plan)
+
+    def share_addresses(self) -> None:
+        """Rows at one address: the armed one (a function's, which also hooks its return,
+        else the first) lists them all in script order; the others are PD_FX_SHARED."""
+        for rows in self.at_address.values():
+            if len(rows) < 2:
+                continue
+            rows.sort()
+            armed = next((r for _, r in rows if r in self.function_rows), rows[0][1])
+            self.decls.append(f"static const uint32_t shared_{armed}[] = {{"
+                              + ", ".join(str(r) for _, r in rows) + "};")
+            for _, r in rows:
+                if r in self.function_rows:   # (the armed one)
+                    more = f"shared_{armed}, {len(rows)}"
+                elif r == armed:              # a mark's: no function probes, fx 0, the rows
+                    more = f"NULL, 0, 0, 0, shared_{armed}, {len(rows)}"
+                else:
+                    more = "NULL, 0, 0, PD_FX_SHARED"
+                self.site_rows[r] = self.site_rows[r][:-len("},")] + f", {more}}},"
+
+    def render(self) -> list[str]:
+        out = ["", *self.decls,
+               "const struct pd_probe pd_probes[] = {",
+               *(self.probe_rows or ["    {0, 0, NULL, NULL, -1, 0},"]), "};",
+               "const struct pd_site pd_sites[] = {",
+               *(self.site_rows or ["    {0, 0, NULL, NULL, NULL, 0, 0, 0, 0},"]), "};",
+               "const struct pd_object pd_objects[] = {",
+               *(self.object_rows or ['    {"", 0},']), "};"]
+        unit = self.unit
+        if unit.usym:
+            out.extend(unwind_c(self.objects, _c_string, data=unit.usymdata))
+        out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
+        for var in unit.globals.values():
+            if var.decl is not None and var.decl.init is not None:
+                init = var.decl.init
+                at = unit.layout.offset(var.name)
+                if isinstance(init, ast.StringLiteral):
+                    out.append(f"    pd_strcpy((char *)(g + {at}), "
+                               f"{_c_string(init.as_bytes())});")
+                else:
+                    out.append(f"    *(int64_t *)(g + {at}) = INT64_C({init.value});")
+        out.append("}")
+        return out

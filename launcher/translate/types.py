@@ -150,8 +150,7 @@ class Types:
                 info.locals[p.name] = p.type
             self.funcs[f.name] = info
         self.probe_scopes: list[Scope] = []   # by the probe's index in the script
-        for probe in script.probes:
-            points = resolution.points.get(id(probe), [])
+        for points in resolution.points:
             sites = tuple(s for rp in points for s in rp.sites)
             self.probe_scopes.append(Scope("probe", sites=sites,
                                            probe_kinds=tuple(rp.kind for rp in points)))
