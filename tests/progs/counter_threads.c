@@ -15,6 +15,7 @@
  * times over, each wave's threads taking the slots the last one gave back.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ static int running;
 static pthread_barrier_t all_done;
 
 static volatile long sink;
+static int reader_on, peeks; /* with a reader: how many peeks it has made */
 
 /* The mark is not the first instruction: the function's entry is another site. */
 __attribute__((noinline)) void hit_fn(long v)
@@ -46,6 +48,11 @@ static void *work(void *arg)
 {
     (void)arg;
     run();
+    /* However the threads are scheduled, the reader peeks while they still count as
+     * running: a worker that finished waits for two peeks before it says so. */
+    while (__atomic_load_n(&reader_on, __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&peeks, __ATOMIC_ACQUIRE) < 2)
+        sched_yield();
     __atomic_sub_fetch(&running, 1, __ATOMIC_RELEASE);
     pthread_barrier_wait(&all_done);
     return NULL;
@@ -54,8 +61,10 @@ static void *work(void *arg)
 static void *peek(void *arg)
 {
     (void)arg;
-    while (__atomic_load_n(&running, __ATOMIC_ACQUIRE))
+    while (__atomic_load_n(&running, __ATOMIC_ACQUIRE)) {
         STAP_PROBE(pydyn_ct, peek);
+        __atomic_add_fetch(&peeks, 1, __ATOMIC_RELEASE);
+    }
     return NULL;
 }
 
@@ -73,6 +82,7 @@ static void workers(int n, int reader, int main_hits)
 {
     pthread_t *t = calloc((size_t)n + 1, sizeof *t);
     running = n;
+    reader_on = reader;
     pthread_barrier_init(&all_done, NULL, (unsigned)n);
     for (int i = 0; i < n; i++)
         if (pthread_create(&t[i], NULL, work, NULL) != 0) {
