@@ -45,7 +45,7 @@ from ..shmlayout import (
 )
 from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
 from .build import ModuleSet, which
-from .elf.header import EM_AARCH64, EM_X86_64, get_machine
+from .elf.header import EM_AARCH64, EM_X86_64, PT_INTERP, get_machine, read_program_headers
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
 from .output import LIMIT_ADVICE, OutputSink
@@ -147,33 +147,17 @@ _EM_NAMES = {62: "x86_64", 3: "i386", EM_AARCH64: "aarch64"}
 
 
 def read_exec_header(path: str) -> ExecHeader | None:
-    """The ELF and program headers of `path` by a small struct walk (no section headers,
-    which the kernel never reads), or None if it is no ELF file or they are damaged."""
-    import struct
+    """The ELF and program headers of `path` (no section headers, which the kernel never
+    reads), or None if it is no ELF file or they are damaged."""
     try:
         with open(path, "rb") as f:
-            head = f.read(64)
-            if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2) \
-                    or head[5] not in (1, 2):
-                return None
-            end = "<" if head[5] == 1 else ">"
-            is64 = head[4] == 2
-            if is64 and len(head) < 64:
-                return None
-            e_type, machine = struct.unpack_from(end + "HH", head, 16)
-            phoff = struct.unpack_from(end + ("Q" if is64 else "I"), head, 32 if is64 else 28)[0]
-            phentsize, phnum = struct.unpack_from(end + "HH", head, 54 if is64 else 42)
-            if phentsize < (56 if is64 else 32) or not 0 < phnum < 65536:
-                return None
-            f.seek(phoff)
-            table = f.read(phentsize * phnum)
-            if len(table) < phentsize * phnum:
-                return None
-            interp = any(struct.unpack_from(end + "I", table, i * phentsize)[0] == 3
-                         for i in range(phnum))
-    except (OSError, struct.error):
+            headers = read_program_headers(f)
+    except OSError:
         return None
-    return ExecHeader(64 if is64 else 32, machine, e_type, interp)
+    if headers is None:
+        return None
+    return ExecHeader(headers.elf_class, headers.machine, headers.elf_type,
+                      any(seg.type == PT_INTERP for seg in headers.segments))
 
 
 def target_abi(path: str) -> str | None:

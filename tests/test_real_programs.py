@@ -187,3 +187,32 @@ def test_postgres_started_through_runuser_is_traced(pg_cluster: Path, shared_dir
     base_pid, work_pid = int(base.stdout.split()[0]), int(work.stdout.split()[0])
     assert base_pid in commits and work_pid in commits, (out, err)
     assert commits[work_pid] - commits[base_pid] == n, out
+
+
+def test_staged_directories_of_dead_launchers_are_removed(drop_prog: Path,
+                                                          cache: Path) -> None:
+    """A launcher killed with SIGKILL leaves its staged modules; the next root session
+    removes them once no process maps them, and keeps those still mapped."""
+    from pydyn.launcher.share import PREFIX, stage_parent
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    parent = Path(stage_parent())
+    stale, busy = parent / f"{PREFIX}{dead.pid}.aaaa", parent / f"{PREFIX}{dead.pid}.bbbb"
+    for d in (stale, busy):
+        (d / "lib").mkdir(parents=True)
+        (d / "lib" / "m.so").write_bytes(b"\0" * 4096)
+    holder = subprocess.Popen([sys.executable, "-c", "import mmap, sys; f = open(sys.argv[1]); "
+                               "m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ); "
+                               "print('mapped', flush=True); sys.stdin.read()",
+                               str(busy / "lib" / "m.so")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "mapped\n"
+        res = run_pydyn(cache, "-e", _count(drop_prog), "-c", f"{drop_prog} 1", timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert not stale.exists()
+        assert busy.exists()
+    finally:
+        holder.communicate("")
+        shutil.rmtree(busy, ignore_errors=True)
+        shutil.rmtree(stale, ignore_errors=True)
