@@ -7,6 +7,16 @@
 /* i386_ret.S and the stubs lay the frame out word by word */
 _Static_assert(sizeof(struct pd_regs) == 40, "pd_ret_tramp's frame");
 
+/* op reg, %gs:off: the thread's TLS word at `off`. */
+void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
+{
+    (void)rex;
+    pd_e8(e, 0x65);
+    pd_e8(e, op);
+    pd_e8(e, (uint8_t)(((reg & 7) << 3) | 5)); /* disp32 */
+    pd_e32(e, (uint32_t)off);
+}
+
 /* From the stub's start to just before its relocated code: see ../x86/tramp.h. */
 uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *site,
                        uintptr_t bias, int ps)

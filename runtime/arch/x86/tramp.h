@@ -1,7 +1,7 @@
 /* x86 trampolines, shared by x86-64 and i386 (see x86_tramp.c): the stub layout,
  * the instruction emitter, and what x86_tramp.c and the arch's own stub writer
  * (x86_64/x86_64_stub.c, i386/i386_stub.c) share.  Included by the arch's tramp.h,
- * which adds PD_TRAMP_REACH and pd_e_tls. */
+ * which adds PD_TRAMP_REACH. */
 #ifndef PD_ARCH_X86_TRAMP_H
 #define PD_ARCH_X86_TRAMP_H
 
@@ -22,63 +22,23 @@ struct pd_emit {
     uint8_t *end;
 };
 
-static inline void pd_e(struct pd_emit *e, const char *bytes, unsigned n)
-{
-    if (e->p + n <= e->end)
-        memcpy(e->p, bytes, n);
-    e->p += n;
-}
-static inline void pd_e8(struct pd_emit *e, uint8_t b) { pd_e(e, (const char *)&b, 1); }
-static inline void pd_e32(struct pd_emit *e, uint32_t v) { pd_e(e, (const char *)&v, 4); }
-static inline void pd_e64(struct pd_emit *e, uint64_t v) { pd_e(e, (const char *)&v, 8); }
-
-/* op reg, off(%rsp|%esp): modrm with a SIB of 0x24. */
-static inline void pd_e_sp(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
-{
-    if (rex)
-        pd_e8(e, rex);
-    pd_e8(e, op);
-    if (off == 0) {
-        pd_e8(e, (uint8_t)(((reg & 7) << 3) | 4));
-        pd_e8(e, 0x24);
-    } else if (off >= -128 && off < 128) {
-        pd_e8(e, (uint8_t)(0x40 | ((reg & 7) << 3) | 4));
-        pd_e8(e, 0x24);
-        pd_e8(e, (uint8_t)off);
-    } else {
-        pd_e8(e, (uint8_t)(0x80 | ((reg & 7) << 3) | 4));
-        pd_e8(e, 0x24);
-        pd_e32(e, (uint32_t)off);
-    }
-}
-
-/* movdqa %xmmN, off(%sp) (store) or movdqa off(%sp), %xmmN (load). */
-static inline void pd_e_xmm(struct pd_emit *e, int store, int n, int32_t off)
-{
-    pd_e8(e, 0x66);
-    if (n >= 8)
-        pd_e8(e, 0x44);
-    pd_e8(e, 0x0f);
-    pd_e_sp(e, 0, store ? 0x7f : 0x6f, n, off);
-}
-
-static inline int pd_fits_rel32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
-
-/* rel32 from the end of a 4-byte field at `field` (anchor = field + 4 by default). */
-static inline int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
-{
-    int64_t d = (int64_t)((intptr_t)target - (intptr_t)anchor);
-    if (sizeof(void *) == 4)
-        d = (int32_t)(uint32_t)d; /* wraps modulo 2^32: everything is reachable */
-    if (!pd_fits_rel32(d))
-        return -1;
-    int32_t v = (int32_t)d;
-    memcpy(field, &v, 4);
-    return 0;
-}
-
-
 #pragma GCC visibility push(hidden)
+/* Appending to a stub (bytes past e->end are counted, not written: the caller checks
+ * e->p > e->end once): n bytes, a byte, a 32- and a 64-bit word. */
+void pd_e(struct pd_emit *e, const char *bytes, unsigned n);
+void pd_e8(struct pd_emit *e, uint8_t b);
+void pd_e32(struct pd_emit *e, uint32_t v);
+void pd_e64(struct pd_emit *e, uint64_t v);
+/* op reg, off(%rsp|%esp): modrm with a SIB of 0x24. */
+void pd_e_sp(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off);
+/* movdqa %xmmN, off(%sp) (store) or movdqa off(%sp), %xmmN (load). */
+void pd_e_xmm(struct pd_emit *e, int store, int n, int32_t off);
+/* op reg, %fs:off (x86-64) / %gs:off (i386): the thread's TLS word at `off` (the
+ * arch's *_stub.c). */
+void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off);
+/* rel32 from the end of a 4-byte field at `field` (anchor = field + 4 by default);
+ * -1 if it does not reach (i386: everything does). */
+int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target);
 extern unsigned pd_stub_code_off;  /* where the relocated code starts: the same in every stub */
 extern unsigned pd_stub_store_off; /* offset of the stub's first store to the stack */
 extern unsigned pd_stub_sp_delta;  /* the site's sp minus sp at that store (no private stacks) */

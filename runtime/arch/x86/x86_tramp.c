@@ -35,6 +35,60 @@ unsigned pd_stub_code_off;
 unsigned pd_stub_store_off;
 unsigned pd_stub_sp_delta;
 
+/* ---- the emitter (tramp.h) ---------------------------------------------------- */
+
+void pd_e(struct pd_emit *e, const char *bytes, unsigned n)
+{
+    if (e->p + n <= e->end)
+        memcpy(e->p, bytes, n);
+    e->p += n;
+}
+void pd_e8(struct pd_emit *e, uint8_t b) { pd_e(e, (const char *)&b, 1); }
+void pd_e32(struct pd_emit *e, uint32_t v) { pd_e(e, (const char *)&v, 4); }
+void pd_e64(struct pd_emit *e, uint64_t v) { pd_e(e, (const char *)&v, 8); }
+
+void pd_e_sp(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
+{
+    if (rex)
+        pd_e8(e, rex);
+    pd_e8(e, op);
+    if (off == 0) {
+        pd_e8(e, (uint8_t)(((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+    } else if (off >= -128 && off < 128) {
+        pd_e8(e, (uint8_t)(0x40 | ((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+        pd_e8(e, (uint8_t)off);
+    } else {
+        pd_e8(e, (uint8_t)(0x80 | ((reg & 7) << 3) | 4));
+        pd_e8(e, 0x24);
+        pd_e32(e, (uint32_t)off);
+    }
+}
+
+void pd_e_xmm(struct pd_emit *e, int store, int n, int32_t off)
+{
+    pd_e8(e, 0x66);
+    if (n >= 8)
+        pd_e8(e, 0x44);
+    pd_e8(e, 0x0f);
+    pd_e_sp(e, 0, store ? 0x7f : 0x6f, n, off);
+}
+
+static int pd_fits_rel32(int64_t v) { return v >= INT32_MIN && v <= INT32_MAX; }
+
+int pd_put_rel32(uint8_t *field, uintptr_t anchor, uintptr_t target)
+{
+    int64_t d = (int64_t)((intptr_t)target - (intptr_t)anchor);
+    if (sizeof(void *) == 4)
+        d = (int32_t)(uint32_t)d; /* wraps modulo 2^32: everything is reachable */
+    if (!pd_fits_rel32(d))
+        return -1;
+    int32_t v = (int32_t)d;
+    memcpy(field, &v, 4);
+    return 0;
+}
+
 /* Whether the site's `jmp rel32` reaches the stub (i386: everything does). */
 int pd_stub_reaches(uintptr_t site, uintptr_t stub)
 {
