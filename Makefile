@@ -19,6 +19,9 @@ DEB_PACKAGES += gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cros
 # Real programs nobody here wrote, traced by the tests: PostgreSQL, a JVM, gdb (which
 # also counts the runtime functions a probe hit runs).
 DEB_PACKAGES += postgresql-15 openjdk-17-jre-headless gdb
+# libc's DWARF in a separate debug file (the build-id layout): function probes on libc
+# read their parameters from it (tests/test_debuginfo.py).
+DEB_PACKAGES += libc6-dbg
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \

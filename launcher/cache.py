@@ -459,7 +459,8 @@ class ModuleCache:
     # -- lookup ------------------------------------------------------------------
     def lookup_text(self, text: str, filename: str, args: Sequence[str],
                     defines: Sequence[str], argv0: str | None, target_path: str | None,
-                    guru: bool = False) -> tuple[Lookup | None, Hit | None]:
+                    guru: bool = False, skip_badvars: bool = False
+                    ) -> tuple[Lookup | None, Hit | None]:
         """The cheap key of this run and the entry it names, if that entry is sound;
         before any parse (a hit never parses, resolves nor translates).  On a miss the
         caller parses and binds the Lookup (`bind_script`) before `build`.
@@ -469,6 +470,8 @@ class ModuleCache:
                                self.compiler_inputs())
         if guru:   # -g changes guru_mode conditions and what translates: never shared
             inputs.append(KeyInput("guru mode", "1"))
+        if skip_badvars:   # what translates differs
+            inputs.append(KeyInput("skip bad variables", "1"))
         try:
             return self.lookup(Lookup(inputs, target_path))
         except CacheRefused as exc:

@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="set a limit such as MAXACTION=10000")
     p.add_argument("-g", dest="guru", action="store_true",
                    help="guru mode: allow embedded C (%%{ %%}) and set_user_* writes")
+    p.add_argument("--skip-badvars", action="store_true",
+                   help="read a target variable that cannot be read where it is probed "
+                        "as 0 (with a warning), instead of an error")
     p.add_argument("--probe-mode", choices=("auto", "trap"), default="auto",
                    help="auto: trampolines where the patch plan allows (default); trap: int3 only")
     p.add_argument("--cache-dir", help=f"module cache (default ${CACHE_ENV} or ~/.cache/pydyn)")
@@ -238,7 +241,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with recursion_headroom():   # the passes walk trees as deep as the parser allows
         plans = plan_sites(script, resolution, define_map)
         program = translate(script, resolution, plans, defines=define_map,
-                            runtime=runtime_digest())
+                            runtime=runtime_digest(), skip_badvars=opts.skip_badvars)
     for warning in program.warnings:
         warnings.append(warning)
         print(warning, file=sys.stderr)
@@ -367,7 +370,8 @@ def run(argv: Sequence[str]) -> int:
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
                                     argv_cmd[0] if argv_cmd else None,
-                                    target_path, guru=opts.guru) if cache else (None, None)
+                                    target_path, guru=opts.guru,
+                                    skip_badvars=opts.skip_badvars) if cache else (None, None)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:

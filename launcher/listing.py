@@ -36,22 +36,38 @@ def context_vars(site: ProbeSite, typed: bool) -> str:
 
 
 def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
-    """`process("P").function("add@/src/t.c:12") $a:int $b:long int`, as stap lists a
-    function; with -v each parameter's location at the entry ("ABI": not from DWARF)."""
-    from .elf.dwarf import function_at
+    """`process("P").function("add@/src/t.c:12") $a:int $b:long int $tmp:char[]`, as
+    stap lists a function (its parameters, then its locals); a statement inside it
+    as `.statement("add@/src/t.c:14")` with the variables in scope there; with -v
+    each one's location ("ABI": not from DWARF)."""
+    from .elf.dwarf import function_at, site_params
+    from .elf.statements import line_at
     func = function_at(site.path, site.func_addr)
     name = func.where if func is not None else site.name
-    line = f'process("{site.path}").function("{name}"){".return" if site.is_return else ""}'
+    kind = "function"
+    variables = list(func.params) if func is not None and not site.is_return else []
+    # stap's -L: the locals DWARF locates at the entry (or gives a constant)
+    extra = [f"${v.name}:{v.type_name}" for v in func.locals if v.at_entry] \
+        if func is not None and not site.is_return else []
+    if func is not None and not site.is_return:
+        inside = site_params(site.path, site.func_addr, site.pc)
+        if inside is not func.params:   # a statement or label inside the function
+            where = line_at(site.path, site.pc)
+            kind = "statement"
+            name = f"{func.name}@{where[0]}:{where[1]}" if where else f"{site.pc:#x}"
+            variables = list(inside)
+            extra = [f"${v.name}:{v.type_name}" for v in func.locals if v.static]
+    line = f'process("{site.path}").{kind}("{name}"){".return" if site.is_return else ""}'
     if not with_vars or func is None:
         return line
-    params = [] if site.is_return else list(func.params)
-    line += "".join(f" ${p.name}:{p.type_name}" for p in params)
+    line += "".join(f" ${p.name}:{p.type_name}" for p in variables)
+    line += "".join(f" {x}" for x in extra)
     if site.is_return:
         line += " $return:long"
     if verbose:
-        where = " ".join(f"{p.name}={p.location.text}{'(ABI)' if p.via_abi else ''}"
-                         if p.location else f"{p.name}=?" for p in params)
-        line += f" pc={site.pc:#x}" + (f' locations="{where}"' if params else "")
+        where_ = " ".join(f"{p.name}={p.location.text}{'(ABI)' if p.via_abi else ''}"
+                          if p.location else f"{p.name}=?" for p in variables)
+        line += f" pc={site.pc:#x}" + (f' locations="{where_}"' if variables else "")
     return line
 
 

@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 
 from .elf.functions import function_sites
 from .elf.libraries import find_library
+from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
+from .elf.statements import label_sites, statement_sites
 from .errors import PydynError, ScriptError, TargetError, point_length
 from .script import ast
 
@@ -256,6 +258,19 @@ class Resolver:
                 raise _pp_error(point, "provider() takes a string")
             provider = rest[0].arg
             rest = rest[1:]
+        if rest and rest[0].name == "plt" and provider is None:
+            self.resolution.objects.setdefault(binary, get_elf_info(binary))
+            sites = plt_sites(point, binary, rest)   # elf/plt.py
+            return [ResolvedPoint(point, "function", sites, object_path=binary)]
+        if rest and rest[0].name == "statement" and provider is None:
+            self.resolution.objects.setdefault(binary, get_elf_info(binary))
+            sites = statement_sites(point, binary, rest)   # elf/statements.py
+            return [ResolvedPoint(point, "function", sites, object_path=binary)]
+        if len(rest) == 2 and rest[0].name == "function" and rest[1].name == "label" \
+                and provider is None:
+            self.resolution.objects.setdefault(binary, get_elf_info(binary))
+            sites = label_sites(point, binary, rest)   # elf/statements.py
+            return [ResolvedPoint(point, "function", sites, object_path=binary)]
         if rest and rest[0].name == "function" and provider is None:
             self.resolution.objects.setdefault(binary, get_elf_info(binary))
             sites = function_sites(point, binary, rest)   # elf/functions.py

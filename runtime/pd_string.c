@@ -221,13 +221,41 @@ void pd_sf_str(char *dst, const char *s, char flag, int64_t width, int64_t preci
         pd_sf_fill(dst, ' ', pad);
 }
 
+/* The C escape of a byte that is not printable (or is `quote` or a backslash),
+ * written into esc[5] if it needs an octal one; NULL: the byte stands for itself. */
+static const char *pd_char_escape(unsigned char ch, char quote, char esc[5])
+{
+    switch (ch) {
+    case '\n': return "\\n";
+    case '\t': return "\\t";
+    case '\r': return "\\r";
+    case '\v': return "\\v";
+    case '\f': return "\\f";
+    case '\a': return "\\a";
+    case '\b': return "\\b";
+    case '\\': return "\\\\";
+    default:
+        if (ch == (unsigned char)quote)
+            return quote == '"' ? "\\\"" : "\\'";
+        if (ch < 32 || ch >= 127) {
+            snprintf(esc, 5, "\\%03o", ch);
+            return esc;
+        }
+        return NULL;
+    }
+}
+
+/* %c; %#c escapes a byte that is not printable, as stap's pretty printer needs
+ * ('\000' for a NUL char member). */
 void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width)
 {
-    char ch = (char)(uint8_t)v;
-    int64_t pad = width - 1;
+    char ch = (char)(uint8_t)v, esc[5];
+    const char *rep = flag == '#' ? pd_char_escape((unsigned char)ch, '\'', esc) : NULL;
+    size_t len = rep ? strlen(rep) : 1;
+    int64_t pad = width - (int64_t)len;
     if (flag != '-' && pad > 0)
         pd_sf_fill(dst, ' ', pad);
-    pd_sf_append(dst, &ch, 1);
+    pd_sf_append(dst, rep ? rep : &ch, len);
     if (flag == '-' && pad > 0)
         pd_sf_fill(dst, ' ', pad);
 }
@@ -247,23 +275,7 @@ char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         char esc[5];
-        const char *rep = NULL;
-        switch (ch) {
-        case '\n': rep = "\\n"; break;
-        case '\t': rep = "\\t"; break;
-        case '\r': rep = "\\r"; break;
-        case '\v': rep = "\\v"; break;
-        case '\f': rep = "\\f"; break;
-        case '\a': rep = "\\a"; break;
-        case '\b': rep = "\\b"; break;
-        case '"': rep = "\\\""; break;
-        case '\\': rep = "\\\\"; break;
-        default:
-            if (ch < 32 || ch >= 127) {
-                snprintf(esc, sizeof esc, "\\%03o", ch);
-                rep = esc;
-            }
-        }
+        const char *rep = pd_char_escape(ch, '"', esc);
         size_t len = rep ? strlen(rep) : 1;
         if (at + len > cap)
             break;

@@ -1,10 +1,12 @@
 """DWARF for function probes: functions with their declaration and
 parameters, and where each parameter is at the function's entry.
 
-`get_dwarf(path)` reads `.debug_info` once per file version (pyelftools, imported
-only here and only when a script asks for `NAME@FILE`, `$param`, `$$parms` or
-`-L` of functions; a cache hit of the module cache never gets here).  Each
-concrete `DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
+`get_dwarf(path)` opens the DWARF once per file version, from the binary or its
+separate debug file (`debuginfo.py`), with pyelftools, imported only here and
+only when a script asks for `NAME@FILE`, `$param`, `$$parms` or `-L` of
+functions (a cache hit of the module cache never gets here).  Compilation units
+are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
+`DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
 
 A parameter's location at the entry pc becomes an ArgSpec the runtime already
 evaluates (registers are DWARF-numbered in `struct pd_regs`):
@@ -27,9 +29,11 @@ has no location and `why` says why; using it is a translate-time error.
 
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import os
-from collections.abc import Iterator
+import struct
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -65,6 +69,19 @@ class DwarfParam:
     location: ArgSpec | None  # where it is at the entry pc
     via_abi: bool = False     # location from the ABI, not from DWARF
     why: str = ""             # no location: why not
+    placeholder: str = ""     # `$$parms` of an aggregate, as stap: "{...}", "[...]"
+    type_offset: int = -1     # its type's DIE, for the target-variable model
+
+
+@dataclass(frozen=True)
+class DwarfLocal:
+    """A variable declared in the function's outermost scope."""
+
+    name: str
+    type_name: str
+    placeholder: str          # "{...}", "[...]" or ""
+    static: bool              # in memory at a fixed address (readable anywhere)
+    at_entry: bool = False    # DWARF gives it a location (or a constant) at the entry
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,9 @@ class DwarfFunction:
     decl_line: int
     low_pc: int
     params: tuple[DwarfParam, ...]
+    cu_offset: int = 0        # where its DIE is, for the target-variable model
+    die_offset: int = 0
+    locals: tuple[DwarfLocal, ...] = ()
 
     @property
     def where(self) -> str:
@@ -85,18 +105,88 @@ class DwarfFunction:
 
 
 class DwarfInfo:
-    def __init__(self, path: str, machine: str, functions: list[DwarfFunction]) -> None:
-        self.path = path
-        self.machine = machine
-        self.functions = functions
-        self.by_pc = {f.low_pc: f for f in functions}
+    """The DWARF of one binary, read a compilation unit at a time.
 
-    def match(self, name_pattern: str, file_pattern: str,
-              line: int | None = None) -> list[DwarfFunction]:
+    A function is looked up by its entry address: `.debug_aranges` names the CU
+    that covers it and only that CU is parsed (libc's debug file has 2,063 CUs
+    and 677,692 DIEs: a full walk takes seconds, one CU milliseconds; see
+    docs/dwarf.md).  Without aranges, or for a pc they do not cover, the CUs are
+    walked in order until one declares a function there, each remembered."""
+
+    def __init__(self, path: str, debug_path: str, machine: str, dwarf: Any) -> None:
+        self.path = path
+        self.debug_path = debug_path   # the file the DWARF came from
+        self.machine = machine
+        self.dwarf = dwarf
+        self.reader = _Reader(dwarf, machine, debug_path)
+        self._cus: dict[int, dict[int, DwarfFunction]] = {}   # CU offset -> low_pc -> function
+        self._aranges: list[tuple[int, int, int]] | None = None   # (start, end, CU)
+        self._aranges_read = False
+        self._vars: dict[tuple[int, int], tuple[DwarfParam, ...]] = {}
+        self._walked = False
+
+    def _cu_functions(self, cu: Any) -> dict[int, DwarfFunction]:
+        funcs = self._cus.get(cu.cu_offset)
+        if funcs is None:
+            funcs = {f.low_pc: f for f in self.reader.cu_functions(cu)}
+            self._cus[cu.cu_offset] = funcs
+        return funcs
+
+    @property
+    def units_read(self) -> int:
+        """How many compilation units have been parsed so far."""
+        return len(self._cus)
+
+    def function_at(self, pc: int) -> DwarfFunction | None:
+        """The function whose entry is `pc`, None if DWARF declares none there."""
+        if not self._aranges_read:
+            self._aranges_read = True
+            self._aranges = _read_aranges(self.dwarf)
+        if self._aranges:
+            i = bisect.bisect_right(self._aranges, (pc, 1 << 64, 0)) - 1
+            off = self._aranges[i][2] if i >= 0 and pc < self._aranges[i][1] else None
+            if off is not None:
+                hit = self._cu_functions(self.dwarf.get_CU_at(off)).get(pc)
+                if hit is not None:
+                    return hit
+        for funcs in self._all_cus():
+            if pc in funcs:
+                return funcs[pc]
+        return None
+
+    def variables_at(self, func: DwarfFunction, pc: int) -> tuple[DwarfParam, ...]:
+        """`func`'s parameters and locals in scope at `pc` inside it, located there."""
+        key = (func.low_pc, pc)
+        hit = self._vars.get(key)
+        if hit is None:
+            cu = self.dwarf.get_CU_at(func.cu_offset)
+            die = self.dwarf.get_DIE_from_refaddr(func.die_offset, cu)
+            hit = self.reader.vars_at(cu, die, pc, _cfa_rule(self.path, pc))
+            self._vars[key] = hit
+        return hit
+
+    def _all_cus(self) -> Iterator[dict[int, DwarfFunction]]:
+        if self._walked:
+            yield from self._cus.values()
+            return
+        for cu in self.dwarf.iter_CUs():
+            yield self._cu_functions(cu)
+        self._walked = True
+
+    @property
+    def functions(self) -> list[DwarfFunction]:
+        """Every function (walks every CU: for listings, not for lookups)."""
+        return [f for funcs in self._all_cus() for f in funcs.values()]
+
+    def match(self, name_pattern: str, file_pattern: str, line: int | None = None,
+              candidates: Iterable[int] | None = None) -> list[DwarfFunction]:
         """`NAME@FILE[:LINE]`: FILE matches the whole declaration path, its end
-        after a '/', or (a glob) its base name."""
+        after a '/', or (a glob) its base name.  `candidates`: the entry
+        addresses to look at (the symbol table's matches of NAME), else all."""
+        pool = self.functions if candidates is None else \
+            [f for f in (self.function_at(pc) for pc in candidates) if f is not None]
         out = []
-        for f in self.functions:
+        for f in pool:
             if not fnmatch.fnmatchcase(f.name, name_pattern):
                 continue
             if line is not None and f.decl_line != line:
@@ -108,7 +198,53 @@ class DwarfInfo:
         return out
 
 
-_cache: dict[tuple[str, int, int], DwarfInfo | TargetError] = {}
+def _read_aranges(dwarf: Any) -> list[tuple[int, int, int]] | None:
+    """`.debug_aranges` as sorted (start, end, CU offset), None if absent.  Read with
+    `struct`: pyelftools' parser takes ~10x as long on libc's 18,000 ranges."""
+    sec = getattr(dwarf, "debug_aranges_sec", None)
+    if sec is None:
+        return None
+    sec.stream.seek(0)
+    data = sec.stream.read()
+    e = "<" if dwarf.config.little_endian else ">"
+    out: list[tuple[int, int, int]] = []
+    off, n = 0, len(data)
+    try:
+        while off + 4 <= n:
+            (length,) = struct.unpack_from(e + "I", data, off)
+            hdr = 4
+            if length == 0xFFFFFFFF:   # 64-bit DWARF
+                (length,) = struct.unpack_from(e + "Q", data, off + 4)
+                hdr = 12
+            end = off + hdr + length
+            if length == 0 or end > n:
+                break
+            p = off + hdr + 2   # after the version
+            (cu,) = struct.unpack_from(e + ("Q" if hdr == 12 else "I"), data, p)
+            p += 8 if hdr == 12 else 4
+            asize, ssize = data[p], data[p + 1]
+            p += 2
+            if asize in (4, 8) and ssize == 0:
+                tup = 2 * asize   # the tuples are aligned to their size from the set's start
+                p = off + ((p - off + tup - 1) // tup) * tup
+                fmt = e + ("QQ" if asize == 8 else "II")
+                while p + tup <= end:
+                    start, size = struct.unpack_from(fmt, data, p)
+                    p += tup
+                    if start == 0 and size == 0:
+                        break
+                    if size:
+                        out.append((start, start + size, cu))
+            off = end
+    except (struct.error, IndexError):
+        return None   # damaged: the walk over the CUs still finds a function
+    out.sort()
+    return out
+
+
+_cache: dict[tuple[str, int, int, str], DwarfInfo | TargetError] = {}
+# the open debug files of the DwarfInfos above: pyelftools reads sections lazily
+_streams: list[Any] = []
 
 
 def no_dwarf(path: str) -> TargetError:
@@ -117,13 +253,16 @@ def no_dwarf(path: str) -> TargetError:
 
 
 def get_dwarf(path: str) -> DwarfInfo:
-    """The DWARF functions of the ELF file at `path`; TargetError if it has none."""
+    """The DWARF of the ELF file at `path`, from the file or its separate debug
+    file (elf/debuginfo.py); TargetError if there is none."""
+    from .debuginfo import search_path
+
     st = os.stat(path)
-    key = (path, st.st_mtime_ns, st.st_size)
+    key = (path, st.st_mtime_ns, st.st_size, search_path())
     info = _cache.get(key)
     if info is None:
         try:
-            info = _read(path)
+            info = _open(path)
         except TargetError as exc:   # remembered too: -L asks once per function
             info = exc
         _cache[key] = info
@@ -135,73 +274,88 @@ def get_dwarf(path: str) -> DwarfInfo:
 def function_at(path: str, low_pc: int) -> DwarfFunction | None:
     """The DWARF function entered at `low_pc` (None: no DWARF for it)."""
     try:
-        return get_dwarf(path).by_pc.get(low_pc)
+        return get_dwarf(path).function_at(low_pc)
     except TargetError:
         return None
 
 
-def functions_at(path: str, pattern: str) -> tuple[str, set[int]]:
-    """`NAME@FILE[:LINE]` -> (NAME, the entry addresses DWARF declares in FILE)."""
+def functions_at(path: str, pattern: str,
+                 candidates: Iterable[int] | None = None) -> tuple[str, set[int]]:
+    """`NAME@FILE[:LINE]` -> (NAME, the entry addresses DWARF declares in FILE),
+    looking only at `candidates` when given."""
     name, _, where = pattern.partition("@")
     file_pattern, _, line = where.rpartition(":") if ":" in where else (where, "", "")
     if line and not line.isdigit():
         raise TargetError(path, f"bad line number '{line}' in '{pattern}'")
     info = get_dwarf(path)
     return name, {f.low_pc for f in info.match(name, file_pattern,
-                                               int(line) if line else None)}
+                                               int(line) if line else None, candidates)}
 
 
 def iter_functions(path: str) -> Iterator[DwarfFunction]:
     yield from get_dwarf(path).functions
 
 
-def _read(path: str) -> DwarfInfo:
+def _open(path: str) -> DwarfInfo:
     from elftools.common.exceptions import ELFError
     from elftools.elf.elffile import ELFFile
 
+    from .debuginfo import find_debug_file, no_debug_info
+
+    lookup = find_debug_file(path)
+    if lookup.path is None:
+        raise no_debug_info(path, lookup)
     try:
-        with open(path, "rb") as stream:
-            elf = ELFFile(stream)
-            machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
-                       "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
-            if not elf.has_dwarf_info() or elf.get_section_by_name(".debug_info") is None:
-                raise no_dwarf(path)
-            dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
-            return DwarfInfo(path, machine, list(_Reader(dwarf, machine).functions()))
+        stream = open(lookup.path, "rb")
+    except OSError as exc:
+        raise TargetError(lookup.path, exc.strerror or str(exc)) from None
+    try:
+        elf = ELFFile(stream)
+        machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
+                   "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
+        dwarf = elf.get_dwarf_info(relocate_dwarf_sections=False)
     except (ELFError, ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
-        raise TargetError(path, f"unreadable DWARF: {exc}") from exc
+        stream.close()
+        raise TargetError(lookup.path, f"unreadable DWARF: {exc}") from exc
+    _streams.append(stream)
+    return DwarfInfo(path, lookup.path, machine, dwarf)
 
 
 class _Reader:
-    def __init__(self, dwarf: Any, machine: str) -> None:
+    def __init__(self, dwarf: Any, machine: str, path: str) -> None:
         from elftools.dwarf.dwarf_expr import DWARFExprParser
         from elftools.dwarf.locationlists import LocationParser
 
         self.dwarf = dwarf
         self.machine = machine
+        self.path = path
         self.expr = DWARFExprParser(dwarf.structs)
         self.locs = LocationParser(dwarf.location_lists())
 
-    def functions(self) -> Iterator[DwarfFunction]:
-        for cu in self.dwarf.iter_CUs():
-            files = self._files(cu)
+    def cu_functions(self, cu: Any) -> Iterator[DwarfFunction]:
+        try:
+            files = self.files(cu)
             top = cu.get_top_DIE()
             base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
                 else 0
             for die in cu.iter_DIEs():
                 if die.tag != "DW_TAG_subprogram" or "DW_AT_low_pc" not in die.attributes:
                     continue
-                name = _attr(die, "DW_AT_name")
+                name = die_attr(die, "DW_AT_name")
                 if name is None:
                     continue
-                file_index = _attr(die, "DW_AT_decl_file")
+                file_index = die_attr(die, "DW_AT_decl_file")
                 decl = files.get(file_index, "??") if file_index is not None else "??"
                 yield DwarfFunction(name.decode(errors="replace"), decl,
-                                    int(_attr(die, "DW_AT_decl_line") or 0),
+                                    int(die_attr(die, "DW_AT_decl_line") or 0),
                                     die.attributes["DW_AT_low_pc"].value,
-                                    self._params(cu, die, base))
+                                    self._params(cu, die, base), cu.cu_offset, die.offset,
+                                    self._locals(cu, die, base))
+        except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
+            raise TargetError(self.path, f"unreadable DWARF in the unit at "
+                                         f"{cu.cu_offset:#x}: {exc}") from exc
 
-    def _files(self, cu: Any) -> dict[int, str]:
+    def files(self, cu: Any) -> dict[int, str]:
         lp = self.dwarf.line_program_for_CU(cu)
         if lp is None:
             return {}
@@ -230,23 +384,25 @@ class _Reader:
         low_pc = func.attributes["DW_AT_low_pc"].value
         cfa_base = self._frame_base_is_cfa(func)
         word = _WORD.get(self.machine, 8)
-        ret = _strip(_type_die(func))
+        ret = strip_type(type_die(func))
         # A struct returned in memory takes a hidden first argument.
         hidden = ret is not None and ret.tag in ("DW_TAG_structure_type", "DW_TAG_union_type") \
-            and (self.machine == "i386" or _size(ret, word) > 16)
+            and (self.machine == "i386" or type_size(ret, word) > 16)
         abi = _AbiCursor(self.machine, word, hidden)
         for child in func.iter_children():
             if child.tag != "DW_TAG_formal_parameter":
                 continue
-            name = _attr(child, "DW_AT_name")
-            tdie = _type_die(child)
+            name = die_attr(child, "DW_AT_name")
+            tdie = type_die(child)
             kind = _scalar(tdie, word)
             fallback = abi.next(kind)
             if name is None:
                 continue
             size, signed, is_float, scalar = kind
             pname = name.decode(errors="replace")
-            p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None)
+            p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None,
+                           placeholder=_placeholder(tdie),
+                           type_offset=tdie.offset if tdie is not None else -1)
             if not scalar:
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
@@ -271,8 +427,105 @@ class _Reader:
         ops = self.expr.parse_expr(attr.value)
         return len(ops) == 1 and ops[0].op_name == "DW_OP_call_frame_cfa"
 
+    def _locals(self, cu: Any, func: Any, base: int) -> tuple[DwarfLocal, ...]:
+        """The variables of the function's outermost scope, in DIE order."""
+        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
+
+        low_pc = func.attributes["DW_AT_low_pc"].value
+        out = []
+        for c in func.iter_children():
+            if c.tag != "DW_TAG_variable":
+                continue
+            name = die_attr(c, "DW_AT_name")
+            if name is None:
+                continue
+            loc = c.attributes.get("DW_AT_location")
+            static = loc is not None and loc.form == "DW_FORM_exprloc" and bool(loc.value) \
+                and loc.value[0] == 0x03   # DW_OP_addr
+            # stap's -L rule: a constant, one expression, or a list entry at the entry
+            at_entry = "DW_AT_const_value" in c.attributes or (
+                loc is not None and loc.form == "DW_FORM_exprloc")
+            if loc is not None and not at_entry:
+                b = base
+                for entry in self.locs.parse_from_attribute(loc, cu["version"], c):
+                    if isinstance(entry, BaseAddressEntry):
+                        b = entry.base_address
+                    elif isinstance(entry, LocationEntry):
+                        rel = 0 if getattr(entry, "is_absolute", False) else b
+                        if entry.begin_offset + rel <= low_pc < entry.end_offset + rel:
+                            at_entry = True
+                            break
+            t = type_die(c)
+            out.append(DwarfLocal(name.decode(errors="replace"), type_name(t),
+                                  _placeholder(t), static, at_entry))
+        return tuple(out)
+
+    # -- variables at a pc inside the function (statement probes) --------------------
+    def vars_at(self, cu: Any, func: Any, pc: int, cfa_rule: tuple[int, int] | None
+                ) -> tuple[DwarfParam, ...]:
+        """The parameters and the locals in scope at `pc` (innermost scope wins a
+        name), each with its location there: a location list's entry covering `pc`,
+        or the single expression (an `fbreg` from the CFA rule at `pc`).  Statics
+        are left out: they are addressed as globals (dwarf_types.find_variable)."""
+        top = cu.get_top_DIE()
+        base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
+            else 0
+        cfa_base = self._frame_base_is_cfa(func)
+        word = _WORD.get(self.machine, 8)
+        found: dict[str, DwarfParam] = {}
+
+        def scope(die: Any) -> None:
+            for child in die.iter_children():
+                if child.tag == "DW_TAG_lexical_block":
+                    if self._contains(cu, child, pc, base):
+                        scope(child)
+                    continue
+                if child.tag not in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                    continue
+                name = die_attr(child, "DW_AT_name")
+                loc = child.attributes.get("DW_AT_location")
+                if name is None or (loc is not None and loc.form == "DW_FORM_exprloc"
+                                    and loc.value and loc.value[0] == 0x03):
+                    continue
+                tdie = type_die(child)
+                size, signed, is_float, scalar = _scalar(tdie, word)
+                p = DwarfParam(name.decode(errors="replace"), type_name(tdie), size, signed,
+                               is_float, scalar, None, placeholder=_placeholder(tdie),
+                               type_offset=tdie.offset if tdie is not None else -1)
+                if not scalar:
+                    found[p.name] = replace(p, why=f"'{p.type_name}' is not a scalar")
+                    continue
+                where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
+                                            cfa_rule)
+                found[p.name] = replace(p, location=where, why=why)
+        scope(func)
+        return tuple(found.values())
+
+    def _contains(self, cu: Any, die: Any, pc: int, base: int) -> bool:
+        lo = die.attributes.get("DW_AT_low_pc")
+        hi = die.attributes.get("DW_AT_high_pc")
+        if lo is not None and hi is not None:
+            end = hi.value if hi.form == "DW_FORM_addr" else lo.value + hi.value
+            return bool(lo.value <= pc < end)
+        if "DW_AT_ranges" in die.attributes:
+            try:
+                ranges = self.dwarf.range_lists().get_range_list_at_offset(
+                    die.attributes["DW_AT_ranges"].value, cu=cu)
+            except (AttributeError, KeyError, ValueError, TypeError):
+                return False
+            for r in ranges or ():
+                if hasattr(r, "begin_offset"):
+                    lo_r = r.begin_offset + (0 if getattr(r, "is_absolute", False) else base)
+                    hi_r = r.end_offset + (0 if getattr(r, "is_absolute", False) else base)
+                    if lo_r <= pc < hi_r:
+                        return True
+                elif hasattr(r, "base_address"):
+                    base = r.base_address
+        return False
+
     def _location(self, cu: Any, die: Any, pc: int, base: int, cfa_base: bool, size: int,
-                  signed: bool) -> tuple[ArgSpec | None, str]:
+                  signed: bool, cfa_rule: tuple[int, int] | None = None
+                  ) -> tuple[ArgSpec | None, str]:
         from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
 
         attr = die.attributes.get("DW_AT_location")
@@ -289,12 +542,21 @@ class _Reader:
                     hi = entry.end_offset + (0 if getattr(entry, "is_absolute", False)
                                              else base)
                     if lo <= pc < hi:
-                        return self._expr(entry.loc_expr, cfa_base, size, signed, True)
+                        return self._expr(entry.loc_expr, cfa_base, size, signed, True,
+                                          cfa_rule)
+            if cfa_rule is not None:
+                return None, f"not accessible at this address (pc: {pc:#x})"
             return None, "not available at the entry (location list)"
-        return self._expr(parsed.loc_expr, cfa_base, size, signed, False)
+        return self._expr(parsed.loc_expr, cfa_base, size, signed, cfa_rule is not None,
+                          cfa_rule)
 
     def _expr(self, code: Any, cfa_base: bool, size: int, signed: bool,
-              at_entry: bool) -> tuple[ArgSpec | None, str]:
+              at_entry: bool, cfa_rule: tuple[int, int] | None = None
+              ) -> tuple[ArgSpec | None, str]:
+        """`at_entry`: the expression is valid at the pc (a location list's entry, or
+        any expression inside the function when `cfa_rule` gives the CFA there as
+        (DWARF register, offset)); else it is the one expression of the whole
+        function, which the entry may precede."""
         ops = self.expr.parse_expr(code)
         names = self._reg_names()
         sp, word = _SP.get(self.machine, 7), _WORD.get(self.machine, 8)
@@ -317,6 +579,11 @@ class _Reader:
                              ": written by the prologue, not yet at the entry"
             return ArgSpec(f"{off}({names[base_reg]})", size, signed, False, ArgKind.MEM,
                            base=base_reg, disp=off, machine=self.machine), ""
+        if n == "DW_OP_fbreg" and cfa_base and cfa_rule is not None:
+            creg, coff = cfa_rule
+            off = coff + int(op.args[0])
+            return ArgSpec(f"{off}({names[creg]})", size, signed, False, ArgKind.MEM,
+                           base=creg, disp=off, machine=self.machine), ""
         if n == "DW_OP_fbreg" and cfa_base:
             off = cfa + int(op.args[0])
             if not at_entry and off < cfa:   # below the CFA: the callee's frame
@@ -366,7 +633,16 @@ class _AbiCursor:
 
 # -- types ----------------------------------------------------------------------
 
-def _holder(die: Any, name: str) -> Any:
+def _placeholder(t: Any) -> str:
+    """What stap's `$$parms` prints for an aggregate instead of its value."""
+    s = strip_type(t)
+    if s is not None and s.tag in ("DW_TAG_structure_type", "DW_TAG_union_type",
+                                   "DW_TAG_class_type"):
+        return "{...}"
+    return "[...]" if s is not None and s.tag == "DW_TAG_array_type" else ""
+
+
+def die_holder(die: Any, name: str) -> Any:
     """`die`, or the DIE it is an instance of (inline, declaration), that has `name`."""
     for _ in range(8):
         if name in die.attributes:
@@ -380,24 +656,24 @@ def _holder(die: Any, name: str) -> Any:
     return None
 
 
-def _attr(die: Any, name: str) -> Any:
-    holder = _holder(die, name)
+def die_attr(die: Any, name: str) -> Any:
+    holder = die_holder(die, name)
     return holder.attributes[name].value if holder is not None else None
 
 
-def _type_die(die: Any) -> Any:
-    holder = _holder(die, "DW_AT_type")
+def type_die(die: Any) -> Any:
+    holder = die_holder(die, "DW_AT_type")
     return holder.get_DIE_from_attribute("DW_AT_type") if holder is not None else None
 
 
-def _strip(t: Any) -> Any:
+def strip_type(t: Any) -> Any:
     """`t` without typedefs and qualifiers."""
     while t is not None and (t.tag == "DW_TAG_typedef" or t.tag in _QUALIFIERS):
-        t = _type_die(t)
+        t = type_die(t)
     return t
 
 
-def _size(t: Any, word: int) -> int:
+def type_size(t: Any, word: int) -> int:
     if t is None:
         return 0
     size = t.attributes.get("DW_AT_byte_size")
@@ -409,10 +685,10 @@ def _size(t: Any, word: int) -> int:
 
 def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
     """(size, signed, is_float, scalar) of a parameter's type."""
-    t = _strip(tdie)
+    t = strip_type(tdie)
     if t is None:
         return 0, False, False, False
-    size = _size(t, word)
+    size = type_size(t, word)
     if t.tag in ("DW_TAG_pointer_type", "DW_TAG_reference_type",
                  "DW_TAG_rvalue_reference_type"):
         return size, False, False, True
@@ -422,7 +698,7 @@ def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
             return size, True, True, size in (4, 8)
         return size, enc in (_DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR), False, size in (1, 2, 4, 8)
     if t.tag == "DW_TAG_enumeration_type":
-        under = _strip(_type_die(t))
+        under = strip_type(type_die(t))
         signed = under is None or _scalar(under, word)[1]
         return size, signed, False, size in (1, 2, 4, 8)
     return size, False, False, False
@@ -437,20 +713,20 @@ def type_name(t: Any) -> str:
     if t.tag in ("DW_TAG_base_type", "DW_TAG_typedef"):
         return text or "?"
     if t.tag in _QUALIFIERS:
-        return f"{type_name(_type_die(t))} {_QUALIFIERS[t.tag]}"
+        return f"{type_name(type_die(t))} {_QUALIFIERS[t.tag]}"
     if t.tag == "DW_TAG_pointer_type":
-        target = _type_die(t)
+        target = type_die(t)
         if target is not None and target.tag == "DW_TAG_subroutine_type":
-            params = [type_name(_type_die(c)) for c in target.iter_children()
+            params = [type_name(type_die(c)) for c in target.iter_children()
                       if c.tag == "DW_TAG_formal_parameter"]
-            return f"{type_name(_type_die(target))} (*)({', '.join(params)})"
+            return f"{type_name(type_die(target))} (*)({', '.join(params)})"
         return f"{type_name(target)}*"
     if t.tag in ("DW_TAG_reference_type", "DW_TAG_rvalue_reference_type"):
-        return f"{type_name(_type_die(t))}&"
+        return f"{type_name(type_die(t))}&"
     if t.tag in _AGGREGATES:
         return f"{_AGGREGATES[t.tag]} {text or '{...}'}"
     if t.tag == "DW_TAG_array_type":
-        return f"{type_name(_type_die(t))}[]"
+        return f"{type_name(type_die(t))}[]"
     return text or "?"
 
 
@@ -458,37 +734,80 @@ def type_name(t: Any) -> str:
 
 def site_function(path: str, func_addr: int) -> DwarfFunction:
     """The DWARF of the function a site enters; TargetError naming the binary if none."""
-    func = get_dwarf(path).by_pc.get(func_addr)
+    func = get_dwarf(path).function_at(func_addr)
     if func is None:
         raise TargetError(path, f"no DWARF for the function at {func_addr:#x} "
                                 "(built without -g?)")
     return func
 
 
-def readable_param(path: str, func_addr: int, name: str) -> DwarfParam:
-    """Parameter `name` of the function at `func_addr`, if probes can read it at the
-    entry; TargetError (binary, function and parameter named) if not."""
+def readable_param(path: str, func_addr: int, name: str, pc: int | None = None
+                   ) -> DwarfParam:
+    """Parameter (or, inside the function, local) `name` at the site, if probes can
+    read it there; TargetError (binary, function and variable named) if not."""
     func = site_function(path, func_addr)
-    p = func.param(name)
+    params = site_params(path, func_addr, pc)
+    p = next((q for q in params if q.name == name), None)
+    inside = params is not func.params
     if p is None:
-        have = " ".join(f"${q.name}" for q in func.params) or "none"
-        raise TargetError(path, f"function {func.where} has no parameter '{name}' "
-                                f"(parameters: {have})")
+        have = " ".join(f"${q.name}" for q in params) or "none"
+        what = "variable" if inside else "parameter"
+        raise TargetError(path, f"function {func.where} has no {what} '{name}' "
+                                + (f"at {pc:#x} " if inside and pc is not None else "")
+                                + f"({what}s: {have})")
     if p.location is None:
-        raise TargetError(path, f"parameter '{name}' of {func.where} cannot be read at "
-                                f"the entry: {p.why}")
+        where = f"at {pc:#x}" if inside and pc is not None else "at the entry"
+        raise TargetError(path, f"{'variable' if inside else 'parameter'} '{name}' of "
+                                f"{func.where} cannot be read {where}: {p.why}")
     return p
 
 
 UNUSED_ARG = ArgSpec("unused", 8, False, False, ArgKind.CONST)   # a slot never read
 
+# A site this far past the function's address is inside it (a statement probe), not
+# at its entry: an entry is the address itself or after a 4-byte endbr/bti, and no
+# line of a function starts within its first 4 bytes but the first.
+_ENTRY_SLACK = 4
 
-def param_locations(path: str, func_addr: int) -> dict[str, ArgSpec]:
-    """Where each readable parameter of the function entered at `func_addr` is at the
-    entry, by name (the first of a name)."""
-    func = function_at(path, func_addr)
+
+def _cfa_rule(path: str, pc: int) -> tuple[int, int] | None:
+    """The CFA at `pc` as (DWARF register, offset), from `.eh_frame` (elf/unwind.py)."""
+    import bisect
+
+    from .unwind import KIND_FP, KIND_SP, SP_FP_RA, unwind_table
+
+    try:
+        table = unwind_table(path)
+    except TargetError:
+        return None
+    i = bisect.bisect_right(table.rows, (pc, 99, 0, 0, 0)) - 1
+    if i < 0:
+        return None
+    _, kind, cfa_off, _, _ = table.rows[i]
+    sp, fp, _ = SP_FP_RA.get(get_dwarf(path).machine, (-1, -1, -1))
+    if kind == KIND_SP:
+        return sp, cfa_off
+    return (fp, cfa_off) if kind == KIND_FP else None
+
+
+def site_params(path: str, func_addr: int, pc: int | None = None) -> tuple[DwarfParam, ...]:
+    """What `$name` can be at a site: the parameters at the entry, or (a statement
+    inside the function) the parameters and locals in scope there."""
+    func = site_function(path, func_addr)
+    if pc is None or pc - func_addr <= _ENTRY_SLACK:
+        return func.params
+    return get_dwarf(path).variables_at(func, pc)
+
+
+def param_locations(path: str, func_addr: int, pc: int | None = None) -> dict[str, ArgSpec]:
+    """Where each readable parameter (and, inside the function, local) is at the site,
+    by name (the first of a name)."""
+    try:
+        params = site_params(path, func_addr, pc)
+    except TargetError:
+        return {}
     out: dict[str, ArgSpec] = {}
-    for p in func.params if func is not None else ():
+    for p in params:
         if p.location is not None:
             out.setdefault(p.name, p.location)
     return out

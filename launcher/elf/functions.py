@@ -1,15 +1,16 @@
 """Function probe sites: `process("PATH").function("NAME")` and `.return`.
 
-Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases
-at one address are one function, named by the first global name, else the
-first name), with the size from the symbol or else from the `.eh_frame` FDE
-starting there; gcc's `.cold` parts are not functions.  A stripped binary keeps
-`.dynsym` (its exported functions) and `.eh_frame`: FDE ranges inside no named
-function are counted (`FunctionTable.unnamed`, named in the no-match hint) but
-never probed: they have no name to match, and some (`.cold` parts) are entered
-by a jump, where a return probe would corrupt the stack.  The site of a function is its entry
-address, after an `endbr64`/`endbr32` if one is there (CET: the jump the
-runtime installs must not replace the landing pad indirect calls need).
+Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases at one
+address are one function, named by the first global name, else the first name; a C++
+symbol is also its demangled name without the signature, `ns::Foo::bar`, which names the
+site), with the size from the symbol or else from the `.eh_frame` FDE starting there;
+gcc's `.cold` parts are not functions. A stripped binary keeps `.dynsym` (its exported
+functions) and `.eh_frame`: FDE ranges inside no named function are counted
+(`FunctionTable.unnamed`, named in the no-match hint) but never probed: they have no
+name to match, and some (`.cold` parts) are entered by a jump, where a return probe
+would corrupt the stack. The site of a function is its entry address, after an
+`endbr64`/`endbr32` if one is there (CET: the jump the runtime installs must not replace
+the landing pad indirect calls need).
 
 A FunctionSite is a ProbeSite with `nop_len == 0` (the patched instruction is
 not a nop: the runtime executes a relocated copy of it) whose `$argN` are the
@@ -33,6 +34,7 @@ from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
+from .demangle import function_name, is_mangled
 from .ehframe import fde_ranges
 from .reader import open_elf, read_elf_info
 from .stapsdt import ProbeSite
@@ -105,6 +107,8 @@ class FunctionTable:
         self.functions = functions
         self.unnamed = 0   # .eh_frame ranges that no symbol names (stripped): never probed
         self.signed: set[int] = set()   # aarch64: entries after a paciasp (BTI objects)
+        self.ifuncs: dict[str, int] = {}   # IFUNC name -> its resolver (elf/ifunc.py)
+        self.exported: set[int] = set()    # addresses .dynsym exports (GLOBAL/WEAK)
         self._by_addr: dict[int, list[Function]] | None = None
 
     def aliases(self, addr: int) -> list[Function]:
@@ -120,8 +124,10 @@ class FunctionTable:
 
     def sites(self, functions: list[Function], is_return: bool) -> tuple[FunctionSite, ...]:
         args = abi_args(self.machine)
-        return tuple(FunctionSite(self.path, "function", f.name, f.entry, 0, "", args, 0,
-                                  self.machine, self.elf_class, is_return, f.addr, f.size)
+        # a site probed by its mangled name is still named as a C++ user reads it
+        return tuple(FunctionSite(self.path, "function", function_name(f.name), f.entry, 0,
+                                  "", args, 0, self.machine, self.elf_class, is_return,
+                                  f.addr, f.size)
                      for f in functions)
 
 
@@ -147,10 +153,17 @@ def get_functions(path: str) -> FunctionTable:
         by_addr: dict[int, list[tuple[str, str, int]]] = {}
         symbols = SymbolTable.from_handle(h)
         symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
+        if not any(s["sh_type"] == "SHT_SYMTAB" for s in h.elffile.iter_sections()):
+            for sym in _debug_file_functions(path):   # stripped: its debug file's .symtab
+                symbols._by_name.setdefault(sym.name, []).append(sym)  # noqa: SLF001
         fdes = fde_ranges(h)
         fde_size = dict(fdes)
+        ifuncs: dict[str, int] = {}
+        exported = _exported(h)
         for name, syms in symbols._by_name.items():  # noqa: SLF001
             for sym in syms:
+                if sym.type == "GNU_IFUNC" and sym.section not in ("ABS", "COMMON"):
+                    ifuncs.setdefault(name, sym.value)
                 if sym.type != "FUNC" or sym.section in ("ABS", "COMMON") or _COLD.search(name):
                     continue
                 # an assembler function without .size: its FDE knows the length
@@ -173,15 +186,60 @@ def get_functions(path: str) -> FunctionTable:
                 entry = addr + 4
                 if head in A64_PAC_SP:
                     signed.add(addr)
-            functions.append(Function(name, addr, size, entry))
-            # aliases share the site: each name can be matched
-            for alias, _b, _s in names[1:]:
-                functions.append(Function(alias, addr, size, entry))
+            # aliases share the site: each name can be matched; a C++ symbol also by its
+            # demangled name, listed first so that a glob names the site by it
+            seen: set[str] = set()
+            for alias, _b, _s in names:
+                for n in (function_name(alias), alias) if is_mangled(alias) else (alias,):
+                    if n not in seen:
+                        seen.add(n)
+                        functions.append(Function(n, addr, size, entry))
     table = FunctionTable(info.path, info.machine, info.elf_class, functions)
     table.unnamed = _unnamed_ranges(fdes, by_addr)
+    # an IFUNC's resolver is a function too, but the name means what it resolves to
+    table.functions = [f for f in functions if f.name not in ifuncs]
+    table.ifuncs = ifuncs
+    table.exported = exported
     table.signed = signed
     _cache[key] = table
     return table
+
+
+def _exported(h: Any) -> set[int]:
+    """The addresses of the functions `.dynsym` exports (GLOBAL or WEAK, default or
+    protected visibility)."""
+    from .symbols import decode_symbols
+
+    elf = h.elffile
+    dynsym = elf.get_section_by_name(".dynsym")
+    if dynsym is None:
+        return set()
+    sections = list(elf.iter_sections())
+    link = dynsym["sh_link"]
+    syms = h.read(dynsym["sh_offset"], dynsym["sh_size"])
+    strs = h.read(sections[link]["sh_offset"], sections[link]["sh_size"]) \
+        if 0 <= link < len(sections) else None
+    if syms is None or strs is None:
+        return set()
+    return {s.value for s in decode_symbols(syms, strs, [s.name for s in sections],
+                                            elf.elfclass == 64, elf.little_endian)
+            if s.type in ("FUNC", "GNU_IFUNC") and s.bind in ("GLOBAL", "WEAK")}
+
+
+def _debug_file_functions(path: str) -> list[Any]:
+    """The STT_FUNC symbols of the separate debug file of a stripped binary (its
+    `.symtab` names the static functions, libc's `__strlen_evex` among them)."""
+    from .debuginfo import find_debug_file
+
+    debug = find_debug_file(path).path
+    if debug is None or debug == path:
+        return []
+    try:
+        with open_elf(debug) as dh:
+            table = SymbolTable.from_handle(dh)
+            return [s for s in table.all_symbols() if s.type == "FUNC"]
+    except TargetError:
+        return []
 
 
 def _marked_bti(h: Any) -> bool:
@@ -252,10 +310,12 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     if not isinstance(pattern, str) or not pattern:
         raise ScriptError("function() takes a name or glob string", point.loc)
     tail = [c.name for c in rest[1:]]
+    exported = "exported" in tail   # stap: only what the dynamic symbol table exports
+    tail = [t for t in tail if t != "exported"]
     if tail not in ([], ["call"], ["return"]) or any(c.arg is not None for c in rest[1:]):
         raise ScriptError(f"unsupported function probe point component(s) "
                           f"'.{'.'.join(tail)}'", point.loc,
-                          "supported: .function(\"NAME\"), .call, .return")
+                          "supported: .function(\"NAME\"), .call, .return, .exported")
     is_return = tail == ["return"]
     try:
         table = get_functions(binary)
@@ -265,11 +325,15 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     if "@" in pattern:   # NAME@FILE[:LINE]: the functions DWARF declares there
         from .dwarf import functions_at
         try:
-            name_pattern, at_pcs = functions_at(binary, pattern)
+            name_pattern = pattern.partition("@")[0]
+            _, at_pcs = functions_at(binary, pattern,
+                                     {f.addr for f in table.match(name_pattern)})
         except TargetError as exc:
             raise ScriptError(f"function(\"{pattern}\"): {exc}", point.loc) from exc
-    found = unique_by_entry([f for f in table.match(name_pattern)
-                             if at_pcs is None or f.addr in at_pcs])
+    found = unique_by_entry([f for f in table.match(name_pattern) + _ifunc_targets(
+                                 point, table, binary, name_pattern, pattern)
+                             if (at_pcs is None or f.addr in at_pcs)
+                             and (not exported or f.addr in table.exported)])
     if is_return:
         entry_point = _entry_point(binary)
         kept = []
@@ -290,6 +354,28 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
         raise ScriptError(f"function(\"{pattern}\") matches no function in {binary}",
                           point.loc, hint)
     return table.sites(found, is_return)
+
+
+def _ifunc_targets(point: Any, table: FunctionTable, binary: str, name_pattern: str,
+                   pattern: str) -> list[Function]:
+    """The implementations the loader selects for the IFUNCs `name_pattern` names
+    (elf/ifunc.py), each named by its own symbol.  An IFUNC that cannot be resolved
+    here is an error when named exactly, skipped by a glob."""
+    from ..errors import ScriptError
+
+    out = []
+    for name in sorted(n for n in table.ifuncs if fnmatch.fnmatchcase(n, name_pattern)):
+        from .ifunc import selected_implementation  # ctypes: only for an IFUNC
+        addr, why = selected_implementation(binary, name)
+        impl = table.aliases(addr)[:1] if addr is not None else []
+        if not impl:
+            if any(c in pattern for c in "*?["):
+                continue
+            raise ScriptError(f"function(\"{pattern}\"): cannot probe {name}: "
+                              + (why or f"its implementation at {addr:#x} is no function of "
+                                        f"{binary}"), point.loc)
+        out.extend(impl)
+    return out
 
 
 def _entry_point(path: str) -> int:

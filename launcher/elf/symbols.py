@@ -77,7 +77,7 @@ class SymbolTable:
                 syms = h.read(sym_off, sym_size)
                 strs = h.read(str_off, str_size)
                 if syms is not None and strs is not None:
-                    out.extend(_decode_symbols(syms, strs, names, is64, little))
+                    out.extend(decode_symbols(syms, strs, names, is64, little))
             return out
 
         got = None
@@ -132,7 +132,7 @@ class SymbolTable:
         return f"SymbolTable({len(self)} symbols)"
 
 
-def _decode_symbols(syms: bytes, strs: bytes, section_names: list[str], is64: bool,
+def decode_symbols(syms: bytes, strs: bytes, section_names: list[str], is64: bool,
                     little: bool) -> Iterable[Symbol]:
     e = "<" if little else ">"
     if is64:

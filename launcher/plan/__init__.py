@@ -85,7 +85,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     forced = defines.get("PD_RETURN_HIJACK", "0") != "0"
     # the DWARF parameters only when a probe may name one ($fd, $$parms)
     params = any(isinstance(n, ast.TargetSymbol) and (
-        is_param_name(n.name) or n.name in ("$$parms", "$$vars"))
+        is_param_name(n.name) or n.name in ("$$parms", "$$vars", "$$locals"))
         for n in iter_nodes(script.probes))
     marks: dict[tuple[str, int], PatchPlan] = {}
     # per function: its entry site, whether it has return probes, reads entry values,
@@ -113,5 +113,5 @@ def plan_sites(script: ast.Script, resolution: Resolution,
                              mark_at_entry=key in marks) if has_returns else None
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
-            dwarf.param_locations(site.path, site.func_addr) if params else {})
+            dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
     return SitePlans(marks, functions)

@@ -34,9 +34,9 @@ __all__ = ["Program", "translate"]
 
 
 def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
-              defines: dict[str, str], runtime: bytes) -> Program:
+              defines: dict[str, str], runtime: bytes, skip_badvars: bool = False) -> Program:
     limits = Limits.from_defines(defines)
-    types = infer_types(script, resolution)
+    types = infer_types(script, resolution, skip_badvars)
     plan = analyse(script, types)
     layout = lay_out(types, plan, limits)
     unit = Unit(types, plan, layout, limits)

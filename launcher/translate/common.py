@@ -45,8 +45,12 @@ def _describe(node: object) -> str:
         return f"operator '{node.op}'"
     if isinstance(node, ast.Ternary):
         return "operator '?'"
-    if isinstance(node, ast.Symbol | ast.Call | ast.Function):
+    if isinstance(node, ast.Symbol | ast.Call | ast.Function | ast.TargetSymbol):
         return f"identifier '{node.name}'"
+    if isinstance(node, ast.Cast):
+        return "operator '@cast'"
+    if isinstance(node, ast.AtVar):
+        return "operator '@var'"
     if isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
         return f"identifier '{node.base.name}'"
     if isinstance(node, ast.NumberLiteral):

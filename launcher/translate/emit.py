@@ -30,6 +30,7 @@ from ..guru import (
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name
+from . import tvars
 from .analysis import GlobalPlan, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import is_fast, where_table
@@ -204,6 +205,8 @@ class Emitter:
             return f"({{ int64_t *p_ = {p}; p_ ? *p_ : 0; }})"
         if isinstance(e, ast.TargetSymbol):
             return self.target(e)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return self.cast(e)
         if isinstance(e, ast.BinaryOp):
             return self.binary(e)
         if isinstance(e, ast.Comparison):
@@ -257,7 +260,24 @@ class Emitter:
             return f"ent_[{self.tr.entry_index[id(e)]}]"
         raise _err(f"{type(e).__name__} is not supported here", e)
 
+    def cast(self, e: ast.Cast | ast.AtVar) -> str:
+        """@cast / @var: the fault-safe reads from the pointer or the global's address."""
+        subs = tvars.cast_subscripts(e)
+        if isinstance(e, ast.Cast):
+            acc = tvars.cast_access(self.sites, e)
+            root = self.expr(e.operand)
+        else:
+            acc = tvars.atvar_access(self.sites, e)
+            root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+        return tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+
     def _defined(self, e: ast.Expr) -> bool:
+        if isinstance(e, ast.Cast | ast.AtVar):
+            try:
+                self.tr.types._cast_type(e, self.scope)
+                return True
+            except ScriptError:
+                return False
         if isinstance(e, ast.TargetSymbol):
             try:
                 self.tr.types._target_type(e, self.scope)
@@ -353,6 +373,8 @@ class Emitter:
 
     def target(self, e: ast.TargetSymbol) -> str:
         name = e.name
+        if id(e) in self.tr.types.badvars:   # --skip-badvars
+            return "INT64_C(0)"
         if name == "$$name":
             return "c->site->name"
         if name == "$$provider":
@@ -362,12 +384,17 @@ class Emitter:
         if name == "$$return":
             return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
                    "(unsigned long long)pd_func_return(c))"
-        if name in ("$$parms", "$$vars") and self.sites and \
-                all(isinstance(s, FunctionSite) for s in self.sites):
-            return self.function_parms()
+        functions = bool(self.sites) and all(isinstance(s, FunctionSite) for s in self.sites)
+        if functions and tvars.pretty_depth(e):
+            return self.target_pretty(e)
+        if name in ("$$parms", "$$vars", "$$locals") and functions:
+            return self.function_parms(e)
         if is_param_name(name):
             if not self.scope.in_entry and id(e) in self.tr.entry_index:
                 return f"ent_[{self.tr.entry_index[id(e)]}]"   # .return: as at the entry
+            if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
+                                          for s in self.sites):
+                return self.target_access(e)
             return f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
@@ -379,27 +406,79 @@ class Emitter:
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
         return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
 
-    def function_parms(self) -> str:
-        """stap's `$$parms` of a function probe, "a=0x1 b=0x7ffc..." ("?": unreadable),
-        chosen by the site when the probe covers several functions."""
+    def target_access(self, e: ast.TargetSymbol,
+                      sites: tuple[ProbeSite, ...] | None = None) -> str:
+        """`$p->a`, `$arr[i]`, `&$x`, `$static_var`: the fault-safe reads of each site's
+        access (tvars.py), chosen by the site when they differ."""
+        subs = tvars.subscripts(e)
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites if sites is None else sites:
+            assert isinstance(site, FunctionSite)
+            acc = tvars.access(site, e)
+            root = (f"pd_fetch_arg(c, {self.tr.types.param_slot(acc.root.name)})"
+                    if acc.root.kind == "param" else
+                    f"(int64_t)(c->bias + {acc.root.address:#x}u)")
+            cases[(site.path, site.pc)] = tvars.access_c(
+                acc, root, lambda k: self.expr(subs[k]), _where(e))
+        return tvars.by_site(cases)
+
+    def target_pretty(self, e: ast.TargetSymbol) -> str:
+        """`$var$`, `$var$$`, `$$parms$`...: stap's sprintf of the value's parts (tvars.py),
+        "ERROR" if a read faults, as stap's pretty printer catches it."""
+        plans = {(s.path, s.pc): tvars.pretty(s, e) for s in self.sites
+                 if isinstance(s, FunctionSite)}
+        if len(set(plans.values())) > 1:
+            raise _err(f"'{e.name}': the functions this probe covers print it differently",
+                       e, "use a probe per function")
+        fmt, values = next(iter(plans.values()))
+        nodes: list[ast.Expr] = []
+        for name, comps, string in values:
+            parts = tuple(ast.Member(str(v), e.loc) if k == "member" else
+                          ast.Subscript(ast.NumberLiteral(int(str(v)), e.loc), e.loc)
+                          for k, v in comps)
+            sym = ast.TargetSymbol(name, parts, False, e.loc)
+            nodes.append(ast.Call("user_string_quoted", (sym,), e.loc) if string else sym)
+        body = self.sprintf(parse_format(fmt), nodes, ast.Call("sprintf", (), e.loc))
+        return (f"({{ int e_ = c->error; const char *r_ = {body}; "
+                f"if (!e_ && c->error) {{ c->error = 0; r_ = \"ERROR\"; }} r_; }})")
+
+    def function_parms(self, e: ast.TargetSymbol) -> str:
+        """stap's `$$parms`, `$$locals`, `$$vars` of a function or statement probe:
+        "a=0x1 p={...} buf=[...] x=?" (at an entry the locals are not set yet, "?",
+        except statics; inside the function each is read where it is there), chosen
+        by the site when the probe covers several functions."""
+        name = e.name
         t = self.strtemp()
         cases: dict[tuple[str, int], str] = {}
         for site in self.sites:
             assert isinstance(site, FunctionSite)
             func = dwarf.function_at(site.path, site.func_addr)
-            params = func.params if func is not None else ()
-            fmt = " ".join(f"{p.name}=0x%llx" if p.location else f"{p.name}=?" for p in params)
-            slots = [self.tr.types.param_slot(p.name) for p in params if p.location]
-            args = "".join(f", (unsigned long long)pd_fetch_arg(c, {k})" for k in slots)
-            cases[(site.path, site.pc)] = f"pd_sprintf({t}, {_c_string(fmt)}{args})" \
-                if args else _c_string(fmt)
-        if len(cases) == 1:
-            return next(iter(cases.values()))
-        out = '""'
-        for (path, pc), value in cases.items():
-            out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
-                   f"{_c_string(path)}) ? (const char *){value} : {out})")
-        return out
+            parts: list[str] = []
+            args: list[str] = []
+            inside = func is not None and \
+                dwarf.site_params(site.path, site.func_addr, site.pc) is not func.params
+            for p in tvars.site_vars(site, name) if func is not None else ():
+                if p.placeholder:
+                    parts.append(f"{p.name}={p.placeholder}")
+                elif p.location is None:
+                    parts.append(f"{p.name}=?")
+                else:
+                    parts.append(f"{p.name}=0x%llx")
+                    args.append(f"(unsigned long long)pd_fetch_arg(c, "
+                                f"{self.tr.types.param_slot(p.name)})")
+            for v in func.locals if func is not None and name != "$$parms" else ():
+                if inside and not v.static:
+                    continue   # site_vars had it, located here
+                if v.placeholder or not v.static:
+                    parts.append(f"{v.name}={v.placeholder or '?'}")
+                    continue
+                sym = ast.TargetSymbol(f"${v.name}", (), False, e.loc)
+                parts.append(f"{v.name}=0x%llx")
+                args.append(f"(unsigned long long){self.target_access(sym, (site,))}")
+            fmt = _c_string(" ".join(parts))
+            cases[(site.path, site.pc)] = \
+                f"pd_sprintf({t}, {fmt}{''.join(', ' + a for a in args)})" if args else fmt
+        return tvars.by_site(cases, "const char *")
 
     def usym_call(self, name: str, args: list[str]) -> str:
         self.tr.usym = True

@@ -10,12 +10,13 @@ from ..elf import dwarf
 from ..elf.argspec import ArgKind
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
-from ..errors import TargetError
+from ..errors import ScriptError, TargetError
 from ..format import parse_format
 from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name
+from . import tvars
 from .common import LONG, STAT, STRING, _err
 
 
@@ -128,6 +129,9 @@ class Types:
         self.funcs: dict[str, FuncInfo] = {}
         self.changed = False
         self.warnings: list[str] = []
+        # --skip-badvars: target variables that cannot be read where probed read as 0
+        self.skip_badvars = False
+        self.badvars: set[int] = set()   # id() of each such TargetSymbol
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
         for g in script.globals:
@@ -298,6 +302,8 @@ class Types:
             return self._index_type(e, scope, want)
         if isinstance(e, ast.TargetSymbol):
             return self._target_type(e, scope)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return self._cast_type(e, scope)
         if isinstance(e, ast.BinaryOp):
             t = STRING if e.op == "." else LONG
             self._expect(e.left, t, scope)
@@ -451,24 +457,79 @@ class Types:
         for site in scope.sites:
             assert isinstance(site, FunctionSite)
             try:
-                dwarf.readable_param(site.path, site.func_addr, e.name[1:])
+                dwarf.readable_param(site.path, site.func_addr, e.name[1:], site.pc)
             except TargetError as exc:
                 raise _err(f"'{e.name}': {exc}", e) from exc
         return LONG
 
+    def _dwarf_access(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        """`$p->a`, `$arr[i]`, `&$x`, `$static_var` in a function probe (tvars.py)."""
+        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+        if not scope.in_entry and any(returns) and not all(returns):
+            raise _err(f"'{e.name}' in a probe on both entries and returns", e,
+                       "use separate probes")
+        for site in scope.sites:
+            assert isinstance(site, FunctionSite)
+            tvars.access(site, e)
+        for index in tvars.subscripts(e):
+            self._expect(index, LONG, scope)
+        return LONG
+
+    def _cast_type(self, e: ast.Cast | ast.AtVar, scope: Scope) -> str:
+        """`@cast(ptr, "struct foo", "PATH")->m`, `@var("g@file.c")->m` (tvars.py)."""
+        if scope.kind != "probe" or not scope.sites:
+            raise _err(f"{'@cast' if isinstance(e, ast.Cast) else '@var'} needs a process "
+                       "probe: its binary gives the DWARF and the load address", e)
+        if isinstance(e, ast.Cast):
+            self._expect(e.operand, LONG, scope)
+            tvars.cast_access(scope.sites, e)
+        else:
+            tvars.atvar_access(scope.sites, e)
+        for index in tvars.cast_subscripts(e):
+            self._expect(index, LONG, scope)
+        return LONG
+
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        if id(e) in self.badvars:
+            return LONG
+        try:
+            return self._target_type_checked(e, scope)
+        except ScriptError as exc:
+            if not self.skip_badvars or not is_param_name(e.name) or not scope.sites or \
+                    not all(isinstance(s, FunctionSite) for s in scope.sites) or \
+                    tvars.pretty_depth(e):
+                raise
+            self.badvars.add(id(e))
+            loc = e.loc
+            self.warnings.append(f"WARNING: {exc.message}: read as 0 (--skip-badvars) at "
+                                 f"{loc.file}:{loc.line}:{loc.column}")
+            return LONG
+
+    def _target_type_checked(self, e: ast.TargetSymbol, scope: Scope) -> str:
         name = e.name
-        if e.components:
-            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         functions = scope.kind == "probe" and bool(scope.sites) and all(
             isinstance(s, FunctionSite) for s in scope.sites)
+        if functions and tvars.pretty_depth(e) and (
+                is_param_name(name) or name in ("$$parms", "$$vars", "$$locals")):
+            returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
+            if any(returns) and not scope.in_entry:
+                raise _err(f"'{name}' pretty printing is not available in .return probes", e)
+            for site in scope.sites:
+                assert isinstance(site, FunctionSite)
+                tvars.pretty(site, e)
+            return STRING
+        if functions and is_param_name(name) and (tvars.has_suffix(e) or any(
+                isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in scope.sites)):
+            return self._dwarf_access(e, scope)
+        if e.components:
+            raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         if functions and is_param_name(name):
             return self._dwarf_param(e, scope)
-        if functions and name in ("$$parms", "$$vars") and not scope.in_entry and any(
+        if functions and name in ("$$parms", "$$vars", "$$locals") and not scope.in_entry and any(
                 isinstance(s, FunctionSite) and s.is_return for s in scope.sites):
             raise _err(f"'{name}' is not available in .return probes", e,
                        "name the parameters: $x there is its value at the entry")
-        if functions and name in ("$$parms", "$$vars"):
+        if functions and name in ("$$parms", "$$vars", "$$locals"):
             # a glob may match functions without DWARF (the C runtime's): "" for them
             errors: list[TargetError] = []
             for site in scope.sites:
@@ -479,7 +540,8 @@ class Types:
                     errors.append(exc)
             if len(errors) == len(scope.sites):
                 raise _err(f"'{name}': {errors[0]}", e)
-        if name in ("$$name", "$$provider", "$$parms", "$$vars"):
+        if name in ("$$name", "$$provider", "$$parms", "$$vars") or (
+                functions and name == "$$locals"):
             if scope.kind != "probe" or not scope.sites:
                 raise _err(f"'{name}' is only available in process mark probes", e)
             return STRING
@@ -666,8 +728,10 @@ class Types:
     # ----------------------------------------------------------------- layout
 
 
-def infer_types(script: ast.Script, resolution: Resolution) -> Types:
+def infer_types(script: ast.Script, resolution: Resolution,
+                skip_badvars: bool = False) -> Types:
     """Pass 3a: the script's symbols with their types."""
     types = Types(script, resolution)
+    types.skip_badvars = skip_badvars
     types.infer()
     return types

@@ -1,0 +1,311 @@
+"""Target variables of function probes through DWARF types: `$p->a`,
+`$p->q->name`, `$arr[3]`, `$p->buf[i]`, `&$p->a`, `$global->x`, `$static_var`.
+
+`access(site, e)` gives the `elf.dwarf_types.Access` of a target symbol at one
+site: its root is the parameter of that name (its value at the entry, from the
+site's argument slot) or, if the function has none, a static variable its
+scope sees (a static local, a file-scope or extern global: in memory at its
+link-time address plus the load bias).  `access_c` turns the steps into C: each
+`Load` is `pd_user_read` (process_vm_readv on ourselves: a bad pointer is the
+handler's error, "user memory read fault at 0x...", never a crash; after a first
+fault the later reads of the chain add nothing).  A probe on several functions
+gets one expression per distinct access, chosen by the site.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from ..elf import dwarf
+from ..elf.dwarf_types import (
+    Access,
+    Bits,
+    DwarfAccessError,
+    Index,
+    Load,
+    Offset,
+    Root,
+    find_global,
+    find_type,
+    find_variable,
+    pretty_plan,
+    resolve,
+)
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
+from ..errors import ScriptError, TargetError
+from ..script import ast
+from .common import _c_string, _err
+
+
+def has_suffix(e: ast.TargetSymbol) -> bool:
+    """Whether `e` needs the type model: members, subscripts or `&`."""
+    return e.addressof or any(isinstance(c, ast.Member | ast.Subscript) for c in e.components)
+
+
+def _components(e: ast.TargetSymbol) -> tuple[list[tuple[str, object]], list[ast.Expr]]:
+    comps: list[tuple[str, object]] = []
+    subscripts: list[ast.Expr] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            comps.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            comps.append(("index", len(subscripts)))
+            subscripts.append(c.index)
+    return comps, subscripts
+
+
+def subscripts(e: ast.TargetSymbol) -> list[ast.Expr]:
+    return _components(e)[1]
+
+
+def _site_var(site: FunctionSite, name: str) -> dwarf.DwarfParam | None:
+    return next((p for p in dwarf.site_params(site.path, site.func_addr, site.pc)
+                 if p.name == name), None)
+
+
+def _type_of(info: dwarf.DwarfInfo, p: dwarf.DwarfParam) -> object:
+    return info.dwarf.get_DIE_from_refaddr(p.type_offset) if p.type_offset >= 0 else None
+
+
+def _where_at(site: FunctionSite) -> str:
+    inside = dwarf.site_params(site.path, site.func_addr, site.pc) is not \
+        dwarf.site_function(site.path, site.func_addr).params
+    return f"at {site.pc:#x}" if inside else "at the entry"
+
+
+def site_vars(site: FunctionSite, which: str) -> list[dwarf.DwarfParam]:
+    """`$$parms`, `$$locals` or `$$vars` at the site (not the statics of `$$locals`):
+    the parameters at an entry; inside the function, those in scope there."""
+    func = dwarf.site_function(site.path, site.func_addr)
+    params = {p.name for p in func.params}
+    return [p for p in dwarf.site_params(site.path, site.func_addr, site.pc)
+            if which == "$$vars" or (which == "$$parms") == (p.name in params)]
+
+
+def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
+    """The access of `e` at `site`; ScriptError (at the component it is about)
+    when the DWARF cannot give it."""
+    name = e.name[1:]
+    try:
+        func = dwarf.site_function(site.path, site.func_addr)
+        info = dwarf.get_dwarf(site.path)
+        comps, _ = _components(e)
+        p = _site_var(site, name)
+        if p is not None:
+            if p.location is None:
+                raise _err(f"'{e.name}': '{name}' of {func.where} cannot be read "
+                           f"{_where_at(site)}: {p.why}", e)
+            ptype = _type_of(info, p)
+            return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+        var = find_variable(info, func.cu_offset, func.die_offset, name)
+        if var is None:
+            have = " ".join(f"${q.name}" for q in func.params) or "none"
+            raise _err(f"'{e.name}': function {func.where} has no parameter or visible "
+                       f"static variable '{name}' (parameters: {have})", e)
+        vtype, addr = var
+        return resolve(info, Root("address", name, addr), vtype, True, comps, e.addressof)
+    except TargetError as exc:
+        raise _err(f"'{e.name}': {exc}", e) from exc
+    except DwarfAccessError as exc:
+        where: object = e
+        parts = [c for c in e.components if isinstance(c, ast.Member | ast.Subscript)]
+        if 0 <= exc.index < len(parts):
+            where = parts[exc.index]
+        raise ScriptError(str(exc), getattr(where, "loc", e.loc)) from None
+
+
+def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
+    """Whether `$name` at `site` names a static variable rather than a parameter."""
+    func = dwarf.function_at(site.path, site.func_addr)
+    if func is None or _site_var(site, e.name[1:]) is not None:
+        return False
+    info = dwarf.get_dwarf(site.path)
+    return find_variable(info, func.cu_offset, func.die_offset, e.name[1:]) is not None
+
+
+def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str) -> str:
+    """C for the access: `root_c` is the root's value (a parameter) or address."""
+    v = root_c
+    for step in acc.steps:
+        if isinstance(step, Offset):
+            v = f"(int64_t)((uint64_t)({v}) + {step.offset}u)"
+        elif isinstance(step, Index):
+            v = f"(int64_t)((uint64_t)({v}) + (uint64_t)({index_c(step.which)}) * {step.stride}u)"
+        elif isinstance(step, Load):
+            v = f"(c->where = {where}, pd_user_read(c, {v}, {step.size}, {int(step.signed)}))"
+        elif isinstance(step, Bits):
+            if step.signed:
+                v = (f"((int64_t)((uint64_t)({v}) << {64 - step.shift - step.width}) "
+                     f">> {64 - step.width})")
+            else:
+                v = f"(int64_t)(((uint64_t)({v}) >> {step.shift}) & {(1 << step.width) - 1}ull)"
+    return v
+
+
+def by_site(cases: dict[tuple[str, int], str], ctype: str = "int64_t") -> str:
+    """One C expression choosing among per-site values (the same text once)."""
+    distinct = set(cases.values())
+    if len(distinct) == 1:
+        return next(iter(distinct))
+    out = "0" if ctype == "int64_t" else '""'
+    for (path, pc), value in cases.items():
+        out = (f"(c->site->pc == {pc:#x} && !strcmp(pd_objects[c->site->object].path, "
+               f"{_c_string(path)}) ? ({ctype})({value}) : {out})")
+    return out
+
+
+# -- pretty printing -----------------------------------------------------------------------
+
+PrettyValue = tuple[str, tuple[tuple[str, object], ...], bool]   # ($name, components, string)
+
+
+def pretty_depth(e: ast.TargetSymbol) -> int:
+    """2 for `$var$$`, 1 for `$var$`, 0 if `e` is not pretty-printed."""
+    last = e.components[-1] if e.components else None
+    return len(last.dollars) if isinstance(last, ast.PrettyPrint) else 0
+
+
+def _base_comps(e: ast.TargetSymbol) -> list[tuple[str, object]]:
+    """The components before the `$`: members and literal subscripts only."""
+    out: list[tuple[str, object]] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            out.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            if not isinstance(c.index, ast.NumberLiteral):
+                raise _err("a pretty-printed value takes literal subscripts only", c)
+            out.append(("index", c.index.value))
+    return out
+
+
+def _type_at(site: FunctionSite, name: str, comps: list[tuple[str, object]],
+             node: ast.TargetSymbol) -> object:
+    """The DWARF type DIE at the end of `$name` + comps (literal indexes)."""
+    func = dwarf.site_function(site.path, site.func_addr)
+    info = dwarf.get_dwarf(site.path)
+    p = _site_var(site, name)
+    if p is not None:
+        if p.location is None:
+            raise _err(f"'${name}': not readable at the entry: {p.why}", node)
+        root, root_t, memory = Root("param", name), _type_of(info, p), False
+    else:
+        var = find_variable(info, func.cu_offset, func.die_offset, name)
+        if var is None:
+            raise _err(f"'${name}': function {func.where} has no parameter or visible "
+                       f"static variable '{name}'", node)
+        root, root_t, memory = Root("address", name, var[1]), var[0], True
+    if not comps:
+        return root_t
+    # resolve() numbers subscripts; the pretty printer's are literals
+    numbered = [(k, sum(1 for kk, _ in comps[:i] if kk == "index") if k == "index" else v)
+                for i, (k, v) in enumerate(comps)]
+    try:
+        acc = resolve(info, root, root_t, memory, numbered, whole=True)
+    except DwarfAccessError as exc:
+        raise _err(str(exc), node) from None
+    return info.dwarf.get_DIE_from_refaddr(acc.type_offset) if acc.type_offset >= 0 else None
+
+
+def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyValue, ...]]:
+    """`$var$`, `$var->m$$`, `$$parms$`, `$$vars$`, `$$locals$` at `site`: the format
+    string and the values it reads, as stap's pretty printer spells them."""
+    full = pretty_depth(e) > 1
+    info = dwarf.get_dwarf(site.path)
+    if e.name.startswith("$$"):
+        names = [p.name for p in site_vars(site, e.name)]
+        fmt_parts: list[str] = []
+        values: list[PrettyValue] = []
+        for name in names:
+            try:
+                t = _type_at(site, name, [], e)
+            except ScriptError:
+                fmt_parts.append(f"{name}=?")
+                continue
+            f, args = pretty_plan(info, t, full)
+            fmt_parts.append(f"{name}={f}")
+            values.extend((f"${name}", a.extra, a.string) for a in args)
+        return " ".join(fmt_parts), tuple(values)
+    base = _base_comps(e)
+    t = _type_at(site, e.name[1:], base, e)
+    f, args = pretty_plan(info, t, full)
+    return f, tuple((e.name, (*base, *a.extra), a.string) for a in args)
+
+
+# -- @cast and @var ------------------------------------------------------------------------
+
+def _module(sites: tuple[ProbeSite, ...], module: str | None, node: ast.Expr) -> str:
+    """The binary whose DWARF a @cast/@var reads: its module argument, else the one
+    binary the probe's sites are in."""
+    if module is not None:
+        if module.startswith("<") or module.startswith("kernel"):
+            raise _err(f"'{module}': pydyn reads types from the DWARF of a binary, not "
+                       "from headers or the kernel", node)
+        return module
+    paths = {s.path for s in sites}
+    if len(paths) != 1:
+        raise _err("name the binary: this probe is not in exactly one", node,
+                   'e.g. @cast(p, "struct foo", "/path/to/prog")')
+    return paths.pop()
+
+
+def cast_access(sites: tuple[ProbeSite, ...], e: ast.Cast) -> Access:
+    """`@cast(ptr, "struct foo"[, "PATH"])->m...`: the type from PATH's DWARF (or
+    the probe's binary), its object in memory at `ptr`."""
+    path = _module(sites, e.module, e)
+    try:
+        info = dwarf.get_dwarf(path)
+        t = find_type(info, e.type_name)
+        if t is None:
+            raise _err(f"type '{e.type_name}' not found in the DWARF of {path}", e)
+        return resolve(info, Root("value"), t, True, _components_of(e), e.addressof)
+    except TargetError as exc:
+        raise _err(f"@cast: {exc}", e) from exc
+    except DwarfAccessError as exc:
+        raise _err(str(exc), _component_node(e, exc.index)) from None
+
+
+def atvar_access(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> Access:
+    """`@var("name[@file.c]"[, "PATH"])->m...`: a global in memory at its address
+    plus the load bias of the probe's own binary (PATH must be that binary)."""
+    path = _module(sites, None, e)
+    if e.module is not None and os.path.realpath(e.module) != os.path.realpath(path):
+        raise _err(f"@var of another binary ({e.module}) than the probe's ({path}) is "
+                   "not supported: its load address is not known here", e)
+    name, _, cu = e.name.partition("@")
+    try:
+        info = dwarf.get_dwarf(path)
+        var = find_global(info, name, cu or None)
+        if var is None:
+            where = f" in a compilation unit matching '{cu}'" if cu else ""
+            raise _err(f"@var: no global '{name}'{where} in the DWARF of {path}", e)
+        return resolve(info, Root("address", name, var[1]), var[0], True, _components_of(e),
+                       e.addressof)
+    except TargetError as exc:
+        raise _err(f"@var: {exc}", e) from exc
+    except DwarfAccessError as exc:
+        raise _err(str(exc), _component_node(e, exc.index)) from None
+
+
+def _components_of(e: ast.Cast | ast.AtVar) -> list[tuple[str, object]]:
+    if any(isinstance(c, ast.PrettyPrint) for c in e.components):
+        raise _err("pretty printing a @cast or @var value is not supported yet", e)
+    comps: list[tuple[str, object]] = []
+    n = 0
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            comps.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            comps.append(("index", n))
+            n += 1
+    return comps
+
+
+def _component_node(e: ast.Cast | ast.AtVar, index: int) -> object:
+    parts = [c for c in e.components if isinstance(c, ast.Member | ast.Subscript)]
+    return parts[index] if 0 <= index < len(parts) else e
+
+
+def cast_subscripts(e: ast.Cast | ast.AtVar) -> list[ast.Expr]:
+    return [c.index for c in e.components if isinstance(c, ast.Subscript)]
