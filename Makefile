@@ -123,6 +123,7 @@ bench: deb-deps py-deps
 	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
 	$(VPY) bench/run.py
 	$(VPY) bench/startup.py
+	$(VPY) bench/coldstart.py
 
 clean:
 	rm -rf examples/bin .pytest_cache .mypy_cache

@@ -103,11 +103,12 @@ def _launcher_digest() -> str:
     return source_signature(iter_source_files(str(LAUNCHER_DIR), (".py",))).hex()
 
 
-def probe_paths(script: Any) -> tuple[list[str], bool]:
-    """The `process("...")` paths of the probe points as written, and whether any point
-    uses `.library()`: from the AST, kept in the index so a hit needs no parse."""
+def probe_paths(script: Any) -> tuple[list[str], bool, bool]:
+    """The `process("...")` paths of the probe points as written, whether any point
+    uses `.library()` and whether any names no path (probes the -c/-x target): from the
+    AST, kept in the index so a hit needs no parse."""
     out: set[str] = set()
-    uses_library = False
+    uses_library = uses_target = False
     for probe in script.probes:
         for point in probe.points:
             comps = point.components
@@ -116,7 +117,9 @@ def probe_paths(script: Any) -> tuple[list[str], bool]:
             uses_library |= any(c.name == "library" for c in comps)
             if isinstance(comps[0].arg, str):
                 out.add(comps[0].arg)
-    return sorted(out), uses_library
+            elif comps[0].arg is None:
+                uses_target = True
+    return sorted(out), uses_library, uses_target
 
 
 def named_binaries(points: Iterable[str], target_path: str | None) -> list[str]:
@@ -152,6 +155,7 @@ class Lookup:
         self.target_path = target_path
         self.points: list[str] | None = None   # None until bound from the index or the AST
         self.uses_library = False
+        self.uses_target = False
         self.named: list[str] = []
         self.deps: list[str] = []   # files whose fingerprints complete the key
 
@@ -159,9 +163,13 @@ class Lookup:
     def script_hash(self) -> str:
         return _sha("\n".join(i.line() for i in self.script))
 
-    def bind(self, points: Sequence[str], uses_library: bool) -> None:
+    def bind(self, points: Sequence[str], uses_library: bool, uses_target: bool) -> None:
+        """The target is one of the probed binaries only when a point names no path:
+        otherwise the modules are the same whatever -c starts (a -p4 build serves a
+        later run with -c)."""
         self.points, self.uses_library = list(points), uses_library
-        self.named = named_binaries(points, self.target_path)
+        self.uses_target = uses_target
+        self.named = named_binaries(points, self.target_path if uses_target else None)
 
     def bind_script(self, script: Any) -> None:
         """After a parse (a miss): the points as the AST has them."""
@@ -182,7 +190,6 @@ def _host() -> str:
 
 
 def script_inputs(text: str, filename: str, args: Sequence[str], defines: Sequence[str],
-                  argv0: str | None, target_path: str | None,
                   compilers: Iterable[KeyInput]) -> list[KeyInput]:
     """The key's inputs known without parsing the script."""
     return [
@@ -195,7 +202,6 @@ def script_inputs(text: str, filename: str, args: Sequence[str], defines: Sequen
         KeyInput("launcher sources", _launcher_digest()),
         KeyInput("runtime and shmlayout sources", runtime_digest().hex()),
         *compilers,
-        KeyInput("-c target", _sha(f"{argv0}\n{target_path}"), f"{argv0} -> {target_path}"),
     ]
 
 
@@ -456,9 +462,39 @@ class ModuleCache:
                              f"{' '.join(COMMON_CFLAGS)}\n{version}"),
                         f"{real} {' '.join(abi_flags(abi))} ({first})")
 
+    # -- -c targets -------------------------------------------------------------
+    # Not part of any key (the same modules serve every target of a script that names
+    # its binaries): what a session needs of its target is checked once per target
+    # version and remembered here, so a hit still starts no ELF parser.
+    def _target_ident(self, path: str) -> str:
+        return f"{os.path.realpath(path)}|{file_fingerprint(path)}"
+
+    def target_checked(self, path: str) -> bool:
+        """Whether the -c program at `path`, as it is now, passed check_command_target."""
+        try:
+            memo = json.loads((self.root / "targets.json").read_text())
+            return isinstance(memo, dict) and memo.get(self._target_ident(path)) is True
+        except (OSError, ValueError):
+            return False
+
+    def remember_target(self, path: str) -> None:
+        memo_path = self.root / "targets.json"
+        try:
+            ident = self._target_ident(path)
+            try:
+                memo = json.loads(memo_path.read_text())
+                if not isinstance(memo, dict) or len(memo) > 1000:
+                    memo = {}
+            except (OSError, ValueError):
+                memo = {}
+            memo[ident] = True
+            _write_atomic(memo_path, json.dumps(memo, indent=1, sort_keys=True))
+        except OSError:
+            pass
+
     # -- lookup ------------------------------------------------------------------
     def lookup_text(self, text: str, filename: str, args: Sequence[str],
-                    defines: Sequence[str], argv0: str | None, target_path: str | None,
+                    defines: Sequence[str], target_path: str | None,
                     guru: bool = False, skip_badvars: bool = False
                     ) -> tuple[Lookup | None, Hit | None]:
         """The cheap key of this run and the entry it names, if that entry is sound;
@@ -466,8 +502,7 @@ class ModuleCache:
         caller parses and binds the Lookup (`bind_script`) before `build`.
 
         (None, None) after one warning if the entry is not safely ours: build privately."""
-        inputs = script_inputs(text, filename, args, defines, argv0, target_path,
-                               self.compiler_inputs())
+        inputs = script_inputs(text, filename, args, defines, self.compiler_inputs())
         if guru:   # -g changes guru_mode conditions and what translates: never shared
             inputs.append(KeyInput("guru mode", "1"))
         if skip_badvars:   # what translates differs
@@ -496,7 +531,7 @@ class ModuleCache:
             points, deps = index["points"], index["deps"]
             if not all(isinstance(p, str) for p in [*points, *deps]):
                 return lk, None
-            lk.bind(points, bool(index["uses_library"]))
+            lk.bind(points, bool(index["uses_library"]), bool(index.get("uses_target")))
         except (OSError, ValueError, KeyError, TypeError):
             return lk, None
         lk.deps = sorted(set(deps) | set(lk.named))
@@ -575,7 +610,7 @@ class ModuleCache:
         index_dir.mkdir(mode=0o700, exist_ok=True)
         _write_atomic(index_dir / f"{lk.script_hash}.json",
                       json.dumps({"points": lk.points, "uses_library": lk.uses_library,
-                                  "deps": lk.deps}))
+                                  "uses_target": lk.uses_target, "deps": lk.deps}))
         entry = self.entry_dir(key)
         entry.mkdir(mode=0o700, exist_ok=True)
         check_private(entry, "cache entry")

@@ -209,7 +209,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .plan import coverage, plan_site, plan_sites, return_plan
+    from .plan import coverage, plan_site, plan_sites, prepare, return_plan
     from .resolve import Resolver
     from .script import recursion_headroom
     from .session import check_command_target
@@ -218,6 +218,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     verbose = opts.verbose
     if argv_cmd is not None:
         check_command_target(argv_cmd)
+        if cache is not None:
+            from .build import which
+            cache.remember_target(target_path or which(argv_cmd[0]) or argv_cmd[0])
     warnings: list[str] = []   # replayed on a cache hit
 
     def warn(message: str) -> None:
@@ -226,6 +229,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
+    prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     if opts.pass_ == 2:
         for sites in resolution.points:
@@ -265,7 +269,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
                    "modules ..."):
         if cache is not None:
-            deps = [*resolution.objects, *([target_path] if target_path else [])]
+            deps = list(resolution.objects)   # the target only if a probe resolved in it
             modules = cache.build(lookup, deps, program, required, defines, warnings,
                                   verbose_lines, keep=opts.pass_ == 4)
         else:
@@ -277,8 +281,15 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
 
 def run(argv: Sequence[str]) -> int:
+    from .build import which
     from .cache import NO_ELF_ENV, forbid_elf_parsing, open_cache
-    from .session import Session, SessionOptions, read_exec_header, split_command
+    from .session import (
+        Session,
+        SessionOptions,
+        check_command_target,
+        read_exec_header,
+        split_command,
+    )
 
     opts = _parser().parse_args(argv)
     if opts.attach_pid is not None:
@@ -310,7 +321,6 @@ def run(argv: Sequence[str]) -> int:
                              ".mark(\"*\")'")
         target = None
         if opts.command:
-            from .build import which
             cmd0 = split_command(opts.command)[0]
             exe = cmd0 if "/" in cmd0 else which(cmd0)
             target = os.path.realpath(exe) if exe else None
@@ -357,7 +367,6 @@ def run(argv: Sequence[str]) -> int:
         raise PydynError(f"-T {opts.timeout:g}: the timeout must be a positive number of seconds")
     if opts.command:
         argv_cmd = split_command(opts.command)
-        from .build import which
         exe = argv_cmd[0] if "/" in argv_cmd[0] else which(argv_cmd[0])
         # A script (or a file sh runs) is no target to resolve marks in: its
         # interpreter is, and loads the module like any other process.
@@ -365,13 +374,28 @@ def run(argv: Sequence[str]) -> int:
             target_path = os.path.realpath(exe)
     # A cache hit (key from cheap facts: launcher/cache.py) skips resolve, translate and build.
     cache = None
+    facts_root: Path | None = None
     if not opts.disable_cache and (opts.pass_ is None or opts.pass_ >= 4):
         cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
+    elif not opts.disable_cache:   # -p2/-p3 plan sites too: the binaries' facts are shared
+        cache = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
+        facts_root = cache.root if cache is not None else None
+        cache = None
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
-                                    argv_cmd[0] if argv_cmd else None,
                                     target_path, guru=opts.guru,
                                     skip_badvars=opts.skip_badvars) if cache else (None, None)
+    if hit is not None and cache is not None and argv_cmd is not None:
+        # the modules do not depend on the -c program; what the session needs of it
+        # (it can take the preload; its ABI's module exists) is checked here
+        from .session import target_abi
+        exe_path = target_path or which(argv_cmd[0]) or argv_cmd[0]
+        if not cache.target_checked(exe_path):
+            check_command_target(argv_cmd)
+            cache.remember_target(exe_path)
+        abi = target_abi(target_path) if target_path else None
+        if abi is not None and abi not in hit.modules.modules:
+            hit = None     # built without that ABI: build it now (store keeps the rest)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:
@@ -388,6 +412,10 @@ def run(argv: Sequence[str]) -> int:
         script = parse()
         if lookup is not None:
             lookup.bind_script(script)
+        if cache is not None:
+            facts_root = cache.root
+        from .plan.objfacts import set_cache_root
+        set_cache_root(facts_root)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
         if compiled is None:
             return 0   # -p2, -p3

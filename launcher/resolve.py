@@ -97,6 +97,7 @@ class Resolver:
         self.target_path = target_path
         self.warn = warn or (lambda m: print(f"pydyn: warning: {m}", file=sys.stderr))
         self._scans: dict[str, SiteScan] = {}
+        self._elf_paths: dict[str, str] = {}   # path as found -> the ELF file's path
         self.resolution = Resolution()
 
     def _scan(self, path: str) -> SiteScan:
@@ -133,10 +134,17 @@ class Resolver:
         missing = missing_reason(path)
         if missing is not None:
             raise _pp_error(point, f"process(\"{arg}\"): {missing}")
+        # once per path: a script may name one binary in thousands of probe points, and
+        # reading its headers (pyelftools builds the dynamic section's hash table) costs
+        # tens of milliseconds
+        known = self._elf_paths.get(path)
+        if known is not None:
+            return known
         try:
-            return get_elf_info(path).path
+            known = self._elf_paths[path] = get_elf_info(path).path
         except TargetError as exc:
             raise _pp_error(point, f"process(\"{arg}\"): {exc.reason}") from exc
+        return known
 
     def resolve(self, script: ast.Script) -> Resolution:
         for probe in script.probes:

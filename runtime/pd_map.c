@@ -98,6 +98,16 @@ void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
     return pd_map_get_seq(c, map, d, key, create, NULL);
 }
 
+int64_t pd_map_set_i64(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
+                       const uint8_t *key, int64_t v, const char *where)
+{
+    c->where = where;
+    int64_t *p = pd_map_get_seq(c, map, d, key, 1, NULL);
+    if (p)
+        *p = v;
+    return v;
+}
+
 /* pd_map_get whose insertions take their number from *seq_src (atomically) when it is
  * not NULL: the per-thread tables of one keyed statistic share one order (pd_kstat.c). */
 void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,

@@ -176,6 +176,11 @@ void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg)
     pd_rec_close(c);
 }
 
+void pd_action(struct pd_ctx *c, const char *where)
+{
+    PD_ACTION(c, where);
+}
+
 void pd_error(struct pd_ctx *c, const char *fmt, ...)
 {
     if (c->error)

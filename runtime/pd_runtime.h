@@ -450,6 +450,10 @@ void pd_key_i64(uint8_t *slot, int64_t v);
 void pd_key_str(uint8_t *slot, const char *s);
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);
+/* `a[k] = v` of a long array, in a handler of many statements (one call, not an
+ * inline lookup and store a statement): `where` names the array for an overflow. */
+int64_t pd_map_set_i64(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
+                       const uint8_t *key, int64_t v, const char *where);
 void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                      const uint8_t *key, int create, uint64_t *seq_src);
 uint8_t *pd_map_next(uint8_t *map, const struct pd_mapdesc *d, uint32_t *i);
@@ -602,6 +606,9 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
             pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
     } while (0)
+/* PD_ACTION out of line: what a handler of many statements uses (the translator's
+ * OUTLINE_STATEMENTS), whose size gcc's time grows faster than with. */
+void pd_action(struct pd_ctx *c, const char *where);
 /* PD_ACTION as FAST handler statement n_ (1, 2, ...; a FAST handler has no loop): no
  * call, no store while within MAXACTION -- c->actions is the budget, never counted
  * down -- and `where` (c->probe->where[n_ - 1]) is only stored when the statement

@@ -22,10 +22,10 @@ from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes, reads_return_value
 from . import aarch64, x86
 from .returns import ReturnPlan, plan_returns, return_plan
-from .x86 import PatchPlan, coverage, plan_c, trap
+from .x86 import PatchPlan, coverage, plan_c, prepare, trap
 
 __all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
-           "plan_function", "plan_site", "plan_sites", "return_plan"]
+           "plan_function", "plan_site", "plan_sites", "prepare", "return_plan"]
 
 _ARCHES: dict[str, tuple[Callable[[ProbeSite], PatchPlan], Callable[[ProbeSite], PatchPlan]]] = {
     "x86_64": (x86.plan_site, x86.plan_function),
@@ -87,6 +87,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     params = any(isinstance(n, ast.TargetSymbol) and (
         is_param_name(n.name) or n.name in ("$$parms", "$$vars", "$$locals"))
         for n in iter_nodes(script.probes))
+    prepare(resolution.iter_sites())   # what the binaries say of every site, at once
     marks: dict[tuple[str, int], PatchPlan] = {}
     # per function: its entry site, whether it has return probes, reads entry values,
     # reads $return

@@ -149,6 +149,7 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
     # gcc's hot/cold split: the .cold part is the same function (jumped to, it may
     # return or jump back)
     ranges = [(func_addr, func_addr + func_size), *img.cold.get(site.name, [])]
+    obj.cover_sites([site.pc], ranges)   # what every exit's window may ask, in one scan
     try:
         found = [e for lo, hi in ranges for e in _find_exits(obj, img, lo, hi, ranges)]
         if not found:

@@ -9,10 +9,12 @@ The launcher decides, the runtime only applies.  For each site, in order:
   rel8/rel32 jumps and branches, a final call emulated with its original
   return address, i386 ``get_pc_thunk`` calls turned into immediates).  Only
   where no branch can land inside the overwritten bytes: direct branch and
-  call targets of a linear sweep of every executable section, code addresses
-  named by instructions, relocations (RELA/REL/RELR) and data words (absolute,
-  and relative entries of jump tables), and C++ landing pads (read from each
+  call targets of every instruction of the object, code addresses named by
+  instructions, relocations (RELA/REL/RELR) and data words (absolute, and
+  relative entries of jump tables), and C++ landing pads (read from each
   function's LSDA; a function whose LSDA cannot be read is refused whole).
+  objfacts.py finds them once per binary (the instructions that name a site's
+  neighbourhood by a byte scan of the whole code, then a decode of those alone).
   Direct branches into the window are retargeted to the stub instead (rel8 ones
   through an island of dead padding); a window that ends in ret/jmp short of 5
   bytes takes the dead padding after it, or jumps (rel8) to an island.
@@ -24,16 +26,17 @@ Every plan carries the reason it got its tactic (``pydyn -p2`` prints it).
 from __future__ import annotations
 
 import bisect
-import os
-import re
-import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 from typing import Any
 
-from ..elf.stapsdt import ProbeSite, iter_stapsdt_notes
+from ..elf.functions import FunctionSite
+from ..elf.stapsdt import ProbeSite
+from .objfacts import ObjectFacts as _Object
+from .objfacts import analyse
+from .objfacts import cs as _cs
+from .objfacts import is_pad as _is_pad
 
 JMP_LEN = 5
 MAX_WINDOW = 16          # bytes of instructions the runtime's stub reserves for them
@@ -102,308 +105,25 @@ def trap(reason: str) -> PatchPlan:
     return PatchPlan("trap", reason)
 
 
-# --- object analysis ------------------------------------------------------------------
+# --- object analysis (objfacts.py) ----------------------------------------------------
 
-@dataclass
-class _Object:
-    bits: int
-    machine: str
-    text: list[tuple[int, bytes]]            # executable sections: (vaddr, bytes)
-    targets: set[int] = field(default_factory=set)   # hard: branches, immediates, relocs
-    # weak: words of data that fall in the text (a real code pointer is an instruction
-    # start, so one landing inside an instruction decoded from the site is no pointer)
-    weak: set[int] = field(default_factory=set)
-    # target -> (field address, 4 or 1) of the direct jmp/jcc/call rel32 and jmp/jcc rel8
-    # reaching it: such a branch can be retargeted into the stub (a rel8 one through an
-    # island of dead padding), so its target may lie inside the window
-    branch_src: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
-    claimed: dict[int, tuple[int, int]] = field(default_factory=dict)  # byte -> owner
-    # runs of >= 2 padding bytes (nop/int3) after an instruction that does not fall
-    # through, in address order, as the sweep decoded them: (start, length)
-    pads: list[tuple[int, int]] = field(default_factory=list)
-    landing_pads: set[int] = field(default_factory=set)   # C++, from the LSDAs (in targets)
-    eh_ranges: list[tuple[int, int]] = field(default_factory=list)   # FDEs with an LSDA
-    marks: set[int] = field(default_factory=set)   # every USDT site of the object
-    error: str = ""
-
-    def read(self, addr: int, n: int) -> bytes:
-        for va, data in self.text:
-            if va <= addr < va + len(data):
-                return data[addr - va:addr - va + n]
-        return b""
-
-    def in_text(self, addr: int) -> bool:
-        return any(va <= addr < va + len(data) for va, data in self.text)
-
-
-_HEX = re.compile(r"0x[0-9a-f]+")
-_RIP = re.compile(r"\[rip(?: ([+-]) (0x[0-9a-f]+|[0-9]+))?\]")  # capstone: decimal below 10
-_BRANCHES = ("j", "call", "loop", "xbegin")
-_PADDING = ("nop", "int3")
-_SAME_REG = re.compile(r"(\w+), \[?\1\]?")   # i386 gcc pads with `lea 0(%esi),%esi` & co.
-
-
-def _is_pad(mnem: str, ops: str) -> bool:
-    return mnem in _PADDING or (mnem in ("lea", "mov") and bool(_SAME_REG.fullmatch(ops)))
-_NO_FALLTHROUGH = ("jmp", "ret", "ud2", "hlt", "int3")
-
-
-def _cs(bits: int, detail: bool = False) -> Any:
-    import capstone
-    md = capstone.Cs(capstone.CS_ARCH_X86, capstone.CS_MODE_64 if bits == 64
-                     else capstone.CS_MODE_32)
-    md.detail = detail
-    md.skipdata = False
-    return md
-
-
-def _branch_field(data: bytes, at: int, size: int) -> tuple[int, int] | None:
-    """(offset, size) of the displacement of a direct `jmp/call rel32`, `jcc rel32`,
-    `jmp rel8` or `jcc rel8` of `size` bytes at data[at:]; None for another form (loop)."""
-    if size >= 5:
-        op = data[at + size - 5]
-        if op in (0xE8, 0xE9) or (size >= 6 and data[at + size - 6] == 0x0F and
-                                  0x80 <= op <= 0x8F):
-            return size - 4, 4
-    op = data[at + size - 2]
-    if 2 <= size <= 3 and (op == 0xEB or 0x70 <= op <= 0x7F):
-        return size - 1, 1
-    return None
-
-
-def _sweep(obj: _Object, lo: int, hi: int, data_refs: set[int]) -> None:
-    """Linear sweep: direct branch targets and code addresses named by instructions."""
-    md = _cs(obj.bits)
-    targets = obj.targets
-    pads = obj.pads
-    for va, data in obj.text:
-        pos = 0
-        while pos < len(data):
-            end = pos
-            dead = False
-            run = (0, 0)
-            for addr, size, mnem, ops in md.disasm_lite(data[pos:], va + pos):
-                end = addr + size - va
-                if (dead or run[1]) and _is_pad(mnem, ops):
-                    run = (run[0] or addr, run[1] + size)
-                    continue
-                if run[1] >= 2:
-                    pads.append(run)
-                run = (0, 0)
-                dead = mnem.split()[-1] in _NO_FALLTHROUGH
-                if "0x" not in ops and "rip" not in ops:
-                    continue
-                m = _RIP.search(ops)
-                if m:
-                    disp = int(m.group(2), 0) if m.group(2) else 0
-                    t = addr + size + (disp if m.group(1) == "+" else -disp)
-                    if lo <= t < hi:
-                        targets.add(t)
-                    else:
-                        data_refs.add(t)
-                    continue
-                if mnem.startswith(_BRANCHES) and _HEX.fullmatch(ops):
-                    fld = _branch_field(data, addr - va, size)
-                    if fld is not None:
-                        obj.branch_src.setdefault(int(ops, 16), []).append(
-                            (addr + fld[0], fld[1]))
-                        continue
-                for h in _HEX.findall(ops):
-                    t = int(h, 16)
-                    if lo <= t < hi:
-                        targets.add(t)
-                    elif mnem.startswith(_BRANCHES):
-                        targets.add(t)
-                    else:
-                        data_refs.add(t)
-            # capstone stops at an undecodable byte: resume after it (data in code)
-            pos = max(end, pos) + (1 if end <= pos or end < len(data) else 0)
-
-
-def _analyse(path: str) -> _Object:
-    from elftools.elf.elffile import ELFFile
-    from elftools.elf.relocation import RelocationSection
-    from elftools.elf.sections import SymbolTableSection
-
-    with open(path, "rb") as f:
-        elf = ELFFile(f)
-        bits = elf.elfclass
-        machine = "x86_64" if elf["e_machine"] == "EM_X86_64" else "i386"
-        obj = _Object(bits, machine, [])
-        sections = list(elf.iter_sections())
-        for s in sections:
-            if s["sh_flags"] & 0x4 and s["sh_type"] != "SHT_NOBITS" and s["sh_addr"]:
-                obj.text.append((s["sh_addr"], s.data()))
-        if not obj.text:
-            obj.error = "no executable sections"
-            return obj
-        lo = min(va for va, _ in obj.text)
-        hi = max(va + len(d) for va, d in obj.text)
-        word = 8 if bits == 64 else 4
-        fmt = "<Q" if bits == 64 else "<I"
-        data_refs: set[int] = set()
-        _sweep(obj, lo, hi, data_refs)
-        targets = obj.targets
-        # data: absolute code pointers and jump-table entries
-        got = None
-        for s in sections:
-            if s.name in (".got.plt", ".got") and got is None:
-                got = s["sh_addr"]
-        blobs: list[tuple[int, bytes]] = []
-        for s in sections:
-            if (s["sh_flags"] & 0x2) and not (s["sh_flags"] & 0x4) and \
-                    s["sh_type"] not in ("SHT_NOBITS", "SHT_NOTE") and s["sh_addr"]:
-                blobs.append((s["sh_addr"], s.data()))
-        weak = obj.weak
-        for _va, data in blobs:
-            n = len(data) // word * word
-            for (w,) in struct.iter_unpack(fmt, data[:n]):
-                if lo <= w < hi:
-                    weak.add(w)
-            n4 = len(data) // 4 * 4
-            if got is not None and bits == 32:
-                for (w,) in struct.iter_unpack("<i", data[:n4]):
-                    t = (got + w) & 0xFFFFFFFF
-                    if lo <= t < hi:
-                        weak.add(t)
-        # jump tables relative to their own start (x86-64 PIC): lea tbl(%rip) in the sweep
-        for va, data in blobs:
-            for ref in data_refs:
-                off = ref - va
-                if not 0 <= off < len(data):
-                    continue
-                for k in range(4096):
-                    o = off + 4 * k
-                    if o + 4 > len(data):
-                        break
-                    (e,) = struct.unpack_from("<i", data, o)
-                    t = (ref + e) & ((1 << bits) - 1)
-                    if not lo <= t < hi:
-                        break
-                    weak.add(t)
-        # relocations
-        for s in sections:
-            if isinstance(s, RelocationSection):
-                # A relocation that cannot be read may name a branch target: every
-                # displaced window of the object would be a guess, so none is made.
-                try:
-                    symtab = elf.get_section(s["sh_link"]) if s["sh_link"] else None
-                    for r in s.iter_relocations():
-                        cands = []
-                        if r.is_RELA():
-                            cands.append(r["r_addend"] & ((1 << bits) - 1))
-                        if isinstance(symtab, SymbolTableSection) and r["r_info_sym"]:
-                            sym = symtab.get_symbol(r["r_info_sym"])
-                            cands.append(sym["st_value"] + (r["r_addend"] if r.is_RELA() else 0))
-                        for c in cands:
-                            if lo <= c < hi:
-                                targets.add(c)
-                except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
-                    obj.error = f"cannot read the relocations of {s.name}: {exc}"
-            elif s["sh_type"] == "SHT_RELR":
-                try:
-                    relr: Any = s
-                    for r in relr.iter_relocations():
-                        targets.add(r["r_offset"])  # the word there was scanned as data
-                except Exception as exc:  # noqa: BLE001 - pyelftools raises many kinds
-                    obj.error = f"cannot read the relocations of {s.name}: {exc}"
-        # C++ landing pads are entered by the unwinder: each is a target; a function
-        # whose LSDA cannot be read is refused whole
-        gcc_except = next((s for s in sections if s.name == ".gcc_except_table"), None)
-        if gcc_except is not None and elf.has_dwarf_info():
-            table = (gcc_except["sh_addr"], gcc_except.data())
-            try:
-                dwarf = elf.get_dwarf_info(follow_links=False)
-                if dwarf.has_EH_CFI():
-                    for entry in dwarf.EH_CFI_entries():
-                        fde: Any = entry
-                        if getattr(fde, "lsda_pointer", None) is not None and "initial_location" \
-                                in fde.header:
-                            start = fde.header["initial_location"]
-                            pads = _landing_pads(table, fde.lsda_pointer, start, bits)
-                            if pads is None:
-                                obj.eh_ranges.append((start, start + fde.header["address_range"]))
-                            else:
-                                obj.landing_pads.update(pads)
-                                targets.update(pads)
-            except Exception:
-                obj.eh_ranges.append((lo, hi))
-        del word
-    try:
-        obj.marks = {n.pc for n in iter_stapsdt_notes(path)}
-    except Exception:  # noqa: BLE001 - the notes were read once already by resolve
-        obj.marks = set()
-    return obj
-
-
-def _landing_pads(table: tuple[int, bytes], lsda: int, func: int, bits: int) -> list[int] | None:
-    """The landing pads of the LSDA at `lsda` (in .gcc_except_table, `table` = (address,
-    bytes)) of the function at `func`; None if its encodings are not the plain ones gcc
-    and clang emit."""
-    base, data = table
-    pos = lsda - base
-
-    def uleb() -> int:
-        nonlocal pos
-        v = shift = 0
-        while True:
-            b = data[pos]
-            pos += 1
-            v |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return v
-
-    def enc(e: int) -> int | None:
-        nonlocal pos
-        if e == 0x01:                       # DW_EH_PE_uleb128
-            return uleb()
-        size = {0x02: 2, 0x03: 4, 0x04: 8, 0x00: bits // 8}.get(e)
-        if size is None:
-            return None
-        v = int.from_bytes(data[pos:pos + size], "little")
-        pos += size
-        return v
-
-    try:
-        if not 0 <= pos < len(data):
-            return None
-        lp_enc = data[pos]
-        pos += 1
-        lpstart = func
-        if lp_enc != 0xFF:
-            v = enc(lp_enc)
-            if v is None:
-                return None
-            lpstart = v
-        tt_enc = data[pos]
-        pos += 1
-        if tt_enc != 0xFF:
-            uleb()
-        cs_enc = data[pos]
-        pos += 1
-        end = uleb() + pos
-        pads = []
-        while pos < end:
-            fields = [enc(cs_enc), enc(cs_enc), enc(cs_enc)]
-            if None in fields:
-                return None
-            uleb()                          # action
-            if fields[2]:
-                pads.append(lpstart + int(fields[2] or 0))
-        return pads
-    except IndexError:
-        return None
-
-
-@lru_cache(maxsize=32)
-def _analyse_cached(path: str, mtime: int, size: int) -> _Object:
-    return _analyse(path)
-
-
-def analyse(path: str) -> _Object:
-    st = os.stat(path)
-    return _analyse_cached(path, st.st_mtime_ns, st.st_size)
+def prepare(sites: Iterable[ProbeSite]) -> None:
+    """Analyse the neighbourhoods of every site (and of every function a `.return`
+    site exits) at once: one scan per object, not one per site."""
+    pcs: dict[str, list[int]] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for site in sites:
+        if site.machine not in ("x86_64", "i386") or site.nop_len >= JMP_LEN:
+            continue
+        pcs.setdefault(site.path, []).append(site.pc)
+        if isinstance(site, FunctionSite) and site.is_return and site.func_size > 0:
+            spans.setdefault(site.path, []).append(
+                (site.func_addr, site.func_addr + site.func_size))
+    for path, at in pcs.items():
+        try:
+            analyse(path).cover_sites(at, spans.get(path, []))
+        except (OSError, Exception):  # noqa: B014, BLE001 - each plan reports it
+            pass
 
 
 # --- relocation -----------------------------------------------------------------------
@@ -657,6 +377,7 @@ def _island(obj: _Object, anchor: int, owner: tuple[int, int]) -> tuple[int, int
     through, reached by nothing) for a `jmp rel32`, within rel8 reach of `anchor` or of
     a 2-byte `jmp rel8` hop in other dead padding (hop 0: none); claimed for `owner`.
     (0, 0) if there is none."""
+    obj.ensure_pads(anchor)
     mine = [b for b, who in obj.claimed.items() if who == owner]
     if mine:     # planned before (the launcher may plan a site twice)
         return mine[0], (mine[JMP_LEN] if len(mine) > JMP_LEN else 0)
@@ -679,6 +400,7 @@ def _island(obj: _Object, anchor: int, owner: tuple[int, int]) -> tuple[int, int
 def _free_pad(obj: _Object, anchor: int, n: int, owner: tuple[int, int],
               exclude: int = -1) -> int:
     """`n` unclaimed dead padding bytes within rel8 reach of `anchor`, claimed; 0 if none."""
+    obj.ensure_pads(anchor)
     i = bisect.bisect_left(obj.pads, (anchor - 128 - 256,))
     for start, size in obj.pads[i:]:
         if start > anchor + 127:

@@ -17,10 +17,23 @@ def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
     if isinstance(node, tuple):
         for item in node:
             yield from iter_nodes(item, prune)
-    elif dataclasses.is_dataclass(node) and not isinstance(node, (type, *prune)):
-        for f in dataclasses.fields(node):
-            if f.name != "loc":
-                yield from iter_nodes(getattr(node, f.name), prune)
+    elif not isinstance(node, (type, *prune)):
+        for name in _child_fields(type(node)):
+            yield from iter_nodes(getattr(node, name), prune)
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a dataclass node type that may hold nodes (not `loc`); () for
+    another type.  Once per type: the translator walks a script many times, and
+    dataclasses.fields() per node was most of a 5,000-probe script's translation."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls)
+                                     if f.name != "loc") if dataclasses.is_dataclass(cls) else ()
+    return names
 
 
 def is_param_name(name: str) -> bool:

@@ -14,18 +14,21 @@ def _err(msg: str, node: object, hint: str | None = None) -> ScriptError:
     return ScriptError(msg, getattr(node, "loc", None), hint)
 
 
+def _escape(b: int) -> str:
+    ch = chr(b)
+    if ch in '"\\':
+        return "\\" + ch
+    if 32 <= b < 127 and ch != "?":  # '?' escaped: no trigraphs
+        return ch
+    return f"\\{b:03o}"
+
+
+_ESCAPED = [_escape(b) for b in range(256)]   # one lookup a byte: scripts name thousands
+
+
 def _c_string(text: str | bytes) -> str:
     data = text if isinstance(text, bytes) else text.encode("utf-8", "surrogateescape")
-    out = []
-    for b in data:
-        ch = chr(b)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif 32 <= b < 127 and ch != "?":  # '?' escaped: no trigraphs
-            out.append(ch)
-        else:
-            out.append(f"\\{b:03o}")
-    return '"' + "".join(out) + '"'
+    return '"' + "".join(map(_ESCAPED.__getitem__, data)) + '"'
 
 
 def _where(node: object) -> str:

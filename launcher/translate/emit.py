@@ -29,7 +29,7 @@ from ..guru import (
 )
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
-from ..script.walk import entry_values, is_param_name
+from ..script.walk import entry_values, is_param_name, iter_nodes
 from . import tvars
 from .analysis import GlobalPlan, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
@@ -88,6 +88,13 @@ class Emitter:
         self.lines: list[str] = []
         self.decls: list[str] = []
         self.ntemp = 0
+        # key buffers, reused by the statements that follow one another: a buffer lives
+        # only while its statement runs (nested statements take the ones after their
+        # parent's).  A buffer per statement made gcc's time grow with the square of a
+        # probe's statements (2,048 map stores: 20 s).  (decls index, name, size) each.
+        self.key_pool: list[tuple[int, str, int]] = []
+        self.key_used = 0
+        self.outline = False   # statements counted by a call (outline_statements)
         self.indent = 1
         self.err_label = ["out"]
         self.needs_lock = False
@@ -97,6 +104,18 @@ class Emitter:
         self.ntemp += 1
         name = f"t{self.ntemp}"
         self.decls.append(f"    {ctype} {name}{suffix};")
+        return name
+
+    def key_temp(self, size: int) -> str:
+        """A key buffer of at least `size` bytes for the current statement."""
+        if self.key_used == len(self.key_pool):
+            name = self.temp("uint8_t", f"[{size}]")
+            self.key_pool.append((len(self.decls) - 1, name, size))
+        at, name, have = self.key_pool[self.key_used]
+        if size > have:
+            self.decls[at] = f"    uint8_t {name}[{size}];"
+            self.key_pool[self.key_used] = (at, name, size)
+        self.key_used += 1
         return name
 
     def strtemp(self) -> str:
@@ -109,7 +128,7 @@ class Emitter:
         """Count a statement against MAXACTION.  A FAST handler compares the statement's
         number instead and finds its `where` in the probe's table (fast.where_table)."""
         if self.wheres is None:
-            self.line(f"PD_ACTION(c, {_where(node)});")
+            self.line(f"{'pd_action' if self.outline else 'PD_ACTION'}(c, {_where(node)});")
         else:
             self.wheres.append(_where(node))
             self.line(f"PD_ACTION_FAST(c, {len(self.wheres)});")
@@ -133,7 +152,7 @@ class Emitter:
 
     def key_blob(self, var: GlobalVar, keys: tuple[ast.Expr, ...]) -> str:
         assert var.array is not None
-        kb = self.temp("uint8_t", f"[{max(self.tr.limits.key_size(var), 8)}]")
+        kb = self.key_temp(max(self.tr.limits.key_size(var), 8))
         parts = []
         at = 0
         for k, kt in zip(keys, var.array.keys, strict=True):
@@ -343,6 +362,17 @@ class Emitter:
                 sp = p
             return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
                     f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
+        tgt = e.target
+        if e.op == "=" and self.outline and isinstance(tgt, ast.Index) and \
+                isinstance(tgt.base, ast.Symbol) and self.is_global(tgt.base.name):
+            var = self.tr.globals[tgt.base.name]
+            if var.array is not None and (var.array.value or LONG) == LONG and \
+                    var.name not in self.tr.plan.kstats:
+                # one call a statement in a handler of many (outline_statements); the
+                # value first, then the key, as the inline form evaluates them
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_map_set_i64(c, "
+                        f"{self.gptr(var)}, &md_{var.name}, "
+                        f"{self.key_blob(var, tgt.indexes)}, v_, {_where(tgt)}); }})")
         p, t, nullable = self.ptr(e.target, True)
         if t == STRING:
             val = self.expr(e.value)
@@ -681,6 +711,13 @@ class Emitter:
             return
         if isinstance(s, ast.Empty):
             return
+        keys = self.key_used
+        try:
+            self._stmt(s)
+        finally:
+            self.key_used = keys      # its key buffers are free for the next statement
+
+    def _stmt(self, s: ast.Stmt) -> None:
         self.action(s.expr if isinstance(s, ast.ExprStatement) else s)
         target = counter_update(s.expr) if isinstance(s, ast.ExprStatement) else None
         kcount = kcount_update(s.expr) if isinstance(s, ast.ExprStatement) else None
@@ -884,6 +921,17 @@ class Emitter:
 
 
 
+OUTLINE_STATEMENTS = 64
+
+
+def outline_statements(body: ast.Stmt) -> bool:
+    """Whether a body has so many statements that each counts itself with a call to
+    pd_action: inline, the check is a few instructions a statement, and gcc's time on one
+    function grows faster than its size (2,048 statements: seconds per ABI).  Small
+    handlers, the hot ones, keep it inline."""
+    return sum(1 for n in iter_nodes(body) if isinstance(n, ast.Stmt)) > OUTLINE_STATEMENTS
+
+
 def _entry_handler(tr: Unit, pi: int, scope: Scope,
                    nodes: list[ast.Expr]) -> tuple[list[str], bool]:
     """The hidden entry handler of a .return probe using @entry (entry.py), and
@@ -945,6 +993,7 @@ def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
             info.ret, f.body.code, _where(f))
     scope = tr.types.func_scopes[f.name]
     em = Emitter(tr, scope)
+    em.outline = outline_statements(f.body)
     em.stmt(f.body)
     params = {p.name for p in f.params}
     copies = []
@@ -1007,6 +1056,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         scope = unit.types.probe_scopes[pi]
         fast = not entries_of[pi] and is_fast(probe.body, unit.plan)
         em = Emitter(unit, scope, scope.sites, fast=fast)
+        em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
         local_decls = [*em.local_decls(set()), *em.decls]
         assert not fast or not local_decls, "a FAST handler has no local"

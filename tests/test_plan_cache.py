@@ -1,0 +1,171 @@
+"""The binaries' facts patch planning needs are computed once per binary and shared
+(launcher/plan/objfacts.py), and the modules do not depend on the -c target.
+
+- a plan made from stored facts equals one made without a store, on real binaries
+  (the examples, python3.11, PostgreSQL's postgres where installed), for marks and
+  for function entries and exits;
+- a second new script on the same binary scans nothing (PYDYN_DEBUG_SCANS counts
+  every pd_sweep run), and two runs on a new binary at once scan it once;
+- `pydyn -p4 SCRIPT` then `pydyn SCRIPT -c CMD` compiles nothing the second time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from pathlib import Path
+
+import pytest
+from cbuild import run_pydyn, start_pydyn
+from test_cache import FakeGcc, script_for
+from test_cache import counter as counter  # noqa: F401 (the module's fixture, shared)
+
+from pydyn.launcher import plan as patchplan
+from pydyn.launcher.elf.functions import get_functions
+from pydyn.launcher.elf.stapsdt import get_probe_sites
+from pydyn.launcher.plan import objfacts
+from pydyn.launcher.plan import returns as retplan
+
+ROOT = Path(__file__).resolve().parent.parent
+POSTGRES = Path("/usr/lib/postgresql/15/bin/postgres")
+PYTHON = Path("/usr/bin/python3.11")
+
+
+def _fresh_analysis() -> None:
+    objfacts._analyse_cached.cache_clear()
+
+
+def _plans(binary: Path, root: Path | None, functions: int = 0) -> list[str]:
+    """Every mark's plan and the entry and return plans of the first `functions`
+    functions with a size, made in this process with the facts store at `root`."""
+    _fresh_analysis()
+    objfacts.set_cache_root(root)
+    try:
+        sites = list(get_probe_sites(str(binary)).sites)
+        funcs = [f for f in get_functions(str(binary)).functions if f.size > 16][:functions]
+        from pydyn.launcher.elf.functions import FunctionSite
+        fsites = [FunctionSite(str(binary), "", f.name, f.entry, 0, "", (), 0,
+                               sites[0].machine if sites else "x86_64",
+                               sites[0].elf_class if sites else 64,
+                               is_return=True, func_addr=f.addr, func_size=f.size)
+                  for f in funcs]
+        patchplan.prepare([*sites, *fsites])
+        out = [repr(dataclasses.astuple(patchplan.plan_site(s))) for s in sites]
+        for fs in fsites:
+            out.append(repr(dataclasses.astuple(patchplan.plan_site(
+                dataclasses.replace(fs, is_return=False)))))
+            out.append(str(retplan.plan_returns(fs, fs.func_addr, fs.func_size)))
+        return out
+    finally:
+        objfacts.set_cache_root(None)
+        _fresh_analysis()
+
+
+def _binaries(counter: Path) -> list[Path]:
+    return [counter, *(p for p in (PYTHON, POSTGRES) if p.exists())]
+
+
+def test_stored_plans_equal_fresh_ones(tmp_path: Path, counter: Path) -> None:
+    for binary in _binaries(counter):
+        root = tmp_path / binary.name
+        root.mkdir(mode=0o700)
+        fresh = _plans(binary, None, functions=40)
+        first = _plans(binary, root, functions=40)     # computes and stores
+        assert list((root / objfacts.STORE_DIR).glob("*.facts")), binary
+        stored = _plans(binary, root, functions=40)    # reads what was stored
+        assert fresh == first == stored, binary
+        assert any("displace" in p for p in fresh), binary
+
+
+def test_damaged_facts_are_computed_again(tmp_path: Path, counter: Path) -> None:
+    root = tmp_path / "c"
+    root.mkdir(mode=0o700)
+    fresh = _plans(counter, root)
+    for f in (root / objfacts.STORE_DIR).glob("*.facts"):
+        f.write_bytes(f.read_bytes()[:-3])
+    assert _plans(counter, root) == fresh
+
+
+def _scans(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _mark_script(binary: Path, mark: str, n: int) -> str:
+    return f'probe process("{binary}").mark("{mark}") {{ printf("%d {n}\\n", $arg1) }}\n'
+
+
+def test_second_script_on_a_binary_scans_nothing(tmp_path: Path, counter: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "scans.log"
+    monkeypatch.setenv(objfacts.SCAN_DEBUG_ENV, str(log))
+    cache = tmp_path / "cache"
+    res = run_pydyn(cache, "-p4", "-e", _mark_script(counter, "tick", 1))
+    assert res.returncode == 0, res.stderr
+    first = _scans(log)
+    assert [line.split()[1] for line in first] == ["data", "ranges"], first
+    res = run_pydyn(cache, "-p4", "-e", _mark_script(counter, "tick", 2))
+    assert res.returncode == 0, res.stderr
+    assert _scans(log) == first, "a new script on a known binary scanned it again"
+    # the script runs with the facts it got from the store
+    res = run_pydyn(cache, "-e", _mark_script(counter, "tick", 2), "-c", f"{counter} 3")
+    assert res.returncode == 0 and res.stdout.count(" 2\n") == 3, res.stderr
+
+
+def test_concurrent_runs_on_a_new_binary_scan_it_once(tmp_path: Path, counter: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    log = tmp_path / "scans.log"
+    monkeypatch.setenv(objfacts.SCAN_DEBUG_ENV, str(log))
+    cache = tmp_path / "cache"
+    target = PYTHON if PYTHON.exists() else counter
+    sites = get_probe_sites(str(target)).sites
+    mark = sites[0].name if sites else "tick"
+    procs = [start_pydyn(cache, "-p3", "-e", _mark_script(target, mark, n),
+                         stdout=subprocess.DEVNULL) for n in range(3)]
+    for p in procs:
+        _out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert [line for line in _scans(log) if line.endswith(" data")] == [f"{target} data"]
+
+
+def test_p4_then_c_uses_the_same_modules(tmp_path: Path, counter: Path) -> None:
+    gcc = FakeGcc(tmp_path)
+    cache = tmp_path / "cache"
+    res = run_pydyn(cache, "-p4", "-e", script_for(counter), env=gcc.env)
+    assert res.returncode == 0, res.stderr
+    built = res.stdout.split()
+    assert built and gcc.calls()
+    gcc.arm()      # any compiler call now fails the run
+    res = run_pydyn(cache, "-v", "-e", script_for(counter), "-c", f"{counter} 10",
+                    env=gcc.env)
+    assert res.returncode == 0 and "hits=10 total=45" in res.stdout, res.stderr
+    assert gcc.calls() == [], "the -c run compiled again"
+    assert "Pass 4: using cached" in res.stderr
+    # another -c program: still the same modules (the target is checked, not keyed)
+    res = run_pydyn(cache, "-e", script_for(counter), "-c", f"/bin/sh -c '{counter} 4'",
+                    env=gcc.env)
+    assert res.returncode == 0 and "hits=4 total=6" in res.stdout, res.stderr
+    assert gcc.calls() == []
+
+
+def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path) -> None:
+    cache = tmp_path / "cache"
+    res = run_pydyn(cache, "-p4", "-e", script_for(counter))
+    assert res.returncode == 0, res.stderr
+    plain = tmp_path / "not-executable"
+    plain.write_bytes(counter.read_bytes())
+    plain.chmod(0o644)
+    res = run_pydyn(cache, "-e", script_for(counter), "-c", str(plain))
+    assert res.returncode == 1 and "is not executable" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_pathless_probe_keys_the_target(tmp_path: Path, counter: Path) -> None:
+    cache = tmp_path / "cache"
+    script = 'global n\nprobe process.mark("tick") { n++ }\nprobe end { printf("n=%d\\n", n) }\n'
+    res = run_pydyn(cache, "-e", script, "-c", f"{counter} 5")
+    assert res.returncode == 0 and "n=5" in res.stdout, res.stderr
+    other = tmp_path / "counter2"
+    other.write_bytes(counter.read_bytes() + b"\0")    # same code, another file
+    other.chmod(0o755)
+    res = run_pydyn(cache, "-v", "-e", script, "-c", f"{other} 3")
+    assert res.returncode == 0 and "n=3" in res.stdout, res.stderr
