@@ -27,7 +27,7 @@ DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
 	examples/bin/calls
 
-.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench
+.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench i386-programs
 
 deps: deb-deps py-deps
 
@@ -112,8 +112,14 @@ lint: py-deps .mypy-tree/pydyn
 check: py-deps
 	$(VPY) -m pytest -q -m unit tests
 
+# Debian's i386 python3.11 and coreutils unpacked into .i386/root (nothing installed),
+# for tests/test_real_programs_i386.py; they load the i386 libc of libc6-i386, which
+# gcc-12-multilib brings.
+i386-programs: deb-deps
+	@sh tests/fetch_i386.sh .i386
+
 # Everything: what CI runs.
-test: deps examples lint
+test: deps examples lint i386-programs
 	$(VPY) -m pytest -q tests
 
 # ns per probe hit: bare / int3 trap / trampoline, m64 and m32; startup ms:
