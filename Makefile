@@ -27,7 +27,7 @@ DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
 	examples/bin/calls
 
-.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench i386-programs
+.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench i386-programs stap-testsuite
 
 deps: deb-deps py-deps
 
@@ -130,6 +130,13 @@ bench: deb-deps py-deps
 	$(VPY) bench/run.py
 	$(VPY) bench/startup.py
 	$(VPY) bench/coldstart.py
+
+# SystemTap's own testsuite against pydyn (not part of `make test`): STAP is a SystemTap
+# source tree or a bare git repository of one (see docs/stap-testsuite.md);
+# STAP_ARGS=--list-fails lists each failure with its first error line.
+stap-testsuite: py-deps
+	@test -n "$(STAP)" || { echo "usage: make stap-testsuite STAP=/path/to/systemtap [STAP_ARGS=--list-fails]"; exit 2; }
+	$(VPY) bench/stap_testsuite.py $(STAP) $(STAP_ARGS)
 
 clean:
 	rm -rf examples/bin .pytest_cache .mypy_cache

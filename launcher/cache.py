@@ -495,7 +495,7 @@ class ModuleCache:
     # -- lookup ------------------------------------------------------------------
     def lookup_text(self, text: str, filename: str, args: Sequence[str],
                     defines: Sequence[str], target_path: str | None,
-                    guru: bool = False, skip_badvars: bool = False
+                    guru: bool = False, extra: Sequence[tuple[str, str]] = (),
                     ) -> tuple[Lookup | None, Hit | None]:
         """The cheap key of this run and the entry it names, if that entry is sound;
         before any parse (a hit never parses, resolves nor translates).  On a miss the
@@ -505,8 +505,10 @@ class ModuleCache:
         inputs = script_inputs(text, filename, args, defines, self.compiler_inputs())
         if guru:   # -g changes guru_mode conditions and what translates: never shared
             inputs.append(KeyInput("guru mode", "1"))
-        if skip_badvars:   # what translates differs
-            inputs.append(KeyInput("skip bad variables", "1"))
+        # options that change the program without being in its text (-G NAME=VALUE,
+        # --compatible, -I tapset files; --skip-badvars is a -D STP_SKIP_BADVARS)
+        inputs.extend(KeyInput(what, _sha(value.encode(errors="surrogateescape")),
+                               f"{len(value)} chars") for what, value in extra)
         try:
             return self.lookup(Lookup(inputs, target_path))
         except CacheRefused as exc:

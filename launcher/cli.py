@@ -92,7 +92,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colour diagnostics: auto (on a tty, default), always, never")
     p.add_argument("args", nargs="*", help="script arguments ($1, @1, ...)")
-    p.add_argument("-e", dest="program", metavar="SCRIPT", help="run SCRIPT given inline")
+    p.add_argument("-e", dest="program", metavar="SCRIPT", action="append",
+                   help="run SCRIPT given inline")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
     p.add_argument("-x", dest="attach_pid", metavar="PID", type=int, action="append",
                    help="attach to the running process PID (target() is PID; one -x)")
@@ -121,6 +122,44 @@ def _parser() -> argparse.ArgumentParser:
                    help="output ring size in MiB (power of two)")
     p.add_argument("-o", dest="output", metavar="FILE",
                    help="write the probes' output to FILE instead of stdout")
+    p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
+                   help="initial value of global NAME (a number or a string)")
+    p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
+    p.add_argument("-W", dest="werror", action="store_true", help="treat warnings as errors")
+    p.add_argument("--suppress-handler-errors", action="store_true",
+                   help="an error ends only its handler, never the session (each is still "
+                        "printed and counted)")
+    # SystemTap's options are taken so a stap command line runs as it is; those that
+    # mean nothing different for pydyn say so in their help.
+    compat = p.add_argument_group("accepted for SystemTap compatibility")
+    compat.add_argument("--runtime", choices=("dyninst",), default="dyninst",
+                        help="only dyninst: pydyn runs in user space")
+    compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
+                        help="same as --runtime=dyninst")
+    compat.add_argument("-u", dest="unoptimized", action="store_true",
+                        help="unoptimized: keep functions no probe calls (compiled, typed)")
+    compat.add_argument("-b", dest="bulk", action="store_true",
+                        help="bulk mode: taken, the output has one ring anyway")
+    compat.add_argument("-m", dest="module_name", metavar="NAME",
+                        help="module name: checked, not used (modules are named by their key)")
+    compat.add_argument("--compatible", metavar="VERSION",
+                        help="the version `%%( systemtap_v ... %%)` compares against")
+    compat.add_argument("--prologue-searching", nargs="?", const="always",
+                        choices=("auto", "always", "never"),
+                        help="taken; function probes are at the entry as the patch plan has it")
+    compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
+                        help="tapset directory: its .stp files are parsed, the functions, "
+                             "globals and probe aliases a script uses taken")
+    compat.add_argument("-t", dest="timing", action="store_true",
+                        help="taken; probe timing is not collected")
+    compat.add_argument("-k", dest="keep_tmp", action="store_true",
+                        help="taken; builds are kept in the cache anyway")
+    compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
+    compat.add_argument("-d", dest="symbol_modules", action="append", default=[],
+                        metavar="MODULE",
+                        help="taken; symbols are read from every probed object anyway")
+    compat.add_argument("--ldd", action="store_true",
+                        help="taken; shared libraries are found as the target loads them")
     return p
 
 
@@ -133,8 +172,44 @@ def cache_dir(option: str | None) -> Path:
     return Path(base) / "pydyn"
 
 
+def _check_options(opts: argparse.Namespace) -> None:
+    """What stap refuses before it parses, refused as early (-p1 included)."""
+    import re
+    if opts.command and opts.attach_pid is not None:
+        raise PydynError("-c and -x exclude each other: start a command or attach to one")
+    ring = opts.bufsize << 20
+    if ring <= 0 or ring & (ring - 1):
+        raise PydynError(f"-s {opts.bufsize}: the ring size must be a power of two MiB")
+    if opts.module_name is not None and not re.fullmatch(r"[A-Za-z0-9_]+", opts.module_name):
+        raise PydynError(f"-m {opts.module_name!r}: a module name is letters, digits and '_'")
+    if opts.compatible is not None and not re.fullmatch(r"\d+(\.\d+)*", opts.compatible):
+        raise PydynError(f"--compatible={opts.compatible}: expected a version such as 4.0")
+    tmpdir = os.environ.get("TMPDIR")
+    if tmpdir and not os.path.isdir(tmpdir):
+        raise PydynError(f"TMPDIR={tmpdir}: not a directory (builds need a temporary "
+                         "directory)")
+    for d in opts.tapset_dirs:
+        if not os.path.isdir(d):
+            raise PydynError(f"-I {d}: not a directory")
+
+
+def _tapsets(dirs: Sequence[str]) -> list[tuple[str, str]]:
+    """-I DIR: every .stp under DIR (sorted), as (text, path)."""
+    out = []
+    for d in dirs:
+        for path in sorted(Path(d).rglob("*.stp")):
+            try:
+                out.append((path.read_text(errors="surrogateescape"), str(path)))
+            except OSError as exc:
+                raise PydynError(f"-I {d}: cannot read {path}: {exc.strerror}") from exc
+    return out
+
+
 def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
     if opts.program is not None:
+        if len(opts.program) > 1:
+            raise PydynError("-e given more than once: one script a run")
+        opts.program = opts.program[0]
         if opts.script is not None:
             opts.args.insert(0, opts.script)
         return opts.program, "<input>"
@@ -148,15 +223,24 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
         raise PydynError(f"cannot read script {opts.script}: {exc.strerror}") from exc
 
 
+_LIMITS = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
+           "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
+           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE"}
+
+
 def _check_defines(defines: Sequence[str]) -> list[str]:
-    allowed = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
-               "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
-               "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS"}
+    """pydyn's limits must be numbers; any other NAME[=VALUE] goes to the C compiler as
+    stap passes it (a script's embedded C may test it)."""
     out = []
     for d in defines:
-        name, _, value = d.partition("=")
-        if name not in allowed or not value.isdigit():
-            raise PydynError(f"-D {d}: expected one of {', '.join(sorted(allowed))}=NUMBER")
+        name, eq, value = d.partition("=")
+        if not name.isidentifier() or not name.isascii():
+            raise PydynError(f"-D {d}: expected NAME or NAME=VALUE (a C macro name)")
+        if name in _LIMITS and not value.isdigit():
+            raise PydynError(f"-D {d}: {name} takes a number, e.g. -D {name}=1000 "
+                             f"(limits: {', '.join(sorted(_LIMITS))})")
+        if not eq:
+            d = f"{name}=1"
         if name == "MAXSTRINGLEN":
             if not 16 <= int(value) <= 65536:
                 raise PydynError(f"-D {d}: MAXSTRINGLEN must be between 16 and 65536")
@@ -164,6 +248,42 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
             d = f"MAXSTRINGLEN={(int(value) + 7) & ~7}"
         out.append(d)
     return out
+
+
+def _warning(opts: argparse.Namespace, line: str) -> None:
+    """A translation warning: printed, dropped with -w, an error with -W."""
+    if opts.werror:
+        raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
+                         "warnings errors)")
+    if not opts.no_warnings:
+        print(line, file=sys.stderr)
+
+
+def _set_globals(script: Any, assigns: Sequence[str]) -> Any:
+    """-G NAME=VALUE: NAME's initial value, a number if VALUE reads as one, else a string."""
+    import dataclasses
+    import re
+
+    from .errors import SourceLocation
+    from .script import ast
+    values: dict[str, ast.NumberLiteral | ast.StringLiteral] = {}
+    for a in assigns:
+        name, eq, value = a.partition("=")
+        if not eq or not name.isidentifier():
+            raise PydynError(f"-G {a}: expected NAME=VALUE")
+        loc = SourceLocation("<-G>", 1, 1, a)
+        if re.fullmatch(r"-?(0x[0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)", value):
+            values[name] = ast.NumberLiteral(int(value, 0), loc)
+        else:
+            values[name] = ast.StringLiteral(value.replace("\\", "\\\\").replace('"', '\\"'),
+                                             loc)
+    known = {g.name for g in script.globals}
+    for name in values:
+        if name not in known:
+            raise PydynError(f"-G {name}=...: the script has no global '{name}'")
+    globs = tuple(dataclasses.replace(g, init=values[g.name]) if g.name in values else g
+                  for g in script.globals)
+    return dataclasses.replace(script, globals=globs)
 
 
 class _Progress:
@@ -225,13 +345,23 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     def warn(message: str) -> None:
         warnings.append(f"pydyn: warning: {message}")
-        print(warnings[-1], file=sys.stderr)
+        _warning(opts, warnings[-1])
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
+    define_map = dict(d.split("=", 1) for d in defines)
     if opts.pass_ == 2:
+        # stap's pass 2 elaborates: types are inferred and checked, so a script with a
+        # semantic error fails here, not only at -p3 (the C made for that is dropped).
+        with recursion_headroom():
+            checked = translate(script, resolution,
+                                plan_sites(script, resolution, define_map),
+                                defines=define_map, runtime=b"",
+                                skip_badvars=opts.skip_badvars)
+        for warning in checked.warnings:
+            _warning(opts, warning)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -241,14 +371,13 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                         print(f"    returns: {return_plan(site, defines)}")
         return None
     t0 = time.monotonic()
-    define_map = dict(d.split("=", 1) for d in defines)
     with recursion_headroom():   # the passes walk trees as deep as the parser allows
         plans = plan_sites(script, resolution, define_map)
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), skip_badvars=opts.skip_badvars)
     for warning in program.warnings:
         warnings.append(warning)
-        print(warning, file=sys.stderr)
+        _warning(opts, warning)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -315,7 +444,7 @@ def run(argv: Sequence[str]) -> int:
             raise PydynError(f"-l/-L list the probe points of files, not of a process: name "
                              f"its program instead of -x {opts.attach_pid}, e.g. pydyn -l "
                              f"'process(\"/proc/{opts.attach_pid}/exe\").mark(\"*\")'")
-        pattern = opts.program if opts.program is not None else opts.script
+        pattern = opts.program[-1] if opts.program is not None else opts.script
         if pattern is None:
             raise PydynError("-l/-L need a probe point, e.g. pydyn -l 'process(\"PATH\")"
                              ".mark(\"*\")'")
@@ -328,6 +457,13 @@ def run(argv: Sequence[str]) -> int:
                                 verbose=opts.verbose, target_path=target):
             print(line)
         return 0
+    _check_options(opts)
+    if opts.skip_badvars:
+        opts.defines.append("STP_SKIP_BADVARS=1")
+    if opts.suppress_handler_errors and not any(d.startswith("MAXERRORS=")
+                                                for d in opts.defines):
+        # errors then never end the session: the exit's WARNING still counts them
+        opts.defines.append("MAXERRORS=1000000000")
     defines = _check_defines(opts.defines)
     # The same module either way: the runtime reads the mode when it arms (inherited
     # by every process of the session); -D PD_FORCE_TRAPS=1 compiles the choice in.
@@ -345,7 +481,13 @@ def run(argv: Sequence[str]) -> int:
         from .script import parse_script
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
-                              guru=opts.guru)
+                              guru=opts.guru, compatible=opts.compatible,
+                              library=_tapsets(opts.tapset_dirs))
+        if opts.set_globals:
+            script = _set_globals(script, opts.set_globals)
+        if not opts.unoptimized:
+            from .script.elide import elide_unused_functions
+            script = elide_unused_functions(script)
         step(1, "parsed user script", t0)
         return script
 
@@ -384,7 +526,13 @@ def run(argv: Sequence[str]) -> int:
     t0 = time.monotonic()
     lookup, hit = cache.lookup_text(text, filename, opts.args, defines,
                                     target_path, guru=opts.guru,
-                                    skip_badvars=opts.skip_badvars) if cache else (None, None)
+                                    extra=[*(("global -G", g) for g in opts.set_globals),
+                                           *((("--compatible", opts.compatible),)
+                                             if opts.compatible else ()),
+                                           *((("-u", "1"),) if opts.unoptimized else ()),
+                                           *(("tapset -I", f"{p}\0{t}")
+                                             for t, p in _tapsets(opts.tapset_dirs))],
+                                    ) if cache else (None, None)
     if hit is not None and cache is not None and argv_cmd is not None:
         # the modules do not depend on the -c program; what the session needs of it
         # (it can take the preload; its ABI's module exists) is checked here
@@ -399,7 +547,7 @@ def run(argv: Sequence[str]) -> int:
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
         for line in hit.warnings:
-            print(line, file=sys.stderr)
+            _warning(opts, line)
         step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
         step(3, "using cached C source", time.monotonic())
         if verbose:
@@ -520,6 +668,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return _die_of_sigpipe()
+    finally:
+        # All is done and written: a Ctrl-C now (one sent as the session ended by itself)
+        # would only interrupt the interpreter's exit with a traceback.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

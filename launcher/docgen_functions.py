@@ -44,6 +44,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "cpu": ((), "the CPU the thread runs on now"),
         "target": ((), "the pid of the `-c` command or of the `-x` process"),
         "execname": ((), "the name of the program (the guest's under qemu-user)"),
+        "uarch_bytes": ((), "the size of a long in the probed process: 8, or 4 in a "
+                            "32-bit one"),
         "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`"),
         "pn": ((), "the same as pp()"),
         "ppfunc": ((), "the probed function's name; \"\" outside function probes"),
@@ -77,12 +79,15 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "str_replace": (("s", "old", "new"), "s with every occurrence of old replaced by new"),
         "text_str": (("s",), "s with non-printable bytes escaped as C does"),
         "text_strn": (("s", "len", "quoted"),
-                      "at most len bytes of s, escaped; quoted and followed by `...` "
-                      "when cut, if quoted"),
+                      "at most len bytes of s, escaped as text_str() does; in double "
+                      "quotes if quoted is not 0"),
         "string_quoted": (("s",), "s escaped and in double quotes"),
         "tokenize": (("s", "delim"), "the first token of s; then `tokenize(\"\", delim)` "
                                      "returns the next ones, \"\" at the end"),
         "errno_str": (("err",), "the symbolic name of an errno value, `ENOENT`"),
+        "errno_p": (("err",), "|err| when it is an errno value with a name (either sign), "
+                              "else 0"),
+        "isdigit": (("s",), "1 if the first byte of s is a decimal digit"),
     }),
     ("Reading the target's memory", {
         "user_string": (("addr",), "the NUL-terminated string at addr "

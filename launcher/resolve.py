@@ -195,6 +195,9 @@ class Resolver:
         if len(comps) >= 3:
             if comps[2].name != "randomize" or not isinstance(comps[2].arg, int):
                 raise _pp_error(point, f"unknown timer component '{comps[2].name}'")
+            if unit == "hz":   # stap: a frequency has no randomize
+                raise _pp_error(point, "timer.hz() cannot be randomized",
+                                "randomize a period instead, e.g. timer.ms(N).randomize(M)")
             rand = comps[2].arg * (period // value if unit != "hz" else 1)
         if len(comps) > 3:
             raise _pp_error(point, f"unexpected component '{comps[3].name}'")

@@ -71,6 +71,46 @@ _ATTACH_ERRORS = {-1: "cannot map the segment", -2: "the segment is not a pydyn 
 SHELL_CHARS = set("|&;<>()$`\\\"'*?[]{}~#\n=%")
 
 
+
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _hold_stop_signals() -> None:
+    """Ignore SIGINT, SIGTERM and SIGHUP (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
+
+class _Deferred:
+    def __init__(self) -> None:
+        self.handlers: dict[int, Any] = {}
+        self.caught = False
+
+    def note(self, signum: int, frame: object) -> None:
+        self.caught = True
+
+
+def _defer_stop_signals() -> _Deferred:
+    """Note SIGINT, SIGTERM and SIGHUP instead of raising (main thread only)."""
+    d = _Deferred()
+    if threading.current_thread() is threading.main_thread():
+        d.handlers = {sig: signal.signal(sig, d.note) for sig in _STOP_SIGNALS}
+    return d
+
+
+def _undefer_stop_signals(d: _Deferred) -> bool:
+    """The handlers back; whether a stop signal came meanwhile."""
+    _release_stop_signals(d.handlers)
+    d.handlers = {}
+    return d.caught
+
+
+def _release_stop_signals(held: dict[int, Any]) -> None:
+    for sig, handler in held.items():
+        signal.signal(sig, handler)
+
+
 class SessionOptions(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     command: str | None = None
     ring_size: int = 4 << 20
@@ -448,6 +488,7 @@ class Session:
         shm, mem = self._create_segment(module)
         self.shm_name = shm.name
         inherited_fd = -1
+        deferred = _Deferred()      # noted from the begin probes to the wait
         if argv is not None and os.geteuid() == 0:
             try:
                 inherited_fd = self._share_with_any_user(shm.name)
@@ -467,6 +508,9 @@ class Session:
             if self.sink.merge_text:  # before the drain thread runs: it sets bit 0 itself
                 self.view.header.flags |= PD_FLAG_MERGE_TEXT
             drain.start()
+            # From the begin probes to the wait, a Ctrl-C is noted, not raised: raised
+            # there it would skip the orderly stop, end probes included.
+            deferred = _defer_stop_signals()
             module.lib.pd_launcher_run(PD_PROBE_BEGIN)
             header = self.view.header
             if not header.exit_requested:
@@ -500,9 +544,15 @@ class Session:
                     t.start()
                     timers.append(t)
             try:
+                if _undefer_stop_signals(deferred):
+                    raise KeyboardInterrupt
                 self._wait(child, module)
             except KeyboardInterrupt:
                 interrupted = True
+            # The stop is under way and bounded on its own (STUCK_CONTEXT_MS): a Ctrl-C
+            # now (a second one, or one sent as the session ended by itself) must not
+            # cut the end probes short.
+            _hold_stop_signals()
             header.session_state = PD_SESSION_STOPPING
             self._stop_timers.set()
             for t in timers:
@@ -533,6 +583,7 @@ class Session:
                 raise self._drain_error
             return self._result(child)
         finally:
+            _undefer_stop_signals(deferred)   # (an error before the wait)
             if inherited_fd >= 0:
                 os.close(inherited_fd)
             self._stop_timers.set()
@@ -550,6 +601,9 @@ class Session:
                 mem.close()
             except BufferError:
                 pass  # a StructView still holds the buffer; the mapping goes with us
+            # The stop signals stay ignored from the stop on: the session is the
+            # launcher's last act, and a Ctrl-C sent as it ended by itself would only
+            # interrupt the interpreter's exit (a traceback from a weakref callback).
 
     def _share_with_any_user(self, name: str) -> int:
         """A root session's command may change user before it loads the module

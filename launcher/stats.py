@@ -296,7 +296,8 @@ Stat: TypeAlias = StatValue | StatSummary
 Scalar: TypeAlias = int | str | StatValue | StatSummary
 ExitValue: TypeAlias = Scalar | Mapping[Any, Scalar]
 
-# elaborate.cxx add_global_var_display (stap >= 1.4): longs in %#x, stat
+# elaborate.cxx add_global_var_display: longs in %d (%#x only for DWARF pointers, which
+# a global never is here), stat
 # fields in %#d, string values and indexes quoted with %#s, numeric indexes %#d.
 _STAT_FIELDS = " @count=%#d @min=%#d @max=%#d @sum=%#d @avg=%#d"
 
@@ -310,7 +311,7 @@ def _value_format(value: Scalar) -> tuple[str, list[int | str]]:
         return _STAT_FIELDS, _stat_args(value)
     if isinstance(value, str):
         return '="%#s"', [value]
-    return "=%#x", [int(value)]
+    return "=%d", [int(value)]
 
 
 def _sort_key(value: Scalar) -> tuple[int, str]:

@@ -8,6 +8,15 @@
 #ifndef MAXACTION
 #define MAXACTION 1000 /* statements */
 #endif
+/* begin, end and error handlers run where nothing waits on them: stap gives them ten
+ * times the budget (its runtime_defines.h) */
+#ifndef MAXACTION_INTERRUPTIBLE
+#define MAXACTION_INTERRUPTIBLE (MAXACTION * 10)
+#endif
+/* --skip-badvars (a script may read it with @const("STP_SKIP_BADVARS")) */
+#ifndef STP_SKIP_BADVARS
+#define STP_SKIP_BADVARS 0
+#endif
 #ifndef MAXERRORS
 #define MAXERRORS 0 /* errors before the session exits */
 #endif

@@ -92,6 +92,16 @@ static void pd_kacc_end(struct pd_stat *acc)
 {
     uint64_t ca = (uint64_t)acc->avg_s, ca2 = (uint64_t)acc->m2, s2 = (uint64_t)acc->variance_s;
     int64_t avg = acc->count ? acc->sum / acc->count : 0;
+    int64_t one = acc->count ? (int64_t)ca / acc->count : 0;
+    uint64_t n = (uint64_t)acc->count;
+    if (n > 1 && (uint64_t)one * n == ca && (uint64_t)one * (uint64_t)one * n == ca2) {
+        /* one running average (one thread's, as stap's pmap copies one CPU's entry):
+         * its variance as it is, no correction towards the exact average */
+        acc->avg_s = one;
+        acc->m2 = 0;
+        acc->variance_s = (int64_t)(s2 / (n - 1));
+        return;
+    }
     uint64_t s1 = ca2 - 2 * (uint64_t)avg * ca + (uint64_t)avg * (uint64_t)avg * (uint64_t)acc->count;
     acc->avg_s = avg;
     acc->m2 = 0;

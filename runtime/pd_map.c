@@ -348,10 +348,11 @@ static int pd_hist_log_bucket(int64_t v)
  * truncation drift (the 32-bit `delta` included), so @variance matches stap. */
 void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
 {
+    int64_t vs = d ? (int64_t)((uint64_t)v << d->shift) : v;
     if (s->count == 0) {
         s->count = 1;
         s->sum = s->min = s->max = v;
-        s->avg_s = v;
+        s->avg_s = vs;
         s->m2 = 0;
         s->variance_s = 0;
     } else {
@@ -363,10 +364,10 @@ void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
             s->min = v;
     }
     if (s->count > 1 && (!d || d->variance)) {
-        int32_t delta = (int32_t)(uint32_t)((uint64_t)v - (uint64_t)s->avg_s);
+        int32_t delta = (int32_t)(uint32_t)((uint64_t)vs - (uint64_t)s->avg_s);
         s->avg_s = (int64_t)((uint64_t)s->avg_s + (uint64_t)(delta / s->count));
         s->m2 = (int64_t)((uint64_t)s->m2 +
-                          (uint64_t)((int64_t)delta * (int64_t)((uint64_t)v - (uint64_t)s->avg_s)));
+                          (uint64_t)((int64_t)delta * (int64_t)((uint64_t)vs - (uint64_t)s->avg_s)));
         s->variance_s = s->m2 / (s->count - 1);
     }
     if (d && d->hist_log) {
@@ -399,6 +400,29 @@ void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuc
         agg->max = one->max;
     for (uint32_t b = 0; b < nbuckets; b++)
         agg->hist[b] += one->hist[b];
+}
+
+/* @variance(s[, shift]).  A statistic alone is read as stap's _stp_stat_get reads it: the
+ * total variance around the exact average (sum << shift) / count, which the running
+ * average has drifted from.  An array entry (`entry`) as stap's pmap aggregation copies a
+ * single CPU's: the running variance as it is.  Either >> 2 * shift. */
+int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry)
+{
+    if (s->count == 0) {
+        pd_error(c, "empty aggregate");
+        return 0;
+    }
+    if (s->count < 2)
+        return 0;
+    int64_t v = s->variance_s;
+    if (!entry) {
+        int64_t avg = (int64_t)((uint64_t)s->sum << shift) / s->count;
+        int64_t d = s->avg_s - avg;
+        uint64_t s1 = (uint64_t)s->count * (uint64_t)d * (uint64_t)d;
+        uint64_t s2 = (uint64_t)(s->count - 1) * (uint64_t)s->variance_s;
+        v = (int64_t)(s1 + s2) / (s->count - 1);
+    }
+    return v >> (2 * shift);
 }
 
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)

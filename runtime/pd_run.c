@@ -96,6 +96,9 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->bias = bias;
     c->globals = pd_seg + pd_hdr->globals_off;
     c->actions = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
+    if (p->kind == PD_PROBE_BEGIN || p->kind == PD_PROBE_END || p->kind == PD_PROBE_ERROR)
+        c->actions = pd_hdr->maxaction ? (int64_t)pd_hdr->maxaction * 10
+                                       : (int64_t)MAXACTION_INTERRUPTIBLE;
     c->error = 0;
     c->nesting = 0;
     c->where = NULL;

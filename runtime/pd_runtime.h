@@ -442,6 +442,7 @@ struct pd_statdesc {
     uint8_t hist_linear;
     int64_t lo, hi, step;
     uint8_t variance; /* @variance is read: keep the Welford state (two divisions a hit) */
+    uint8_t shift;    /* @variance(s, N): the state kept in values << N, as stap does */
 };
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
@@ -473,6 +474,7 @@ uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t *
 void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
 void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
+int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
 
@@ -580,6 +582,14 @@ char *pd_text_str(char *dst, const char *s, int64_t max, int quoted);
 char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
                           const char *fallback);
 char *pd_tokenize(char *dst, const char *s, const char *delim);
+/* pd_tapset.c: stap's tapset functions that need C */
+int64_t pd_strtol(const char *s, int64_t base);
+int64_t pd_stringat(struct pd_ctx *c, const char *s, int64_t pos);
+int64_t pd_strpos(const char *s1, const char *s2);
+int64_t pd_randint(struct pd_ctx *c, int64_t n);
+char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs);
+char *pd_errno_str(char *dst, int64_t err);
+int64_t pd_errno_p(int64_t err);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);

@@ -207,5 +207,5 @@ def test_exit_report_sums_the_slots(progs: dict[str, Path], cache: Path, fmt: st
                   timeout=TIMEOUT)
     assert r.returncode == 0, r.stderr
     want = '{"type": "map", "data": {"name": "n", "key": [], "value": 8000}}' \
-        if fmt == "json" else "n=0x1f40"
+        if fmt == "json" else "n=8000"
     assert r.stdout.splitlines()[-1] == want, r.stdout

@@ -544,13 +544,14 @@ probe end { println("end") }
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded near ")
     assert r.err_lines[1] == ERRORS_1
     assert r.err_lines[2] == "hint: MAXACTION exceeded: raise -D MAXACTION=N"
-    # 5000 iterations need more than the default 1000 actions
-    loop = "probe begin { for (i = 0; i < 5000; i++) ; println(i); exit() }"
+    # 50000 iterations need more than begin's default 10 * 1000 actions
+    # (MAXACTION_INTERRUPTIBLE)
+    loop = "probe begin { for (i = 0; i < 50000; i++) ; println(i); exit() }"
     r = pydyn(loop)
     assert r.stdout == ""
     assert r.returncode == 1
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded")
-    assert ok(pydyn(loop, defines=("MAXACTION=100000",))) == "5000\n"
+    assert ok(pydyn(loop, defines=("MAXACTION=100000",))) == "50000\n"
     # the module built with -D must not be reused without it
     r = pydyn(loop)
     assert r.returncode == 1
@@ -756,25 +757,25 @@ print("\n")
         "readme=3\n"
         "[one,0x1]=0x1 [one,0x2]=0x2 [two,0x1]=0x3 [two,0x2]=0x4 \n"
         # after the end probes: globals written, never read, in declaration order
-        'alpha["two",2]=0x4\n'     # arrays by value, descending
-        'alpha["two",1]=0x3\n'
-        'alpha["one",2]=0x2\n'
-        'alpha["one",1]=0x1\n'
+        'alpha["two",2]=4\n'     # arrays by value, descending
+        'alpha["two",1]=3\n'
+        'alpha["one",2]=2\n'
+        'alpha["one",1]=1\n'
         'gamma="abcdefghijklmnopqrstuvwxyz"\n'
         'iota["two"]="twelve"\n'
         'iota["one"]="eleven"\n'
-        "x=0x5\n"
-        "neg=0xffffffffffffffff\n"
+        "x=5\n"
+        "neg=-1\n"
         'str="hi there"\n'
-        'arr["a"]=0xa\n'
-        'arr["b"]=0x2\n'           # ties keep insertion order
-        'arr["c"]=0x2\n'
+        'arr["a"]=10\n'
+        'arr["b"]=2\n'           # ties keep insertion order
+        'arr["c"]=2\n'
         'sarr[2]="two"\n'
         'sarr[1]="one"\n'
         "st @count=2 @min=3 @max=5 @sum=8 @avg=4\n"
         "empty @count=0x0\n"
-        'multi["j",2]=0x3\n'
-        'multi["k",1]=0x1\n'
+        'multi["j",2]=3\n'
+        'multi["k",1]=1\n'
         "lst[4] @count=2 @min=1 @max=7 @sum=8 @avg=4\n"   # stats by @count
         "lst[3] @count=1 @min=1 @max=1 @sum=1 @avg=1\n")
 

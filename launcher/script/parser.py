@@ -25,9 +25,16 @@ from typing import NoReturn
 
 from ..errors import ScriptError, SourceLocation
 from . import ast
+from .aliases import BUILTIN, AliasDef
+from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
+from .library import LibraryFile, merge_library
 from .preprocess import Config, Preprocessor
+from .tapset import groups_for as tapset_groups_for
 
+# stap's limits: a map's index tuple (PR10750 also bounds a print's values)
+_MAX_INDEXES = 9
+_MAX_PRINT_ARGS = 32
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
 # Statements and expressions inside each other, each operator of a chain one level: 200
@@ -43,7 +50,7 @@ _ARITH_PREC = {"<<": 1, ">>": 1, ">>>": 1, ".": 2, "+": 3, "-": 3, "*": 4, "/": 
 _COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _STAT_OPS = frozenset({"count", "sum", "min", "max", "avg", "variance"})
 # @-operators stap has that pydyn does not: kernel-only, guru-only or too new.
-_UNSUPPORTED_AT = frozenset({"perf", "probewrite", "const", "kregister", "kderef",
+_UNSUPPORTED_AT = frozenset({"perf", "probewrite", "kregister", "kderef",
                              "uregister", "uderef"})
 _EXPR_START_OPS = frozenset({"(", "-", "+", "!", "~", "++", "--", "&", "["})
 _STMT_KEYWORDS = frozenset({"try", "if", "for", "foreach", "while", "return", "delete",
@@ -75,14 +82,16 @@ def _print_format(name: str) -> tuple[bool, bool] | None:
 
 class Parser:
     def __init__(self, tokens: Iterator[Token], filename: str, lines: list[str],
-                 guru: bool = False) -> None:
+                 guru: bool = False, library: Sequence[LibraryFile] = ()) -> None:
         self._guru = guru
+        self.library = library
         self._src = tokens
         self._filename = filename
         self._lines = lines
         self._tok = next(tokens)
         self._depth = 0
         self._in_function = False
+        self._loops = 0            # loops around the statement being parsed
 
     # -- token helpers ----------------------------------------------------------
 
@@ -122,18 +131,26 @@ class Parser:
 
     # -- top level ----------------------------------------------------------------
 
-    def script(self) -> ast.Script:
+    def parts(self) -> tuple[list[ast.Probe], list[ast.Function], list[ast.Global],
+                             list[ast.Embedded], list[AliasDef]]:
+        """The file's declarations in source order: probes, functions, globals, top-level
+        embedded C and probe aliases (not yet expanded)."""
         probes: list[ast.Probe] = []
         functions: list[ast.Function] = []
         globals_: list[ast.Global] = []
         embedded: list[ast.Embedded] = []
         seen_globals: dict[str, ast.Global] = {}
+        aliases: list[AliasDef] = []
         while True:
             t = self._tok
             if t.kind is Kind.EOF:
                 break
             if t.is_kw("probe"):
-                probes.append(self.probe())
+                probe = self.probe()
+                if isinstance(probe, AliasDef):
+                    aliases.append(probe)
+                else:
+                    probes.append(probe)
                 continue
             private = False
             if t.is_kw("private"):
@@ -158,7 +175,22 @@ class Parser:
                 embedded.append(self._embedded(self.advance()))
             else:
                 self.fail("'probe', 'global' or 'function'")
+        return probes, functions, globals_, embedded, aliases
+
+    def script(self) -> ast.Script:
+        probes, functions, globals_, embedded, aliases = self.parts()
         first = self._lines[0] if self._lines else ""
+        if not (probes or functions or globals_ or embedded or aliases):
+            # stap: a script with nothing left after preprocessing is a parse error
+            raise ScriptError("the script is empty (nothing left after preprocessing)",
+                              self._tok.loc)
+        if self.library:
+            lib = merge_library(probes, functions, globals_, aliases, self.library)
+            aliases.extend(lib.aliases)
+            functions.extend(lib.functions)
+            globals_.extend(lib.globals)
+            probes = [*lib.probes, *probes]
+        probes = expand_aliases(probes, aliases, _builtin_aliases)
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
                           SourceLocation(self._filename, 1, 1, first), tuple(embedded),
                           self._guru)
@@ -255,21 +287,33 @@ class Parser:
             body = self._embedded(self.advance())
         else:
             self._in_function = True
+            loops, self._loops = self._loops, 0
             try:
                 body = self.block()
             finally:
                 self._in_function = False
+                self._loops = loops
         return ast.Function(name.text, tuple(params), return_type, body, private, priority,
                             name.loc)
 
     # -- probes -------------------------------------------------------------------
 
-    def probe(self) -> ast.Probe:
+    def probe(self) -> ast.Probe | AliasDef:
         kw = self.advance()
         points = self.probe_points(in_braces=False)
         t = self._tok
         if t.is_op("=", "+="):
-            raise ScriptError("probe aliases are not supported", t.loc)
+            self.advance()
+            for p in points:
+                if p.optional or p.condition is not None:
+                    raise ScriptError("an alias name takes no '?', '!' or condition", p.loc)
+                if any("*" in c.name for c in p.components):
+                    raise ScriptError("an alias name cannot have wildcards", p.loc)
+            targets = self.probe_points(in_braces=False)
+            if not self._tok.is_op("{"):
+                self.fail("'{'")
+            return AliasDef(tuple(points), tuple(targets), self.block(), t.text == "+=",
+                            kw.loc)
         return ast.Probe(tuple(points), self.block(), kw.loc)
 
     def probe_points(self, in_braces: bool) -> list[ast.ProbePoint]:
@@ -442,12 +486,11 @@ class Parser:
             elif t.is_kw("next"):
                 self.advance()
                 stmt = ast.Next(t.loc)
-            elif t.is_kw("break"):
+            elif t.is_kw("break", "continue"):
                 self.advance()
-                stmt = ast.Break(t.loc)
-            elif t.is_kw("continue"):
-                self.advance()
-                stmt = ast.Continue(t.loc)
+                if not self._loops:
+                    raise ScriptError(f"'{t.text}' outside a loop", t.loc)
+                stmt = ast.Break(t.loc) if t.text == "break" else ast.Continue(t.loc)
             elif self._starts_expression(t):
                 stmt = ast.ExprStatement(self.expression(), t.loc)
             else:
@@ -488,10 +531,17 @@ class Parser:
         assert result is not None
         return result
 
+    def _loop_body(self) -> ast.Stmt:
+        self._loops += 1
+        try:
+            return self.statement()
+        finally:
+            self._loops -= 1
+
     def while_loop(self) -> ast.While:
         kw = self.advance()
         cond = self._paren_expression()
-        return ast.While(cond, self.statement(), kw.loc)
+        return ast.While(cond, self._loop_body(), kw.loc)
 
     def for_loop(self) -> ast.For:
         kw = self.advance()
@@ -503,7 +553,7 @@ class Parser:
             self.expect_op(";")
             step = None if self._tok.is_op(")") else self.expression()
         self.expect_op(")")
-        return ast.For(init, cond, step, self.statement(), kw.loc)
+        return ast.For(init, cond, step, self._loop_body(), kw.loc)
 
     def _sort(self, tok: Token, column: int, current: ast.SortSpec | None,
               aggregate: str | None = None) -> ast.SortSpec:
@@ -574,7 +624,7 @@ class Parser:
                 self.advance()
                 limit = self.expression()
         self.expect_op(")")
-        body = self.statement()
+        body = self._loop_body()
         return ast.Foreach(tuple(keys), value, array, slice_, sort, limit, body, kw.loc)
 
     def return_statement(self) -> ast.Return:
@@ -836,6 +886,8 @@ class Parser:
                     self.advance()
                     continue
                 self.expect_op("]", "',' or ']'")
+                if len(keys) > _MAX_INDEXES:
+                    raise ScriptError(f"more than {_MAX_INDEXES} indexes", lb.loc)
                 return tuple(keys)
 
     def indexable(self) -> ast.Symbol | ast.HistOp:
@@ -898,6 +950,18 @@ class Parser:
                     params.append(self._literal_number("bit shift"))
             self.expect_op(")", "')'" if params or name != "variance" else "',' or ')'")
             return ast.StatOp(name, operand, tuple(params), t.loc)
+        if name == "const":
+            # @const("NAME"): the C constant NAME as a long, in guru mode only (stap's rule)
+            if not self._guru:
+                raise ScriptError("@const is only allowed in guru mode", t.loc,
+                                  hint="run with -g")
+            self.advance()
+            self.expect_op("(")
+            if self._tok.kind is not Kind.STRING:
+                self.fail("a literal string naming a C constant")
+            code = self.string_literal().value
+            self.expect_op(")")
+            return ast.Embedded(code, t.loc)
         if name in _UNSUPPORTED_AT:
             raise ScriptError(f"'{t.text}' is not supported", t.loc)
         raise ScriptError(f"unknown operator '{t.text}'", t.loc,
@@ -930,6 +994,12 @@ class Parser:
                 self.advance()
                 args.append(self.expression())
         self.expect_op(")", "',' or ')'")
+        if fmt is not None and len(args) - (fmt[0] or fmt[1]) > _MAX_PRINT_ARGS:
+            raise ScriptError(f"{name.text}() takes at most {_MAX_PRINT_ARGS} values", name.loc)
+        if fmt is not None and fmt[1] and len(args) < 3:
+            # stap's parser: a delimiter joins at least two values
+            raise ScriptError(f"{name.text}() needs a delimiter and at least two values",
+                              name.loc)
         return ast.Call(name.text, tuple(args), name.loc)
 
 
@@ -985,23 +1055,56 @@ def recursion_headroom() -> Iterator[None]:
             sys.setrecursionlimit(old)
 
 
+def _builtin_aliases() -> list[AliasDef]:
+    """pydyn's own aliases (aliases.BUILTIN), parsed when a script names one."""
+    filename = "<pydyn aliases>"
+    lines = split_lines(BUILTIN)
+    parser = Parser(Preprocessor(tokenize(BUILTIN, filename, lines), Config()), filename,
+                    lines, False)
+    out = []
+    while parser.peek().kind is not Kind.EOF:
+        d = parser.probe()
+        assert isinstance(d, AliasDef)
+        out.append(d)
+    return out
+
+
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
                  runtime: str = "dyninst", kernel_release: str | None = None,
-                 guru: bool = False) -> ast.Script:
+                 guru: bool = False, compatible: str | None = None,
+                 library: Sequence[tuple[str, str]] = ()) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
     `runtime` are what `%( arch == ... %)` and `%( runtime == ... %)` test;
     `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`;
-    `guru` (-g) allows embedded C and sets `guru_mode`.
+    `guru` (-g) allows embedded C and sets `guru_mode`; `compatible` (--compatible)
+    is what `systemtap_v` compares against; `library` holds the (text, path) of tapset
+    files (-I), each parsed, what the script uses of them taken (library.py).
     """
-    lines = split_lines(text)
-    tokens = tokenize(text, filename, lines)
-    config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru) \
-        if kernel_release is None else Config(args=tuple(args), arch=arch, runtime=runtime,
-                                              kernel_release=kernel_release, guru=guru)
+    extra: dict[str, str] = {}
+    if kernel_release is not None:
+        extra["kernel_release"] = kernel_release
+    if compatible is not None:
+        extra["systemtap_version"] = compatible
+    config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru, **extra)
     with recursion_headroom():
-        parser = Parser(Preprocessor(tokens, config), filename, lines, guru)
+        files = []
+        for lib_text, lib_path in [*library, *tapset_groups_for(text)]:
+            # tapsets may hold embedded C without -g, as stap's own do
+            lib_lines = split_lines(lib_text)
+            lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
+                                     dataclasses.replace(config, guru=True)),
+                        lib_path, lib_lines, True)
+            try:
+                probes, funcs, globs, _, aliases = lp.parts()
+            except RecursionError:
+                raise ScriptError("script nested too deeply", lp.peek().loc) from None
+            files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
+                                     tuple(aliases)))
+        lines = split_lines(text)
+        parser = Parser(Preprocessor(tokenize(text, filename, lines), config), filename, lines,
+                        guru, files)
         try:
             script = parser.script()
         except RecursionError:

@@ -24,18 +24,29 @@ class GlobalPlan(NamedTuple):
     kstats: frozenset[str]     # arrays with per-thread tables (keyed statistics and counters)
     kcounts: frozenset[str]    # the kstats that are keyed counters
     variance: frozenset[str]   # statistics whose @variance is read
+    variance_shift: dict[str, int]   # @variance(s, N): N (stap keeps one shift a statistic)
 
 
 def analyse(script: ast.Script, types: Types) -> GlobalPlan:
     """Pass 3b: the plan of the script's globals."""
     kcounts = _find_kcount_globals(script, types)
+    # per-thread slots merge their variances around an unshifted average: a statistic
+    # read with @variance(s, N > 0) stays in the locked one
+    shifted = set(_variance_shifts(script))
     return GlobalPlan(
         frozenset(_find_atomic_globals(script, types)),
-        frozenset(_find_pstat_globals(script, types)),
-        frozenset(_find_kstat_globals(script, types) | kcounts),
+        frozenset(_find_pstat_globals(script, types) - shifted),
+        frozenset((_find_kstat_globals(script, types) | kcounts) - shifted),
         frozenset(kcounts),
         frozenset(_stat_name(n.operand) for n in iter_nodes((script.probes, script.functions))
-                  if isinstance(n, ast.StatOp) and n.op == "variance"))
+                  if isinstance(n, ast.StatOp) and n.op == "variance"),
+        _variance_shifts(script))
+
+
+def _variance_shifts(script: ast.Script) -> dict[str, int]:
+    return {_stat_name(n.operand): n.params[0]
+            for n in iter_nodes((script.probes, script.functions))
+            if isinstance(n, ast.StatOp) and n.op == "variance" and n.params and n.params[0]}
 
 
 def _stat_name(e: ast.Expr) -> str:

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ...shmlayout.globals import ENTRY_HEAD, PD_PROBE_FAST
+from ...shmlayout.globals import (
+    ENTRY_HEAD,
+    PD_HIST_LOG_BUCKETS,
+    PD_HIST_MAX_BUCKETS,
+    PD_PROBE_FAST,
+)
 from .. import kstat
 from ..elf import dwarf
 from ..elf.functions import FunctionSite
@@ -31,11 +36,12 @@ from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes
 from . import tvars
-from .analysis import GlobalPlan, counter_update, kcount_update
+from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import is_fast, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
+from .regex import compile_regex, regex_c
 from .types import PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
@@ -61,6 +67,7 @@ class Unit:
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
+        self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
 
     def format_id(self, fmt: Format) -> int:
         key = (type(fmt).__name__, repr(fmt))
@@ -217,7 +224,7 @@ class Emitter:
             return p if t == STRING else f"(*{p})"
         if isinstance(e, ast.Index):
             if isinstance(e.base, ast.HistOp):
-                raise _err("indexing a histogram is not supported yet", e)
+                return self.hist_bucket(e)
             p, t, _ = self.ptr(e, False)
             if t == STRING:
                 return f"({{ char *p_ = {p}; p_ ? p_ : \"\"; }})"
@@ -266,11 +273,20 @@ class Emitter:
             return f"(int64_t)({self.map_get(var, e.keys, False)} != NULL)"
         if isinstance(e, ast.StatOp):
             sp = self.stat_ptr(e.operand)
+            read = f"pd_stat_get(c, s_, {STAT_OPS[e.op]})"
+            if e.op == "variance":
+                # the statistic's one shift: its values were added with it
+                shift = self.tr.plan.variance_shift.get(_stat_name(e.operand), 0)
+                read = (f"pd_stat_variance(c, s_, {shift}, "
+                        f"{int(isinstance(e.operand, ast.Index))})")
             return (f"({{ const struct pd_stat *s_ = {sp}; "
-                    f"s_ ? pd_stat_get(c, s_, {STAT_OPS[e.op]}) "
+                    f"s_ ? {read} "
                     f": (pd_error(c, \"empty aggregate\"), 0); }})")
         if isinstance(e, ast.Call):
             return self.call(e)
+        if isinstance(e, ast.RegexMatch):
+            found = f"{self.tr.regexes[e.pattern.as_bytes()]}({self.expr(e.left)})"
+            return f"(int64_t)!{found}" if e.op == "!~" else found
         if isinstance(e, ast.Defined):
             return "1" if self._defined(e.operand) else "0"
         if isinstance(e, ast.Embedded):
@@ -566,11 +582,32 @@ class Emitter:
         if name == "isinstr":
             return f"(int64_t)(strstr({args[0]}, {args[1]}) != NULL)"
         if name == "strtol":
-            base = args[1] if len(args) > 1 else "10"
-            return f"(int64_t)strtoll({args[0]}, NULL, (int)({base}))"
+            return f"pd_strtol({args[0]}, {args[1] if len(args) > 1 else '10'})"
+        if name in ("stringat", "randint"):
+            return f"pd_{name}(c, {', '.join(args)})"
+        if name == "strpos":
+            return f"pd_strpos({args[0]}, {args[1]})"
+        if name == "ctime":
+            if not args:
+                args = ["(pd_gettime_ns(1) / 1000000000)"]
+            return f"pd_ctime(c, {self.strtemp()}, {args[0]})"
+        if name == "errno_p":
+            return f"pd_errno_p({args[0]})"
+        if name == "isdigit":
+            return f"(int64_t)((unsigned)({args[0]})[0] - '0' < 10)"
+        if name == "uarch_bytes":   # the probed process's ABI (the module's)
+            return "(int64_t)sizeof(long)"
+        if name == "errno_str":
+            return f"pd_errno_str({self.strtemp()}, {args[0]})"
+        if name == "string_quoted":
+            return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 1)"
         if name == "str_replace":
             t = self.strtemp()
             return f"pd_str_replace({t}, {args[0]}, {args[1]}, {args[2]})"
+        if name == "user_string" and len(args) == 2:
+            name = "user_string2"
+        if name == "user_string_n" and len(args) == 3:
+            name = "user_string_n2"
         if name in ("user_string2", "user_string_n2"):
             t = self.strtemp()
             n = args[1] if name == "user_string_n2" else "MAXSTRINGLEN"
@@ -590,7 +627,9 @@ class Emitter:
         if name == "text_str":
             return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
         if name == "text_strn":
-            return f"pd_text_str({self.strtemp()}, {args[0]}, {args[1]}, (int)({args[2]}))"
+            # a length of 0 (or less) is the whole string, as stap has it
+            return (f"pd_text_str({self.strtemp()}, {args[0]}, "
+                    f"({{ int64_t n_ = {args[1]}; n_ > 0 ? n_ : -1; }}), (int)({args[2]}))")
         fp_ops = {"fp_add": "+", "fp_sub": "-", "fp_mul": "*", "fp_div": "/", "fp_lt": "<",
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:
@@ -626,7 +665,7 @@ class Emitter:
             args = list(e.args[1:])
         else:
             args = list(e.args)
-            if name in ("printd", "printdln"):
+            if name in ("printd", "printdln", "sprintd", "sprintdln"):
                 if not args or not isinstance(args[0], ast.StringLiteral):
                     raise _err(f"{name}() needs a literal delimiter first", e)
                 delim = args.pop(0)
@@ -824,7 +863,42 @@ class Emitter:
         self.stmt(s)
         self.indent -= 1
 
+    def hist_buckets(self, h: ast.HistOp) -> int:
+        """The buckets of a histogram as stap numbers them (pd_stat_add's layout): log
+        128 (64 holds 0), linear underflow, one a step from lo to hi, overflow."""
+        if h.kind == "log":
+            return PD_HIST_LOG_BUCKETS
+        lo, hi, step = h.params
+        return min((hi - lo) // step + 3, PD_HIST_MAX_BUCKETS)
+
+    def hist_bucket(self, e: ast.Index) -> str:
+        assert isinstance(e.base, ast.HistOp) and len(e.indexes) == 1
+        n = self.hist_buckets(e.base)
+        return (f"({{ const struct pd_stat *s_ = {self.stat_ptr(e.base.operand)}; "
+                f"int64_t b_ = {self.expr(e.indexes[0])}; "
+                f"s_ && b_ >= 0 && b_ < {n} ? s_->hist[b_] : 0; }})")
+
+    def foreach_hist(self, s: ast.Foreach, h: ast.HistOp) -> None:
+        sp = self.temp("const struct pd_stat *")
+        i, lim = self.temp("int64_t"), self.temp("int64_t")
+        self.line(f"{sp} = {self.stat_ptr(h.operand)};")
+        self.line(f"{lim} = {self.expr(s.limit) if s.limit is not None else '-1'};")
+        self.check()
+        self.line(f"for ({i} = 0; {sp} && {i} < {self.hist_buckets(h)} && "
+                  f"({lim} < 0 || {i} < {lim}); {i}++) {{")
+        self.indent += 1
+        self.line(f"{self.local(s.keys[0].name)} = {i};")
+        if s.value is not None:
+            self.line(f"{self.local(s.value.name)} = {sp}->hist[{i}];")
+        self.indent -= 1
+        self.block(s.body)
+        self.line("}")
+        self.check()
+
     def foreach(self, s: ast.Foreach) -> None:
+        if isinstance(s.array, ast.HistOp):
+            self.foreach_hist(s, s.array)
+            return
         assert isinstance(s.array, ast.Symbol)
         var = self.tr.globals[s.array.name]
         assert var.array is not None
@@ -1031,7 +1105,8 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             lo, hi, step = var.hist_linear or (0, 0, 1)
             out.append(f"static const struct pd_statdesc sd_{var.name} = "
                        f"{{{int(var.hist_log)}, {int(var.hist_linear is not None)}, "
-                       f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}}};")
+                       f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}, "
+                       f"{unit.plan.variance_shift.get(var.name, 0)}}};")
         if var.array is not None:
             out.append(f"static const struct pd_mapdesc md_{var.name} = "
                        f"{{{_mapdesc_fields(unit, var, unit.limits.type_size(var.array.value))}}};")
@@ -1040,6 +1115,12 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
                 out.extend(kstat.descriptors_c(var.name, lay,
                                                _mapdesc_fields(unit, var, lay.value_size)))
     out.append("")
+    for n in iter_nodes((script.probes, script.functions)):
+        if isinstance(n, ast.RegexMatch) and n.pattern.as_bytes() not in unit.regexes:
+            name = f"re_{len(unit.regexes)}"
+            unit.regexes[n.pattern.as_bytes()] = name
+            out.extend(regex_c(name, n.pattern.value, compile_regex(n.pattern.as_bytes()),
+                               n.pattern.loc))
     for f in script.functions:
         out.append(_func_signature(unit.funcs[f.name]) + ";")
     for f in script.functions:

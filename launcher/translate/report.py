@@ -12,7 +12,7 @@ STAT_EXIT_FIELDS = " @count=%#d @min=%#d @max=%#d @sum=%#d @avg=%#d"
 
 def exit_report(tr: Unit) -> list[str]:
     """stap prints every global the script writes but never reads, in its formats
-    (elaborate.cxx add_global_var_display): longs %#x, strings quoted, stats
+    (elaborate.cxx add_global_var_display): longs %d, strings quoted, stats
     fields %#d, arrays sorted by value, largest first (stats by @count)."""
     lines: list[str] = []
     for var in tr.globals.values():
@@ -39,7 +39,7 @@ def exit_report(tr: Unit) -> list[str]:
                 lines.append(f"    pd_rec_open(c, PD_REC_PRINTF, {fid}, 1); "
                              f"pd_rec_str(c, (const char *){g}); pd_rec_close(c);")
             else:
-                fid = tr.report_format_id(parse_format(f"{var.name}=%#x\n"),
+                fid = tr.report_format_id(parse_format(f"{var.name}=%d\n"),
                                           ("map", var.name, (), LONG))
                 value = tr.layout.counter_read(var.name) if var.name in tr.plan.counters \
                     else f"*(int64_t *){g}"
@@ -49,7 +49,7 @@ def exit_report(tr: Unit) -> list[str]:
         assert var.array is not None
         keyfmt = ",".join('"%#s"' if k == STRING else "%#d" for k in var.array.keys)
         valfmt, nvals = {STAT: (STAT_EXIT_FIELDS, 5), STRING: ('="%#s"', 1)}.get(
-            var.array.value or LONG, ("=%#x", 1))
+            var.array.value or LONG, ("=%d", 1))
         value = var.array.value or LONG
         fid = tr.report_format_id(
             parse_format(f"{var.name}[{keyfmt}]{valfmt}\n"),

@@ -15,9 +15,10 @@ from ..format import parse_format
 from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
 from ..script import ast
-from ..script.walk import is_param_name
+from ..script.walk import is_param_name, iter_nodes
 from . import tvars
 from .common import LONG, STAT, STRING, _err
+from .regex import RegexError, compile_regex
 
 
 @dataclass
@@ -75,6 +76,11 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_string_nofault": ((LONG,), STRING),
     "text_str": ((STRING,), STRING), "text_strn": ((STRING, LONG, LONG), STRING),
     "tokenize": ((STRING, STRING), STRING),
+    # runtime/pd_tapset.c
+    "stringat": ((STRING, LONG), LONG), "strpos": ((STRING, STRING), LONG),
+    "randint": ((LONG,), LONG), "ctime": ((LONG,), STRING), "errno_str": ((LONG,), STRING),
+    "string_quoted": ((STRING,), STRING), "errno_p": ((LONG,), LONG),
+    "isdigit": ((STRING,), LONG), "uarch_bytes": ((), LONG),
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
@@ -93,7 +99,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "usymdata": ((LONG,), STRING),
 }
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
-               "printdln"}
+               "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
               "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
               "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
@@ -269,7 +275,7 @@ class Types:
     def _index_type(self, node: ast.Index, scope: Scope, t: str | None = None,
                     write: bool = False) -> str | None:
         if isinstance(node.base, ast.HistOp):
-            self._infer(node.base.operand, scope)
+            self._infer(node.base, scope)
             for k in node.indexes:
                 self._expect(k, LONG, scope)
             return LONG
@@ -376,6 +382,13 @@ class Types:
             return self._entry_type(e, scope)
         if isinstance(e, ast.Wildcard):
             raise _err("unexpected '*'", e)
+        if isinstance(e, ast.RegexMatch):
+            self._expect(e.left, STRING, scope)
+            try:
+                compile_regex(e.pattern.as_bytes())
+            except RegexError as exc:
+                raise _err(f"bad regular expression: {exc}", e.pattern) from None
+            return LONG
         raise _err(f"{type(e).__name__} expressions are not supported yet", e)
 
     def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
@@ -602,6 +615,11 @@ class Types:
         if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
+            if name == "ctime" and not e.args:
+                params = ()
+            # stap's two-argument forms: a default for an unreadable address
+            if name in ("user_string", "user_string_n") and len(e.args) == len(params) + 1:
+                params = (*params, STRING)
             if name == "substr" and len(e.args) == 2:
                 params = (STRING, LONG)
             if name == "exit" and e.args:
@@ -681,7 +699,18 @@ class Types:
 
     def _infer_foreach(self, s: ast.Foreach, scope: Scope) -> None:
         if isinstance(s.array, ast.HistOp):
-            raise _err("foreach over a histogram is not supported yet", s.array)
+            # the buckets of a histogram: key the bucket's index, value its count
+            if len(s.keys) != 1 or s.slice is not None or s.sort is not None:
+                raise _err("foreach over a histogram takes one key, no slice and no sort",
+                           s.array)
+            self._infer(s.array, scope)   # (marks the statistic's histogram kept)
+            self._local_type(scope, s.keys[0], LONG)
+            if s.value is not None:
+                self._local_type(scope, s.value, LONG)
+            if s.limit is not None:
+                self._expect(s.limit, LONG, scope)
+            self._infer_stmt(s.body, scope)
+            return
         var = self._array(s.array, len(s.keys), scope, write=False)
         assert var.array is not None
         for i, k in enumerate(s.keys):
@@ -702,7 +731,35 @@ class Types:
                                                   f"key of '{var.name}'")
         if s.limit is not None:
             self._expect(s.limit, LONG, scope)
+        if s.sort is not None and s.sort.aggregate is not None and \
+                var.array.value not in (None, STAT):
+            raise _err(f"'@{s.sort.aggregate}' sorts an array of statistics; "
+                       f"'{var.name}' holds {var.array.value}s", s.sort)
+        # stap's no_var_mutation_during_iteration_check: the array may not be written
+        # (here or in a function called here) while it is iterated
+        for n in iter_nodes(s.body):
+            target = n.target if isinstance(n, ast.Assign) else \
+                n.operand if isinstance(n, ast.IncDec) else None
+            called = n.name if isinstance(n, ast.Call) and n.name in self.funcs else None
+            if (isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol)
+                    and target.base.name == var.name) or \
+                    (called and var.name in self._arrays_written_by(called, set())):
+                raise _err(f"variable '{var.name}' modified during 'foreach' iteration",
+                           n if isinstance(n, ast.Node) else s)
         self._infer_stmt(s.body, scope)
+
+    def _arrays_written_by(self, func: str, seen: set[str]) -> set[str]:
+        """Arrays the function (or one it calls) writes an element of."""
+        seen.add(func)
+        out: set[str] = set()
+        for n in iter_nodes(self.funcs[func].decl.body):
+            target = n.target if isinstance(n, ast.Assign) else \
+                n.operand if isinstance(n, ast.IncDec) else None
+            if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol):
+                out.add(target.base.name)
+            if isinstance(n, ast.Call) and n.name in self.funcs and n.name not in seen:
+                out |= self._arrays_written_by(n.name, seen)
+        return out
 
     def _infer_delete(self, s: ast.Delete, scope: Scope) -> None:
         t = s.target

@@ -1,0 +1,891 @@
+"""SystemTap's own testsuite run against pydyn: `make stap-testsuite STAP=PATH`.
+
+    python bench/stap_testsuite.py PATH [--list-fails] [-j N] [--timeout S] [-k PATTERN]
+
+PATH is a SystemTap source tree (a directory holding testsuite/) or a bare git repository
+of one (its HEAD's testsuite/ is read with `git archive`).  Get one with
+`git clone https://sourceware.org/git/systemtap.git` (or any mirror of it).  Nothing of
+the testsuite is copied into pydyn: the tests are read from PATH at every run.
+
+Each test runs the way its .exp file runs it, with `stap` on PATH being a shim that execs
+this checkout's .venv/bin/pydyn:
+
+- parseok, parseko, semok, semko, transok, transko, buildok, buildko, runok: each .stp is
+  run as stap_run_batch does (`stap ARGS FILE --runtime=dyninst`, ARGS from its
+  `#! stap ARGS` line; a shell script is run as it is).  The -ok directories must exit 0;
+  the -ko ones must fail with an error message, not a traceback, a signal or a hang.
+- systemtap.maps, systemtap.printf, systemtap.string, systemtap.base: the .exp is read by a
+  small Tcl reader that knows `set`, `if`, `foreach runtime`, `target_compile`,
+  `stap_run2`, `stap_run3`, `stap_run_exact` and `stap_run_batch`; each stap_run* call is
+  one test and compares the output with the .exp's result_string as those procedures do.
+  An .exp needing more of Tcl/expect than that is out of scope, and says which command.
+
+In scope for a user-space tool: tests whose probe points are all begin, end, error, never,
+oneshot, timer.{s,ms,us,ns,hz,sec,msec,usec,nsec}, process... or aliases the script itself
+defines (parseok/parseko are about syntax and are in scope whatever they probe).  Out of
+scope: kernel probe points, tests SystemTap itself marks as failing under dyninst
+(buildok-dyninst.exp, the `dyninst_kfails` lists of systemtap.pass1-4, setup_kfail/xfail or
+untested reached with runtime=dyninst in an .exp), and the deliberate differences listed
+with their reasons in bench/stap_differences.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import tomllib
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DIFFERENCES = HERE / "stap_differences.toml"
+
+PASS_DIRS = {  # directory -> (pass it stops after is in the script's #! line, must succeed)
+    "parseok": True, "parseko": False, "semok": True, "semko": False, "transok": True,
+    "transko": False, "buildok": True, "buildko": False, "runok": True,
+}
+OUTPUT_DIRS = ("systemtap.maps", "systemtap.printf", "systemtap.string", "systemtap.base")
+USER_HEADS = {"begin", "end", "error", "never", "oneshot", "process"}
+# stap_run's load functions that only let time pass (the probes' own timers need it).
+SLEEP_LOADS = {"no_load": 0.0, "": 0.0, "sleep_one_sec": 1.0, "wait_5_secs": 5.0,
+               "sleep_ten_secs": 10.0}
+TIMER_UNITS = {"s", "sec", "ms", "msec", "us", "usec", "ns", "nsec", "hz"}
+
+
+class Unsupported(Exception):
+    """An .exp needs Tcl or expect beyond what this runner models."""
+
+
+class Test:
+    """One stap invocation and how its result is judged."""
+
+    def __init__(self, group: str, name: str, argv: list[str], cwd: Path, *,
+                 mode: str, expected: str | None = None, scripts: list[str] | None = None,
+                 out_of_scope: str | None = None) -> None:
+        self.group = group          # the directory it is counted under
+        self.name = name            # group/file, plus the subtest's name for .exp tests
+        self.argv = argv
+        self.cwd = cwd
+        self.mode = mode            # ok, ko (exit status), run3, exact (output compared)
+        self.expected = expected
+        self.scripts = scripts or []  # script texts, for the probe-point scope check
+        self.out_of_scope = out_of_scope
+        self.passed = False
+        self.first_error = ""
+        self.load_secs = 0.0        # stap_run: seconds between the start line and SIGINT
+
+
+# ---------------------------------------------------------------------------------------
+# The testsuite source
+
+def testsuite_dir(source: Path, tmp: Path) -> Path:
+    """testsuite/ of a source tree, or of a bare repository's HEAD extracted into tmp."""
+    if (source / "testsuite").is_dir():
+        return source / "testsuite"
+    if (source / "HEAD").is_file() and (source / "objects").is_dir():
+        arch = subprocess.run(["git", "--git-dir", str(source), "archive", "HEAD", "testsuite"],
+                              capture_output=True)
+        subprocess.run(["tar", "-x", "-C", str(tmp)], input=arch.stdout, check=True)
+        if (tmp / "testsuite").is_dir():
+            return tmp / "testsuite"
+        raise SystemExit(f"{source}: git archive HEAD testsuite failed: "
+                         f"{arch.stderr.decode(errors='replace').strip()}")
+    raise SystemExit(f"{source}: neither a SystemTap source tree (no testsuite/) "
+                     "nor a bare git repository")
+
+
+# ---------------------------------------------------------------------------------------
+# Scope: probe points
+
+_PROBE = re.compile(r"(?<![\w$@.])probe\s+(.*?)(=|\+=|\{)", re.S)
+_COMMENT = re.compile(r"#[^\n]*|//[^\n]*|/\*.*?\*/", re.S)
+_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+
+
+def _split_points(text: str) -> list[str]:
+    depth, cur, out = 0, "", []
+    for ch in text:
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [p for p in out if p]
+
+
+def kernel_points(script: str) -> list[str]:
+    """The probe points of a script that are not user-space ones."""
+    # Strings are blanked after comments go, so a "#" inside a string survives as text.
+    strings: list[str] = []
+
+    def keep(m: re.Match[str]) -> str:
+        strings.append(m.group(0))
+        return f'"\x00{len(strings) - 1}"'
+    text = _STRING.sub(keep, script)
+    text = _COMMENT.sub(" ", text)
+    text = re.sub(r'"\x00(\d+)"', lambda m: strings[int(m.group(1))], text)
+    defined: set[str] = set()
+    uses: list[str] = []
+    for m in _PROBE.finditer(text):
+        points = _split_points(m.group(1))
+        if m.group(2) in ("=", "+="):
+            defined.update(points)
+            # what the alias expands to follows the '=' up to its body
+            rest = text[m.end():]
+            body = re.match(r"(.*?)\{", rest, re.S)
+            if body:
+                uses.extend(_split_points(body.group(1)))
+        else:
+            uses.extend(points)
+    bad = []
+    for p in uses:
+        p = re.sub(r"\s+", "", p).rstrip("?!")
+        head = re.split(r"[.(]", p, maxsplit=1)[0]
+        if p in defined or head in defined or head in USER_HEADS or head.startswith("%"):
+            continue
+        if head == "timer":
+            unit = re.split(r"[.(]", p)[1] if "." in p else ""
+            if unit in TIMER_UNITS:
+                continue
+        if p and not p.startswith("@"):
+            bad.append(p)
+    return bad
+
+
+# ---------------------------------------------------------------------------------------
+# Scope: SystemTap's dyninst markers in systemtap.pass1-4
+
+_TESTNAME = re.compile(r"\b((?:parse|sem|trans|build|run)(?:ok|ko))/([\w.+-]+\.stp)")
+
+
+def dyninst_marked(suite: Path) -> dict[str, str]:
+    """test name -> the marker under which SystemTap expects it to fail with dyninst."""
+    marked: dict[str, str] = {}
+    p14 = suite / "systemtap.pass1-4"
+    for exp in sorted(p14.glob("*.exp")):
+        text = exp.read_text(errors="replace")
+        if exp.name == "buildok-dyninst.exp":
+            region = text
+        elif (m := re.search(r'if \{\$runtime != ""\}', text)) and "untested" in (
+                body := _braced_after(text, m.end(), skip=0)):
+            # a switch in the dyninst branch naming tests it leaves untested (semko.exp)
+            for case in re.finditer(r"((?:\s*[\w/.+-]+\.stp\s+-)*\s*[\w/.+-]+\.stp)\s*\{",
+                                    body):
+                if "untested" in _braced_after(body, case.end() - 1, skip=0):
+                    for t in _TESTNAME.finditer(case.group(1)):
+                        marked[f"{t.group(1)}/{t.group(2)}"] = f"{exp.name}: untested"
+            m = re.search(r"proc dyninst_kfails\b", text)
+            if not m:
+                continue
+            region = _braced_after(text, m.end(), skip=1)
+        else:
+            m = re.search(r"proc dyninst_kfails\b", text)
+            if not m:
+                continue
+            region = _braced_after(text, m.end(), skip=1)
+        for case in re.finditer(r"((?:\s*[\w/.+-]+\.stp\s+-)*\s*[\w/.+-]+\.stp)\s*\{", region):
+            body = _braced_after(region, case.end() - 1, skip=0)
+            marker = re.search(r"(setup_[xk]fail\s+\S+|untested)", body)
+            for t in _TESTNAME.finditer(case.group(1)):
+                marked[f"{t.group(1)}/{t.group(2)}"] = (
+                    f"{exp.name}: {marker.group(1) if marker else 'listed'}")
+    return marked
+
+
+def _braced_after(text: str, pos: int, skip: int) -> str:
+    """The contents of the (skip+1)th {...} group at or after pos."""
+    i = pos
+    while True:
+        i = text.find("{", i)
+        if i < 0:
+            return ""
+        j = _group_end(text, i, "{", "}")
+        if not skip:
+            return text[i + 1:j - 1]
+        skip -= 1
+        i = j
+
+
+# ---------------------------------------------------------------------------------------
+# The pass1-4 directories
+
+def pass_tests(suite: Path, work: Path, marked: dict[str, str]) -> Iterator[Test]:
+    for d, ok in PASS_DIRS.items():
+        for f in sorted((suite / d).glob("*.stp")):
+            name = f"{d}/{f.name}"
+            text = f.read_text(errors="replace")
+            first = text.split("\n", 1)[0]
+            m = re.match(r"#! stap (.*)", first)
+            if m:
+                argv = ["stap", *shlex.split(m.group(1)), str(f), "--runtime=dyninst"]
+            else:
+                shell = first[2:].strip().split()[0] if first.startswith("#!") else "/bin/sh"
+                argv = [shell, str(f), "--runtime=dyninst"]
+            t = Test(d, name, argv, work, mode="ok" if ok else "ko", scripts=[text])
+            if name in marked:
+                t.out_of_scope = f"marked failing under dyninst ({marked[name]})"
+            elif d not in ("parseok", "parseko"):
+                bad = kernel_points(text)
+                if bad:
+                    t.out_of_scope = f"kernel probe point {bad[0]}"
+            yield t
+
+
+# ---------------------------------------------------------------------------------------
+# A small Tcl reader for the output-comparing .exp files
+
+class Word:
+    def __init__(self, text: str, kind: str) -> None:
+        self.text = text
+        self.kind = kind   # brace (literal), quote or bare (substituted)
+
+
+def tcl_commands(src: str) -> list[list[Word]]:
+    cmds: list[list[Word]] = []
+    i, n = 0, len(src)
+    words: list[Word] = []
+    while i < n:
+        c = src[i]
+        if c == "\\" and i + 1 < n and src[i + 1] == "\n":
+            i += 2
+            continue
+        if c in " \t\r":
+            i += 1
+            continue
+        if c in "\n;":
+            if words:
+                cmds.append(words)
+                words = []
+            i += 1
+            continue
+        if c == "#" and not words:
+            while i < n and src[i] != "\n":
+                i += 2 if src[i] == "\\" else 1
+            continue
+        if c == "{":
+            depth, j = 1, i + 1
+            while j < n and depth:
+                if src[j] == "\\":
+                    j += 2
+                    continue
+                depth += {"{": 1, "}": -1}.get(src[j], 0)
+                j += 1
+            # a backslash-newline and the blanks after it are one space, in braces too
+            words.append(Word(re.sub(r"\\\n[ \t]*", " ", src[i + 1:j - 1]), "brace"))
+            i = j
+            continue
+        if c == '"':
+            j = i + 1
+            while j < n and src[j] != '"':
+                if src[j] == "\\":
+                    j += 1
+                elif src[j] == "[":
+                    j = _group_end(src, j)
+                    continue
+                j += 1
+            words.append(Word(src[i + 1:j], "quote"))
+            i = j + 1
+            continue
+        j = i
+        while j < n and src[j] not in " \t\r\n;":
+            if src[j] == "\\":
+                j += 2
+                continue
+            if src[j] == "[":
+                j = _group_end(src, j)
+                continue
+            if src[j] == "{" and j > i and src[j - 1] == "$":
+                j = src.index("}", j) + 1
+                continue
+            j += 1
+        words.append(Word(src[i:j], "bare"))
+        i = j
+    if words:
+        cmds.append(words)
+    return cmds
+
+
+def _group_end(src: str, j: int, opening: str = "[", closing: str = "]") -> int:
+    """The index after the group opened at src[j]: `[command]` (with braced words
+    inside skipped whole) or `{word}`."""
+    depth = 0
+    while j < len(src):
+        c = src[j]
+        if c == "\\" and opening == "[":
+            j += 2
+            continue
+        if c == opening:
+            depth += 1
+        elif c == closing:
+            depth -= 1
+            if depth == 0:
+                return j + 1
+        elif c == "{" and opening == "[":
+            j = _group_end(src, j, "{", "}")
+            continue
+        j += 1
+    return j
+
+
+_VAR = re.compile(r"\$(?:\{([^}]*)\}|((?:::)?[A-Za-z_]\w*(?:::\w+)*(?:\([^)]*\))?))")
+_ESC = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "$": "$", "[": "[", "]": "]",
+        "{": "{", "}": "}", " ": " ", ";": ";"}
+
+
+class Interp:
+    """Runs the subset of an .exp that describes its stap runs; collects the tests."""
+
+    def __init__(self, suite: Path, exp: Path, work: Path) -> None:
+        self.exp = exp
+        self.work = work
+        self.group = exp.parent.name
+        self.vars: dict[str, str] = {
+            "srcdir": str(suite), "subdir": exp.parent.name, "runtime": "",
+            "test": exp.stem, "verbose": "0", "env(USER)": os.environ.get("USER", "root"),
+            "tcl_platform(wordSize)": "8", "all_pass_string": "systemtap test success\r\n",
+        }
+        self.tests: list[Test] = []
+        self.pending_mark: str | None = None
+        self.compiled: dict[str, str] = {}
+
+    # substitution -----------------------------------------------------------------
+    def subst(self, w: Word) -> str:
+        if w.kind == "brace":
+            return w.text
+        s, out, i = w.text, [], 0
+        while i < len(s):
+            c = s[i]
+            if c == "\\" and i + 1 < len(s):
+                out.append(_ESC.get(s[i + 1], s[i + 1]))
+                i += 2
+            elif c == "$":
+                m = _VAR.match(s, i)
+                if not m:
+                    out.append(c)
+                    i += 1
+                    continue
+                name = (m.group(1) or m.group(2)).lstrip(":")
+                if name not in self.vars:
+                    raise Unsupported(f"variable ${name}")
+                out.append(self.vars[name])
+                i = m.end()
+            elif c == "[":
+                j = _group_end(s, i)
+                out.append(self.call(s[i + 1:j - 1]))
+                i = j
+            else:
+                out.append(c)
+                i += 1
+        return "".join(out)
+
+    def tcl_list(self, text: str) -> list[str]:
+        """A Tcl list's elements: braces and quotes removed, backslashes resolved."""
+        out = []
+        for words in tcl_commands(text.replace(";", "\\;")):
+            for w in words:
+                out.append(w.text if w.kind == "brace" else
+                           re.sub(r"\\(.)", lambda m: _ESC.get(m.group(1), m.group(1)), w.text))
+        return out
+
+    def call(self, script: str) -> str:
+        cmds = tcl_commands(script)
+        result = ""
+        for words in cmds:
+            result = self.command(words)
+        return result
+
+    # commands ---------------------------------------------------------------------
+    def run(self, script: str) -> None:
+        for words in tcl_commands(script):
+            self.command(words)
+
+    def command(self, words: list[Word]) -> str:
+        name = self.subst(words[0])
+        args = words[1:]
+        if name == "set" and len(args) == 2:
+            var = self.subst(args[0]).lstrip(":")
+            self.vars[var] = self.subst(args[1])
+            return self.vars[var]
+        if name == "set" and len(args) == 1:
+            var = self.subst(args[0]).lstrip(":")
+            if var not in self.vars:
+                raise Unsupported(f"variable ${var}")
+            return self.vars[var]
+        if name in ("installtest_p", "dyninst_p"):
+            return "1"
+        if name in ("uretprobes_p",):
+            return "1"
+        if name in ("uprobes_p", "utrace_p", "plt_probes_p", "bpf_p", "server_p",
+                    "base_microtest_skip_p"):
+            return "0"
+        if name == "pwd":
+            return str(self.work)
+        if name == "get_runtime_list":
+            return "dyninst"
+        if name == "exec" and [self.subst(a) for a in args] == ["/usr/bin/id", "-u"]:
+            return str(os.getuid())
+        if name == "arch_compile_flags":
+            return ""
+        if name == "if":
+            return self.cmd_if(args)
+        if name == "foreach" and len(args) == 3:
+            var = self.subst(args[0])
+            for value in self.tcl_list(self.subst(args[1])):
+                self.vars[var] = value
+                self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]))
+            return ""
+        if name in ("setup_kfail", "setup_xfail"):
+            self.pending_mark = f"{name} {' '.join(self.subst(a) for a in args)}"
+            return ""
+        if name == "untested":
+            raise _Untested(" ".join(self.subst(a) for a in args))
+        if name == "return":
+            raise _Return()
+        if name in ("verbose", "send_log", "pass", "fail", "catch", "lappend", "puts", "note"):
+            if name == "lappend" and args:
+                var = self.subst(args[0])
+                self.vars[var] = " ".join([self.vars.get(var, "")]
+                                          + [self.subst(a) for a in args[1:]]).strip()
+            return ""
+        if name == "target_compile":
+            return self.target_compile([self.subst(a) for a in args])
+        if name == "stap_run" and len(args) >= 3:
+            load = self.subst(args[1])
+            if load not in SLEEP_LOADS:
+                raise Unsupported(f"stap_run with load {load}")
+            self.vars["result_string"] = self.subst(args[2])
+            self.stap_run(name, [self.subst(args[0])] + [self.subst(a) for a in args[3:]])
+            self.tests[-1].load_secs = SLEEP_LOADS[load]
+            return ""
+        if name in ("stap_run2", "stap_run3", "stap_run_exact", "stap_run_batch"):
+            self.stap_run(name, [self.subst(a) for a in args])
+            return ""
+        raise Unsupported(name)
+
+    def cmd_if(self, args: list[Word]) -> str:
+        i = 0
+        while i < len(args):
+            cond = self.expr(args[i].text if args[i].kind == "brace" else self.subst(args[i]))
+            i += 1
+            if i < len(args) and args[i].text == "then" and args[i].kind == "bare":
+                i += 1
+            body = args[i]
+            i += 1
+            if cond:
+                self.run(body.text)
+                return ""
+            if i >= len(args):
+                return ""
+            kw = args[i].text
+            if kw == "else":
+                self.run(args[i + 1].text)
+                return ""
+            if kw == "elseif":
+                i += 1
+                continue
+            raise Unsupported("if")
+        return ""
+
+    def expr(self, e: str) -> bool:
+        py = []
+        tokens = re.finditer(r'\s+|\$\{[^}]*\}|\$(?:::)?[\w:]+(?:\([^)]*\))?|\[[^\]]*\]|"[^"]*"|'
+                             r'\b(eq|ne)\b|&&|\|\||==|!=|<=|>=|[<>!()]|\d+|\w+', e)
+        pos = 0
+        for t in tokens:
+            if t.start() != pos:
+                raise Unsupported(f"if {{{e}}}")
+            pos = t.end()
+            s = t.group(0)
+            if s.isspace():
+                continue
+            if s.startswith("$") or s.startswith("[") or s.startswith('"'):
+                v = self.subst(Word(s[1:-1] if s.startswith('"') else s, "quote"))
+                py.append(repr(int(v)) if re.fullmatch(r"-?\d+", v) else repr(v))
+            elif s in ("eq", "=="):
+                py.append("==")
+            elif s in ("ne", "!="):
+                py.append("!=")
+            elif s == "&&":
+                py.append(" and ")
+            elif s == "||":
+                py.append(" or ")
+            elif s == "!":
+                py.append(" not ")
+            elif s in ("(", ")", "<", ">", "<=", ">=") or s.isdigit():
+                py.append(s)
+            else:
+                raise Unsupported(f"if {{{e}}}")
+        if pos != len(e):
+            raise Unsupported(f"if {{{e}}}")
+        try:
+            return bool(eval("".join(py), {"__builtins__": {}}))  # noqa: S307 (own tokens only)
+        except Exception as exc:
+            raise Unsupported(f"if {{{e}}}") from exc
+
+    def target_compile(self, args: list[str]) -> str:
+        if len(args) < 3:
+            raise Unsupported("target_compile")
+        src, dest, kind = args[0], args[1], args[2]
+        opts = args[3] if len(args) > 3 else ""
+        flags: list[str] = []
+        for o in shlex.split(opts):
+            if o.startswith("additional_flags="):
+                flags += shlex.split(o.split("=", 1)[1])
+            elif o == "debug":
+                flags.append("-g")
+            elif o.startswith(("compiler=", "libs=", "ldflags=")):
+                key, val = o.split("=", 1)
+                if key == "compiler":
+                    raise Unsupported("target_compile compiler=")
+                flags += shlex.split(val)
+        out = self.work / dest if not os.path.isabs(dest) else Path(dest)
+        cmd = ["gcc", *src.split(), "-o", str(out), *flags]
+        if kind == "object":
+            cmd.append("-c")
+        elif kind != "executable":
+            raise Unsupported(f"target_compile {kind}")
+        key = " ".join(cmd)
+        if key not in self.compiled:
+            r = subprocess.run(cmd, capture_output=True, text=True, cwd=self.work)
+            self.compiled[key] = "" if r.returncode == 0 else (r.stderr.strip() or "failed")
+        return self.compiled[key]
+
+    def stap_run(self, proc: str, args: list[str]) -> None:
+        expected = self.vars.get("result_string")
+        if proc == "stap_run2":
+            name, argv = args[0], args
+        elif proc in ("stap_run3", "stap_run"):
+            name, argv = args[0], args[1:]
+        elif proc == "stap_run_exact":
+            name, argv = args[0], args[2:] + args[1:2]
+        else:
+            name, argv = args[0], args
+        argv = [a for a in argv if a != ""]
+        # stap_run3's name is words: `{name args} file args` -- the words it was given
+        mode = {"stap_run_exact": "exact", "stap_run_batch": "ok",
+                "stap_run": "interrupt"}.get(proc, "run3")
+        if mode != "ok" and expected is None:
+            raise Unsupported(f"{proc} without result_string")
+        if proc == "stap_run_batch":
+            first = Path(argv[0]).read_text(errors="replace").split("\n", 1)[0]
+            m = re.match(r"#! stap (.*)", first)
+            if not m:
+                raise Unsupported("stap_run_batch of a non-stap script")
+            argv = [*shlex.split(m.group(1)), *argv]
+        name = re.sub(r".*/testsuite/", "", name)
+        label = f"{self.group}/{self.exp.name}: {name}"
+        k = sum(1 for t in self.tests if t.name.startswith(label))
+        if k:
+            label += f" #{k + 1}"
+        scripts = []
+        for j, a in enumerate(argv):
+            if a.endswith(".stp") and os.path.isfile(a):
+                scripts.append(Path(a).read_text(errors="replace"))
+            elif a == "-e" and j + 1 < len(argv):
+                scripts.append(argv[j + 1])
+        t = Test(self.group, label, ["stap", *argv], self.work, mode=mode,
+                 expected=expected, scripts=scripts)
+        if self.pending_mark:
+            t.out_of_scope = f"marked failing under dyninst ({self.pending_mark})"
+            self.pending_mark = None
+        else:
+            bad = [p for s in scripts for p in kernel_points(s)]
+            if bad:
+                t.out_of_scope = f"kernel probe point {bad[0]}"
+        self.tests.append(t)
+
+
+class _Untested(Exception):
+    pass
+
+
+class _Return(Exception):
+    pass
+
+
+def output_tests(suite: Path, work: Path) -> Iterator[Test]:
+    for d in OUTPUT_DIRS:
+        for exp in sorted((suite / d).glob("*.exp")):
+            wdir = work / d / exp.stem
+            wdir.mkdir(parents=True, exist_ok=True)
+            it = Interp(suite, exp, wdir)
+            try:
+                it.run(exp.read_text(errors="replace"))
+            except Unsupported as e:
+                yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                           out_of_scope=f"needs Tcl/expect the runner does not model ({e})")
+                continue
+            except _Untested:
+                if not it.tests:
+                    yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                               out_of_scope="untested under dyninst")
+                    continue
+            except _Return:
+                pass
+            except OSError as e:
+                yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                           out_of_scope=f"reads a file the runner lacks ({e})")
+                continue
+            if not it.tests:
+                yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                           out_of_scope="runs stap in no way the runner models")
+            yield from it.tests
+
+
+# ---------------------------------------------------------------------------------------
+# Running
+
+def load_differences() -> dict[str, str]:
+    data = tomllib.loads(DIFFERENCES.read_text())
+    return {d["test"]: d["reason"] for d in data.get("difference", [])}
+
+
+def make_shim(tmp: Path, pydyn: Path) -> Path:
+    bindir = tmp / "bin"
+    bindir.mkdir()
+    shim = bindir / "stap"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(str(pydyn))} "$@"\n')
+    shim.chmod(0o755)
+    return bindir
+
+
+def run_interrupted(t: Test, env: dict[str, str], timeout: float) -> None:
+    """stap_run: wait for "systemtap starting probe", let the load's time pass, send SIGINT,
+    then the rest of stdout must be "systemtap ending probe" and the expected pattern."""
+    try:
+        p = subprocess.Popen(t.argv, cwd=t.cwd, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    except OSError as e:
+        t.first_error = f"cannot run: {e}"
+        return
+    assert p.stdout is not None and p.stderr is not None
+    out: list[bytes] = []
+    err: list[bytes] = []
+    started = threading.Event()
+
+    def read_out() -> None:
+        assert p.stdout is not None
+        for line in p.stdout:
+            out.append(line)
+            if line.rstrip(b"\r\n") == b"systemtap starting probe":
+                started.set()
+        started.set()
+    readers = [threading.Thread(target=read_out, daemon=True),
+               threading.Thread(target=lambda: err.extend(p.stderr or []), daemon=True)]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + timeout
+    ok_start = started.wait(timeout)
+    if ok_start and p.poll() is None:
+        time.sleep(t.load_secs)
+        try:
+            os.kill(p.pid, signal.SIGINT)
+        except ProcessLookupError:
+            pass
+    try:
+        p.wait(max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        t.first_error = f"timeout after {timeout:g} s"
+        return
+    for r in readers:
+        r.join(5)
+    text = b"".join(out).decode("utf-8", errors="replace")
+    etext = b"".join(err).decode("utf-8", errors="replace")
+    if "Traceback (most recent call last)" in etext:
+        t.first_error = "traceback: " + etext.strip().splitlines()[-1]
+        if os.environ.get("STAP_TESTSUITE_TRACEBACKS"):
+            print(f"{t.name}:\n{etext}", file=sys.stderr)
+        return
+    err_line = next((ln for ln in etext.splitlines() if re.search(r"error", ln, re.I)), "")
+    head, sep, rest = text.partition("systemtap starting probe\n")
+    if not sep:
+        t.first_error = err_line or "no 'systemtap starting probe' line"
+        return
+    pattern = "systemtap ending probe\n" + (t.expected or "").replace("\\r", "").replace("\r", "")
+    try:
+        m = re.match(pattern, rest)
+    except re.error as e:
+        t.first_error = f"the expected pattern is no Python regex: {e}"
+        return
+    if not m:
+        first = rest.split("\n")[:3]
+        t.first_error = err_line or f"output after start does not match: {first!r}"
+        return
+    if rest[m.end():].strip():
+        t.first_error = f"unexpected output after the expected: {rest[m.end():][:80]!r}"
+        return
+    t.passed = True
+
+
+def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
+    if t.mode == "interrupt":
+        run_interrupted(t, env, timeout)
+        return
+    try:
+        p = subprocess.Popen(t.argv, cwd=t.cwd, env=env, stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    except OSError as e:
+        t.first_error = f"cannot run: {e}"
+        return
+    try:
+        out_b, err_b = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        t.first_error = f"timeout after {timeout:g} s"
+        return
+    out = out_b.decode("utf-8", errors="replace")
+    err = err_b.decode("utf-8", errors="replace")
+    rc = p.returncode
+    if "Traceback (most recent call last)" in err:
+        t.first_error = "traceback: " + err.strip().splitlines()[-1]
+        return
+    if rc < 0:
+        t.first_error = f"killed by signal {-rc}"
+        return
+    err_line = next((ln for ln in err.splitlines() if re.search(r"error", ln, re.I)),
+                    err.strip().splitlines()[0] if err.strip() else "")
+    if t.mode == "ok":
+        t.passed = rc == 0
+        t.first_error = "" if t.passed else (err_line or f"exit {rc}")
+    elif t.mode == "ko":
+        t.passed = rc != 0 and bool(err.strip())
+        t.first_error = ("" if t.passed else
+                         "succeeded but must fail" if rc == 0 else "failed without a message")
+    else:
+        res = out + err
+        if t.mode == "exact" and rc != 0:
+            res += "child process exited abnormally"
+        res = res[:-1] if res.endswith("\n") else res
+        got, want = res.split("\n"), (t.expected or "").split("\n")
+        for n, line in enumerate(got):
+            if n >= len(want) or line != want[n]:
+                if t.mode == "exact" and n >= len(want):
+                    break
+                exp_line = want[n] if n < len(want) else "<no more lines>"
+                t.first_error = (err_line if err_line and rc != 0 else
+                                 f"line {n + 1}: expected {exp_line!r}, got {line!r}")
+                return
+        if t.mode == "run3" and len(got) < len(want):
+            t.first_error = err_line or f"too few lines: got {len(got)}, expected {len(want)}"
+            return
+        t.passed = True
+
+
+def collect(suite: Path, work: Path) -> list[Test]:
+    marked = dyninst_marked(suite)
+    tests = list(pass_tests(suite, work / "pass", marked))
+    (work / "pass").mkdir(parents=True, exist_ok=True)
+    tests += list(output_tests(suite, work))
+    diffs = load_differences()
+    for t in tests:
+        key = t.name.split(":")[0]
+        if t.out_of_scope is None and (t.name in diffs or key in diffs):
+            t.out_of_scope = "deliberate difference: " + diffs.get(t.name, diffs.get(key, ""))
+    return tests
+
+
+def report(tests: list[Test], list_fails: bool, out: Callable[[str], None] = print) -> None:
+    groups: dict[str, list[Test]] = {}
+    for t in tests:
+        groups.setdefault(t.group, []).append(t)
+    out(f"{'directory':<20} {'in scope':>8} {'pass':>6} {'fail':>6} {'out of scope':>12}")
+    tot = [0, 0, 0, 0]
+    reasons: dict[str, int] = {}
+    for g, ts in groups.items():
+        ins = [t for t in ts if t.out_of_scope is None]
+        npass = sum(t.passed for t in ins)
+        row = [len(ins), npass, len(ins) - npass, len(ts) - len(ins)]
+        tot = [a + b for a, b in zip(tot, row, strict=True)]
+        out(f"{g:<20} {row[0]:>8} {row[1]:>6} {row[2]:>6} {row[3]:>12}")
+        for t in ts:
+            if t.out_of_scope is not None:
+                r = re.sub(r"\(.*", "", t.out_of_scope).strip()
+                r = re.sub(r"kernel probe point .*", "kernel probe point", r)
+                reasons[r] = reasons.get(r, 0) + 1
+    out(f"{'total':<20} {tot[0]:>8} {tot[1]:>6} {tot[2]:>6} {tot[3]:>12}")
+    rate = 100.0 * tot[1] / tot[0] if tot[0] else 0.0
+    out(f"pass rate: {tot[1]}/{tot[0]} = {rate:.1f}%")
+    out("out of scope:")
+    for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
+        out(f"  {n:>4}  {r}")
+    if list_fails:
+        out("failures:")
+        for t in tests:
+            if t.out_of_scope is None and not t.passed:
+                out(f"  {t.name}: {t.first_error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="PATH: a SystemTap source tree or a bare git repository of one, e.g. "
+               "`git clone --bare https://sourceware.org/git/systemtap.git stap.git`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("source", type=Path, help="SystemTap source tree or bare git repository")
+    ap.add_argument("--pydyn", type=Path, default=ROOT / ".venv" / "bin" / "pydyn",
+                    help="the pydyn to test (default: this checkout's .venv/bin/pydyn)")
+    ap.add_argument("-j", "--jobs", type=int, default=2, help="tests run at once (2)")
+    # stap's own expect timeouts are 150 s and more; a 2,000-statement probe compiles
+    # for most of a minute on a loaded 2-core machine
+    ap.add_argument("--timeout", type=float, default=150, help="seconds per test (150)")
+    ap.add_argument("-k", dest="pattern", default="", help="only tests whose name has this")
+    ap.add_argument("--list-fails", action="store_true",
+                    help="print each failing test with its first error line")
+    ap.add_argument("--list-scope", action="store_true",
+                    help="print each out-of-scope test with its reason")
+    a = ap.parse_args(argv)
+    if not a.pydyn.is_file():
+        ap.error(f"{a.pydyn}: no such pydyn (run `make py-deps` first)")
+    tmp = Path(tempfile.mkdtemp(prefix="stap-testsuite-"))
+    try:
+        suite = testsuite_dir(a.source.resolve(), tmp)
+        work = tmp / "work"
+        work.mkdir()
+        tests = collect(suite, work)
+        if a.pattern:
+            tests = [t for t in tests if a.pattern in t.name]
+        env = dict(os.environ, PATH=f"{make_shim(tmp, a.pydyn)}:{os.environ['PATH']}",
+                   PYDYN_CACHE_DIR=os.environ.get("PYDYN_CACHE_DIR",
+                                                  str(Path.home() / ".cache" / "pydyn-stap")),
+                   LC_ALL="C", SYSTEMTAP_TESTSUITE="1", SRCDIR=str(suite.parent))
+        env.pop("COLUMNS", None)
+        todo = [t for t in tests if t.out_of_scope is None]
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+            list(pool.map(lambda t: run_one(t, env, a.timeout), todo))
+        report(tests, a.list_fails)
+        if a.list_scope:
+            print("out-of-scope tests:")
+            for t in tests:
+                if t.out_of_scope is not None:
+                    print(f"  {t.name}: {t.out_of_scope}")
+        print(f"({len(todo)} tests in {time.monotonic() - t0:.0f} s)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

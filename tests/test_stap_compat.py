@@ -1,0 +1,403 @@
+"""SystemTap language features pydyn takes from stap (bench/stap_testsuite.py measures the
+rest): each runs in a probe on a real process, tests/progs/stap_compat.c built for -m64
+and, where a toolchain exists, -m32."""
+
+from __future__ import annotations
+
+import datetime
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cbuild  # noqa: E402
+
+PROG = Path(__file__).resolve().parent / "progs" / "stap_compat.c"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stap-compat-cache")
+
+
+@pytest.fixture(scope="module", params=["m64", "m32"])
+def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
+    m32 = request.param == "m32"
+    out = tmp_path_factory.mktemp("stap-compat") / f"compat_{request.param}"
+    return cbuild.build_c(PROG, out, m32=m32, extra=sdt_cflags(m32))
+
+
+def run(cache: Path, script: str, *args: str) -> tuple[int, str, str]:
+    r = cbuild.run_pydyn(cache, "-e", script, *args)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_alias_prologue_and_epilogue(cache: Path, target: Path) -> None:
+    # `=` runs the alias's block before the user's, `+=` after it; one body: shared locals
+    script = f'''global seen, after
+probe tick = process("{target}").mark("tick") {{ twice = $arg1 * 2 }}
+probe tick {{ seen += twice }}
+probe word += process("{target}").mark("word") {{ after += mine }}
+probe word {{ mine = $arg2 }}
+probe end {{ printf("seen=%d after=%d\\n", seen, after) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 10 ab cde")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "seen=90 after=5"
+
+
+def test_alias_suffix_and_several_definitions(cache: Path, target: Path) -> None:
+    # `probe p.mark("tick")` on the alias `p` carries the suffix to its target; two `+=`
+    # definitions of one name each give a probe, both running the user's block
+    script = f'''global a, b, c, d
+probe p = process("{target}") {{ }}
+probe p.mark("done") {{ a += $arg1 }}
+probe both += p.mark("tick") {{ b++ }}
+probe both += p.mark("word") {{ c++ }}
+probe both {{ d++ }}
+probe end {{ printf("%d %d %d %d\\n", a, b, c, d) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 4 x y z")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "4 4 3 7"
+
+
+def test_oneshot_runs_once_then_exits(cache: Path, target: Path) -> None:
+    # oneshot is begin then exit(): the handler runs once, the session ends, end runs
+    script = f'''global n
+probe oneshot {{ printf("once %d\\n", n); n = 7 }}
+probe process("{target}").mark("tick") {{ n++ }}
+probe end {{ printf("end n=%d\\n", n) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 3")
+    assert rc == 0, err
+    assert out.splitlines()[0] == "once 0"
+    assert out.splitlines()[-1].startswith("end n=")
+
+
+def test_alias_cycle_is_an_error(cache: Path) -> None:
+    rc, out, err = run(cache, "probe a = b { } probe b = a { } probe a { }")
+    assert rc == 1
+    assert "expands more than" in err and "error:" in err
+
+
+def test_tapset_dir_functions_globals_aliases(cache: Path, target: Path, tmp_path: Path) -> None:
+    # -I DIR: what the script uses of DIR's .stp files is taken (a function reaching
+    # another function and a global, a probe alias on the target); the rest is not,
+    # so an unused function that could not be typed does no harm
+    lib = tmp_path / "tapsets"
+    (lib / "sub").mkdir(parents=True)
+    (lib / "a.stp").write_text("global scale = 3\n"
+                               "function scaled(x) { return x * scale + one() }\n"
+                               "function untyped(y) { return y }\n")
+    (lib / "sub" / "b.stp").write_text(
+        f'function one() {{ return 1 }}\nprobe ticks = process("{target}").mark("tick") {{ }}\n')
+    script = "global t\nprobe ticks { t += scaled($arg1) }\nprobe end { printf(\"t=%d\\n\", t) }"
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "t=22"      # (0+1+2+3)*3 + 4
+    (lib / "bad.stp").write_text("function broken( {")
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 1 and "bad.stp:1:" in err and "error:" in err
+
+
+def test_set_global_on_the_command_line(cache: Path, target: Path) -> None:
+    script = f'''global step = 1, label = "none"
+probe process("{target}").mark("tick") {{ n += step }}
+global n
+probe end {{ printf("%s %d\\n", label, n) }}'''
+    rc, out, err = run(cache, script, "-G", "step=10", "-G", "label=ten", "-c", f"{target} 3")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "ten 30"
+    rc, out, err = run(cache, script, "-G", "nosuch=1")
+    assert rc == 1 and "no global 'nosuch'" in err
+
+
+def test_stap_command_line_options(cache: Path, target: Path) -> None:
+    # what stap runs with under its testsuite: accepted, or refused as stap refuses
+    script = f'probe process("{target}").mark("done") {{ printf("done %d\\n", $arg1) }}'
+    rc, out, err = run(cache, script, "--runtime=dyninst", "-u", "-w", "-b", "-m", "mod_1",
+                       "-D", "SOME_MACRO", "-D", "OTHER=2", "--compatible=4.0",
+                       "-c", f"{target} 2")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "done 2"
+    for bad, message in ((["-m", "x^y"], "a module name"),
+                         (["-e", "probe end { }"], "-e given more than once"),
+                         (["-c", str(target), "-x", "1"], "exclude each other"),
+                         (["-s", "0"], "power of two"),
+                         (["--runtime=kernel"], "invalid choice")):
+        rc, out, err = run(cache, "probe begin { }", "-p1", *bad)
+        assert rc != 0 and message in err, (bad, err)
+
+
+def test_suppress_handler_errors_keeps_the_session(cache: Path, target: Path) -> None:
+    # without the option the first error ends the session; with it every tick runs
+    script = f'''global n, hits
+probe process("{target}").mark("tick") {{ hits++; if ($arg1 % 2) n = 1 / 0 }}
+probe end {{ printf("hits=%d n=%d\\n", hits, n) }}'''
+    rc, out, err = run(cache, script, "--suppress-handler-errors", "-c", f"{target} 6")
+    assert out.splitlines()[-1] == "hits=6 n=0"
+    assert "Number of errors: 3" in err
+
+
+def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
+    script = f'global unused\nprobe process("{target}").mark("done") {{ x = 1 }}'
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 0 and "WARNING" in err
+    rc, out, err = run(cache, script, "-p2", "-w")
+    assert rc == 0 and "WARNING" not in err
+    rc, out, err = run(cache, script, "-p2", "-W")
+    assert rc == 1 and "-W makes warnings errors" in err
+
+
+def test_pass2_checks_types(cache: Path, target: Path) -> None:
+    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1 }}'
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 1 and "type mismatch" in err
+
+
+def test_printd_needs_two_values(cache: Path) -> None:
+    rc, out, err = run(cache, 'probe begin { printd(",", 1) }', "-p1")
+    assert rc == 1 and "at least two values" in err
+
+
+def _stap_welford(values: list[int], shift: int = 0) -> tuple[int, int]:
+    """(running avg_s, variance_s) as stap's __stp_stat_add keeps them (32-bit delta,
+    C division truncating toward zero)."""
+    def cdiv(a: int, b: int) -> int:
+        q = abs(a) // abs(b)
+        return q if (a >= 0) == (b >= 0) else -q
+    avg_s, m2, var_s = values[0] << shift, 0, 0
+    for count, v in enumerate(values[1:], start=2):
+        delta = ((v << shift) - avg_s + 2**31) % 2**32 - 2**31
+        avg_s += cdiv(delta, count)
+        m2 += delta * ((v << shift) - avg_s)
+        var_s = cdiv(m2, count - 1)
+    return avg_s, var_s
+
+
+def test_variance_in_stap_integer_arithmetic(cache: Path, target: Path) -> None:
+    # a statistic alone: total variance around the exact average (_stp_stat_get), with a
+    # bit shift; an array entry: the running variance as stap's pmap copy gives it
+    values = [i * i % 37 for i in range(25)]
+    script = f'''global s, t, k
+probe process("{target}").mark("tick") {{
+  v = $arg1 * $arg1 % 37; s <<< v; t <<< v; k[$arg1 % 2] <<< v }}
+probe end {{ printf("%d %d %d %d\\n", @variance(s), @variance(t, 5), @variance(k[0]),
+                    @variance(k[1])) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 25")
+    assert rc == 0, err
+
+    def whole(shift: int) -> int:
+        avg_s, var_s = _stap_welford(values, shift)
+        n = len(values)
+        exact = (sum(values) << shift) // n
+        return ((n * (avg_s - exact) ** 2 + (n - 1) * var_s) // (n - 1)) >> (2 * shift)
+    want = [whole(0), whole(5), _stap_welford(values[0::2])[1], _stap_welford(values[1::2])[1]]
+    assert out.splitlines()[-1] == " ".join(map(str, want))
+
+
+def test_begin_and_end_get_ten_times_the_statement_budget(cache: Path, target: Path) -> None:
+    # MAXACTION_INTERRUPTIBLE (MAXACTION * 10): 3,000 statements run in begin and end,
+    # the same loop in a probe on the target exceeds MAXACTION (1,000)
+    loop = "for (i = 0; i < 1500; i++) n++"
+    script = f'''probe begin {{ {loop}; printf("begin %d\\n", n) }}
+probe process("{target}").mark("done") {{ {loop}; printf("mark %d\\n", n) }}
+probe end {{ {loop}; printf("end %d\\n", n) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert "MAXACTION exceeded" in err
+    assert [ln for ln in out.splitlines() if ln[:1] in "bme"][-2:] == ["begin 1500", "end 1500"]
+    rc, out, err = run(cache, script, "-D", "MAXACTION_INTERRUPTIBLE=2000", "-c", f"{target} 1")
+    assert "MAXACTION exceeded" in err and "begin 1500" not in out
+
+
+def test_tapset_functions_in_a_probe(cache: Path, target: Path) -> None:
+    # runtime/pd_tapset.c and launcher/script/tapset.py, each called in a probe on the
+    # target with the mark's values
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%d %d %d|%s|%s|%s|%s|%s\\n", stringat(s, 1), strpos(s, "c"), strtol(" 1", 10),
+         ctime($arg2 * 100000000), errno_str($arg2), errno_str(-$arg2), string_quoted(s),
+         text_strn(s, 0, 0))
+  print_char(stringat(s, 0)); print_char(10)
+  printf("%x %x %x %x %d %d\\n", ntohs($arg2), ntohl($arg2), ntohll($arg2), big_endian2($arg2),
+         little_endian2($arg2 + 0x10000), arch_bytes())
+  r = randint($arg2); printf("rand ok %d\\n", r >= 0 && r < $arg2)
+  printf("[%s]\\n", sprintd(",", $arg2, s))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 abc")
+    assert rc == 0, err
+    when = datetime.datetime.fromtimestamp(300000000, datetime.UTC)
+    assert out.splitlines()[-5:] == [
+        f'98 2 0|{when:%a %b %e %H:%M:%S %Y}|ESRCH|ESRCH|"abc"|abc', "a",
+        "300 3000000 300000000000000 300 3 8", "rand ok 1", "[3,abc]"]
+    rc, out, err = run(cache, f'probe process("{target}").mark("word") {{ '
+                              'println(stringat(user_string($arg1), 9)) }', "-c", f"{target} 0 ab")
+    assert rc == 1 and "Position out of bounds" in err
+
+
+def test_argv_and_indent_from_the_tapset(cache: Path, target: Path) -> None:
+    script = f'''probe process("{target}").mark("tick") {{
+  printf("%s%d %s/%s\\n", indent($arg1 ? -1 : 1), argc, argv[1], argv[2])
+}}'''
+    rc, out, err = run(cache, script, "one", "-G", "argv_2=two", "-c", f"{target} 2")
+    assert rc == 0, err
+    lines = out.splitlines()[-2:]
+    assert [ln.split(":", 1)[1] for ln in lines] == ["1 one/two", "1 one/two"]
+    assert all(ln.split(":")[0].strip().isdigit() for ln in lines)
+
+
+@pytest.mark.parametrize("script, message", [
+    ("probe end { break }", "'break' outside a loop"),
+    ("function f() { continue } probe begin { while (1) f() }", "'continue' outside a loop"),
+    ("probe a.* = begin { }", "an alias name cannot have wildcards"),
+    ("global a probe begin { a[1,2,3,4,5,6,7,8,9,10] = 1 }", "more than 9 indexes"),
+    ("probe begin { println(" + ", ".join(str(i) for i in range(33)) + ") }",
+     "at most 32 values"),
+    ("probe timer.hz(100).randomize(5) { }", "cannot be randomized"),
+    ("global a probe begin { a[1] = 1; foreach (k in a @sum +) println(k) }",
+     "sorts an array of statistics"),
+    ("global a probe begin { a[1] = 1; foreach (k in a) a[k]++ }",
+     "variable 'a' modified during 'foreach' iteration"),
+    ("global a function f() { a[2] = 1 } function g() { f() }\n"
+     "probe begin { a[1] = 1; foreach (k in a) g() }",
+     "variable 'a' modified during 'foreach' iteration"),
+])
+def test_semantic_errors_stap_reports(cache: Path, script: str, message: str) -> None:
+    rc, out, err = run(cache, script, "-p2")
+    assert rc == 1 and message in err and "error:" in err, err
+
+
+def test_reading_and_deleting_while_iterating_is_allowed(cache: Path, target: Path) -> None:
+    script = f'''global a, n
+probe process("{target}").mark("tick") {{ a[$arg1] = $arg1 }}
+probe end {{ foreach (k in a) {{ n += a[k]; delete a[k] }} printf("%d %d\\n", n, [1] in a) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 4")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "6 0"
+
+
+def test_user_string_with_a_default(cache: Path, target: Path) -> None:
+    # user_string(addr, default) and user_string_n(addr, n, default): the default for
+    # an address that cannot be read, instead of an error
+    script = f'''probe process("{target}").mark("word") {{
+  printf("%s|%s|%s|%s\\n", user_string($arg1, "bad"), user_string(8, "bad"),
+         user_string_n($arg1, 2, "bad"), user_string_n(8, 2, "worse"))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 hello")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "hello|bad|he|worse"
+
+
+def test_const_operator(cache: Path, target: Path) -> None:
+    # @const("C expression") in guru mode, compiled in the probed process's ABI;
+    # --skip-badvars defines STP_SKIP_BADVARS
+    script = f'''probe process("{target}").mark("done") {{
+  printf("%d %d\\n", @const("sizeof(long)"), @const("STP_SKIP_BADVARS")) }}'''
+    rc, out, err = run(cache, script, "-g", "--skip-badvars", "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == ("4 1" if target.name.endswith("m32") else "8 1")
+    rc, out, err = run(cache, script, "-p1")
+    assert rc == 1 and "@const is only allowed in guru mode" in err
+
+
+def test_foreach_over_histogram_buckets(cache: Path, target: Path) -> None:
+    # foreach (count = bucket in @hist_log(s)) and @hist_linear(s, ...)[bucket], with
+    # stap's bucket numbers (log: 64 holds 0; linear: 0 is the underflow)
+    script = f'''global s, k
+probe process("{target}").mark("tick") {{ s <<< $arg1; k[$arg1 % 2] <<< $arg1 * 10 }}
+probe end {{
+  foreach (n = b in @hist_log(s)) if (n) printf("log %d:%d\\n", b, n)
+  foreach (b in @hist_linear(k[1], 0, 100, 20) limit 4)
+    printf("lin %d:%d\\n", b, @hist_linear(k[1], 0, 100, 20)[b])
+  printf("out of range %d\\n", @hist_log(s)[500])
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 6")
+    assert rc == 0, err
+    # ticks 0..5: 0 -> 64, 1 -> 65, 2..3 -> 66, 4..5 -> 67; k[1] holds 10, 30, 50
+    assert out.splitlines()[-9:] == ["log 64:1", "log 65:1", "log 66:2", "log 67:2",
+                                     "lin 0:0", "lin 1:1", "lin 2:1", "lin 3:1",
+                                     "out of range 0"]
+
+
+def test_regex_match_in_a_probe(cache: Path, target: Path) -> None:
+    # =~ / !~ compiled to DFA tables at translate time, matched against the target's
+    # strings in the probe
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%s %d %d %d %d\\n", s, s =~ "^[a-z]+[0-9]{{2,3}}$", s !~ "x", s =~ "(ab|cd)+e",
+         s =~ "[[:upper:]]")
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 abc12 ab1234 cdabe Xyz")
+    assert rc == 0, err
+    assert out.splitlines()[-4:] == ["abc12 1 1 0 0", "ab1234 0 1 0 0", "cdabe 0 1 1 0",
+                                     "Xyz 0 1 0 1"]
+    rc, out, err = run(cache, 'probe begin { x = "a" =~ "a{2" }', "-p2")
+    assert rc == 1 and "bad regular expression" in err
+
+
+@pytest.mark.parametrize("pattern", [
+    "abc", "^abc$", "a(b|cd)*e", "[^0-9]+$", "^(a|b){2,3}c?$", "x+y*z?", "[[:digit:]]{3}",
+    "(^a|b$)", "a.c", "[a\\-z]", "^$", "(ab){0,2}c",
+])
+def test_regex_dfa_matches_like_python(pattern: str) -> None:
+    from pydyn.launcher.translate.regex import compile_regex
+    dfa = compile_regex(pattern.encode())
+    for text in ["", "abc", "xabcx", "ae", "abcdbe", "aab", "abac", "ac", "a-z", "12",
+                 "x", "yz", "xyz", "123", "ababc", "abababc", "b", "ba", "a.c", "aXc"]:
+        py_pattern = pattern.replace("[[:digit:]]", "[0-9]")
+        assert dfa.search(text.encode()) == bool(re.search(py_pattern, text)), (pattern, text)
+
+
+def test_unused_functions_are_elided_unless_u(cache: Path, target: Path) -> None:
+    # a function no probe calls is dropped before typing (its parameter needs no type),
+    # one reached through another is kept; -u keeps every function, as stap's -u
+    script = f'''function unused(x) {{ return x }}
+function helper(y) {{ return y + 1 }}
+function used() {{ return helper(41) }}
+probe process("{target}").mark("done") {{ printf("%d\\n", used()) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "42"
+    rc, out, err = run(cache, script, "-u", "-p2")
+    assert rc == 1 and "unresolved type for parameter 'x'" in err
+
+
+def test_errno_p_isdigit_uarch_bytes_indent_depth(cache: Path, target: Path) -> None:
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%d %d %d %d %d ", errno_p(-$arg2), errno_p(0), isdigit(s), uarch_bytes(),
+         thread_indent_depth(1))
+  printf("%d\\n", thread_indent_depth(-1))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 7up")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == f"3 0 1 {4 if target.name.endswith('m32') else 8} 0 0"
+
+
+def test_a_second_interrupt_does_not_cut_end_short(cache: Path, tmp_path: Path) -> None:
+    # stap_run's way: SIGINT once the start line is out; here a second one arrives while
+    # the end probe runs: the end probe still completes and the session still ends
+    import os
+    import signal
+    import subprocess
+    import time
+    script = ('probe begin { println("started") } probe timer.s(60) { }\n'
+              'probe end { for (i = 0; i < 20000000; i++) ; println("end done") }')
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
+    cmd = [sys.executable, "-m", "pydyn.launcher.cli", "-D", "MAXACTION=100000000",
+           "-e", script]
+    subprocess.run([*cmd[:-2], "-p4", "-e", script], env=env, capture_output=True, timeout=180)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    assert p.stdout is not None
+    assert p.stdout.readline() == "started\n"
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.05)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert "Traceback" not in err, err
+    assert out.splitlines()[-1:] == ["end done"], (out, err)
