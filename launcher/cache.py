@@ -64,7 +64,7 @@ from .build import (
     which,
 )
 from .elf.header import get_build_id
-from .errors import PydynError
+from .errors import PydynError, ScriptWarning
 
 FORMAT_VERSION = 1
 DEFAULT_SIZE_MIB = 256
@@ -392,7 +392,7 @@ class Hit(NamedTuple):
     modules: ModuleSet
     site_count: int
     sites: list[dict[str, Any]]
-    warnings: list[str]
+    warnings: list[ScriptWarning | str]
     verbose_lines: list[str]
 
 
@@ -516,7 +516,7 @@ class ModuleCache:
             return None, None
 
     def build(self, lk: Lookup | None, deps: Iterable[str], program: Any, required: set[str],
-              defines: Sequence[str], warnings: Sequence[str],
+              defines: Sequence[str], warnings: Sequence[ScriptWarning | str],
               verbose_lines: Sequence[str] = (), keep: bool = False) -> ModuleSet:
         """`store`, or a private build when the lookup refused the entry (or store does)."""
         if lk is not None:
@@ -589,7 +589,9 @@ class ModuleCache:
         except OSError:
             pass
         return Hit(program, ModuleSet(entry, key, modules, from_cache=True),
-                   body["site_count"], body["sites"], body["warnings"],
+                   body["site_count"], body["sites"],
+                   [ScriptWarning.from_json(w) if isinstance(w, dict) else w
+                    for w in body["warnings"]],
                    body["verbose_lines"])
 
     def _damage(self, entry: Path, key: str, reason: str, report: bool) -> Hit | None:
@@ -600,7 +602,7 @@ class ModuleCache:
 
     # -- store --------------------------------------------------------------------
     def store(self, lk: Lookup, deps: Iterable[str], program: Any, required: set[str],
-              defines: Sequence[str], warnings: Sequence[str],
+              defines: Sequence[str], warnings: Sequence[ScriptWarning | str],
               verbose_lines: Sequence[str] = ()) -> ModuleSet:
         """Build the modules into their entry (or take the one a concurrent run built)."""
         plans = list(getattr(program, "plans", []))
@@ -646,7 +648,8 @@ class ModuleCache:
                 "site_count": len(program.sites),
                 "sites": [_site_json(s, plans[i] if i < len(plans) else None)
                           for i, s in enumerate(program.sites)],
-                "warnings": list(warnings),      # printed again on each hit
+                "warnings": [w.to_json() if isinstance(w, ScriptWarning) else w
+                             for w in warnings],      # printed again on each hit
                 "verbose_lines": list(verbose_lines),
             }
             _write_atomic(entry / f"pydyn_{key}.hash", hash_log(inputs, key, artefacts))

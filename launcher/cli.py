@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import PydynError, ScriptError
+from .errors import PydynError, ScriptError, ScriptWarning
 
 if TYPE_CHECKING:
     from .build import ModuleSet
@@ -125,7 +125,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
                    help="initial value of global NAME (a number or a string)")
     p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
-    p.add_argument("-W", dest="werror", action="store_true", help="treat warnings as errors")
+    p.add_argument("-W", dest="werror", action="store_true",
+                   help="treat warnings as errors: the first one is the error, exit 1")
     p.add_argument("--suppress-handler-errors", action="store_true",
                    help="an error ends only its handler, never the session (each is still "
                         "printed and counted)")
@@ -250,13 +251,17 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
     return out
 
 
-def _warning(opts: argparse.Namespace, line: str) -> None:
-    """A translation warning: printed, dropped with -w, an error with -W."""
+def _warning(opts: argparse.Namespace, line: ScriptWarning | str) -> None:
+    """A translation warning: printed, dropped with -w, an error with -W (stap's
+    -w and -W); a script's warning is printed in stap's shape, with its source line."""
     if opts.werror:
+        if isinstance(line, ScriptWarning):
+            raise ScriptError(line.message, line.location, "-W makes warnings errors")
         raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
                          "warnings errors)")
     if not opts.no_warnings:
-        print(line, file=sys.stderr)
+        print(line.render(_use_color([f"--color={opts.color}"]))
+              if isinstance(line, ScriptWarning) else line, file=sys.stderr)
 
 
 def _set_globals(script: Any, assigns: Sequence[str]) -> Any:
@@ -341,11 +346,14 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         if cache is not None:
             from .build import which
             cache.remember_target(target_path or which(argv_cmd[0]) or argv_cmd[0])
-    warnings: list[str] = []   # replayed on a cache hit
+    warnings: list[ScriptWarning | str] = []   # replayed on a cache hit
 
     def warn(message: str) -> None:
-        warnings.append(f"pydyn: warning: {message}")
-        _warning(opts, warnings[-1])
+        report(f"pydyn: warning: {message}")
+
+    def report(warning: ScriptWarning | str) -> None:
+        warnings.append(warning)
+        _warning(opts, warning)
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
@@ -356,12 +364,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         # stap's pass 2 elaborates: types are inferred and checked, so a script with a
         # semantic error fails here, not only at -p3 (the C made for that is dropped).
         with recursion_headroom():
-            checked = translate(script, resolution,
-                                plan_sites(script, resolution, define_map),
-                                defines=define_map, runtime=b"",
-                                skip_badvars=opts.skip_badvars)
-        for warning in checked.warnings:
-            _warning(opts, warning)
+            translate(script, resolution, plan_sites(script, resolution, define_map),
+                      defines=define_map, runtime=b"", warn=report,
+                      optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -374,10 +379,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with recursion_headroom():   # the passes walk trees as deep as the parser allows
         plans = plan_sites(script, resolution, define_map)
         program = translate(script, resolution, plans, defines=define_map,
-                            runtime=runtime_digest(), skip_badvars=opts.skip_badvars)
-    for warning in program.warnings:
-        warnings.append(warning)
-        _warning(opts, warning)
+                            runtime=runtime_digest(), warn=report,
+                            optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -546,8 +549,8 @@ def run(argv: Sequence[str]) -> int:
             hit = None     # built without that ABI: build it now (store keeps the rest)
     if hit is not None:
         step(1, "using the cached entry of this script", t0)
-        for line in hit.warnings:
-            _warning(opts, line)
+        for warning in hit.warnings:
+            _warning(opts, warning)
         step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
         step(3, "using cached C source", time.monotonic())
         if verbose:

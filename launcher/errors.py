@@ -11,6 +11,7 @@ import re
 from typing import NamedTuple
 
 RED, BOLD, GREEN, CYAN, RESET = "\033[1;31m", "\033[1m", "\033[1;32m", "\033[1;36m", "\033[0m"
+MAGENTA = "\033[1;35m"   # stap's colour of WARNING:
 
 # What a caret range covers when the error does not say: the token at the column.
 _TOKEN = (r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
@@ -76,6 +77,47 @@ class SourceLocation(NamedTuple):   # not a dataclass: see shmlayout/layout.py
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}:{self.column}"
+
+
+class ScriptWarning(NamedTuple):
+    """A warning about a script, in SystemTap's words and shape, since stap users and
+    their tools look for these texts: `WARNING: MESSAGE: TOKEN at FILE:LINE:COL`, then
+    ` source: LINE` and a caret under the token.  `token` is stap's name of the token
+    the warning points at: `identifier 'x'`, `operator '='`, `keyword`."""
+
+    message: str
+    token: str
+    location: SourceLocation
+
+    def __str__(self) -> str:
+        return f"WARNING: {self.message}: {self.token} at {self.location}"
+
+    def render(self, color: bool = False) -> str:
+        def paint(code: str, text: str) -> str:
+            return f"{code}{text}{RESET}" if color else text
+
+        loc = self.location
+        head = (f"{paint(MAGENTA, 'WARNING:')} {escape_controls(self.message)}: "
+                f"{escape_controls(self.token, True)} at {escape_controls(str(loc), True)}")
+        if not loc.source_line:
+            return head
+        text = escape_controls(loc.source_line.rstrip("\n").expandtabs(1), True)
+        # stap's alignment: " source: " then the line; the caret under the token's column
+        before = escape_controls(loc.source_line.expandtabs(1)[:max(loc.column - 1, 0)], True)
+        return "\n".join([head, f" source: {text}", " " * (9 + len(before)) + paint(GREEN, "^")])
+
+    def to_json(self) -> dict[str, object]:
+        return {"message": self.message, "token": self.token, "file": self.location.file,
+                "line": self.location.line, "column": self.location.column,
+                "source_line": self.location.source_line}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, object]) -> ScriptWarning:
+        def text(key: str) -> str:
+            return str(obj[key])
+        return cls(text("message"), text("token"),
+                   SourceLocation(text("file"), int(text("line")), int(text("column")),
+                                  text("source_line")))
 
 
 class PydynError(Exception):

@@ -12,6 +12,7 @@ from .format import FormatSpec
 
 if TYPE_CHECKING:
     from .elf.stapsdt import ProbeSite
+    from .errors import ScriptWarning
     from .plan import PatchPlan
 
 
@@ -36,7 +37,8 @@ class Program:
     def __init__(self, c_source: str, checksum: bytes, formats: list[Format],
                  required_abis: frozenset[str], globals_size: int, needs_wait: bool,
                  timers: list[tuple[int, int, int]] | None = None,
-                 sites: list[ProbeSite] | None = None, warnings: list[str] | None = None,
+                 sites: list[ProbeSite] | None = None,
+                 warnings: list[ScriptWarning | str] | None = None,
                  plans: list[PatchPlan] | None = None,
                  report: dict[int, ReportTag] | None = None,
                  scalars: dict[str, tuple[int, str, int]] | None = None) -> None:

@@ -481,7 +481,7 @@ probe begin { printf("%d\n", fib(15)); exit() }
 TRY = r"""
 probe begin {
   try { error("boom") } catch (msg) { println("caught ", msg) }
-  try { x = 0; y = 10 / x; println("not here") } catch (m) { println("caught: ", m) }
+  try { x = 0; y = 10 / x; println("not here ", y) } catch (m) { println("caught: ", m) }
   try { error("quiet") } catch { println("caught without var") }
   try { println("no error") } catch (e) { println("never") }
   try { try { error("inner") } catch (e) { error("re-" . e) } } catch (e2) {
@@ -751,7 +751,7 @@ print("\n")
     r = pydyn(script)
     # a global the script never uses is elided, with a warning
     assert r.returncode == 0
-    assert len(r.err_lines) == 1, r.stderr
+    assert len(r.err_lines) == 3, r.stderr   # stap's shape: the warning, source, caret
     assert r.err_lines[0].startswith("WARNING: Eliding unused variable 'unused'")
     assert r.stdout == (
         "readme=3\n"

@@ -5,6 +5,7 @@ semantic pass and bpftrace's pass manager name theirs):
 
     limits    -D MAXSTRINGLEN / MAXMAPENTRIES           -> Limits
     types     symbols and their types, to a fixpoint    -> Types
+    warnings  stap's never-assigned / elided-assignment warnings -> ScriptWarnings
     analysis  which globals leave the globals lock      -> GlobalPlan
     layout    offsets in the segment's globals area     -> GlobalsLayout
     emit      descriptors, functions, one handler a probe (FAST ones: fast.py) -> Handlers
@@ -17,7 +18,9 @@ The checksum covers the source and the runtime it is built against (`runtime`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
+from ..errors import ScriptWarning
 from ..plan import SitePlans
 from ..program import Program
 from ..resolve import Resolution
@@ -29,14 +32,25 @@ from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
 from .types import infer_types
+from .warnings import find_warnings
 
 __all__ = ["Program", "translate"]
 
 
 def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
-              defines: dict[str, str], runtime: bytes, skip_badvars: bool = False) -> Program:
+              defines: dict[str, str], runtime: bytes,
+              warn: Callable[[ScriptWarning | str], None] | None = None,
+              optimize: bool = True, skip_badvars: bool = False) -> Program:
+    """`warn` is given each warning once the script is typed: a script in error gets
+    its one error only; `optimize` False is -u, where stap's optimisation rounds, which
+    give the warnings about unused and never-assigned variables, do not run;
+    `skip_badvars` reads target variables that cannot be read where probed as 0."""
     limits = Limits.from_defines(defines)
     types = infer_types(script, resolution, skip_badvars)
+    warnings = [*types.warnings, *find_warnings(script)] if optimize else []
+    for w in warnings:
+        if warn is not None:
+            warn(w)
     plan = analyse(script, types)
     layout = lay_out(types, plan, limits)
     unit = Unit(types, plan, layout, limits)
@@ -56,7 +70,7 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
         "};\n")
     # Required ABIs: every binary named in a probe point; the -c target adds its own.
     program = Program(source + trailer, digest, unit.formats, tables.required, layout.size,
-                      tables.needs_wait, tables.timers, tables.sites, warnings=types.warnings,
+                      tables.needs_wait, tables.timers, tables.sites, warnings=warnings,
                       plans=tables.plans,
                       scalars={n: (layout.offset(n), v.type, layout.slots[n].size)
                                for n, v in types.globals.items()

@@ -10,7 +10,7 @@ from ..elf import dwarf
 from ..elf.argspec import ArgKind
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
-from ..errors import ScriptError, TargetError
+from ..errors import ScriptError, ScriptWarning, TargetError
 from ..format import parse_format
 from ..guru import SET_USER, set_user_params
 from ..resolve import Resolution
@@ -134,7 +134,7 @@ class Types:
         self.globals: dict[str, GlobalVar] = {}
         self.funcs: dict[str, FuncInfo] = {}
         self.changed = False
-        self.warnings: list[str] = []
+        self.warnings: list[ScriptWarning | str] = []
         # --skip-badvars: target variables that cannot be read where probed read as 0
         self.skip_badvars = False
         self.badvars: set[int] = set()   # id() of each such TargetSymbol
@@ -201,9 +201,9 @@ class Types:
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
                 # stap elides a global the script never uses, with a warning
-                loc = var.decl.loc if var.decl else None
-                self.warnings.append(f"WARNING: Eliding unused variable '{name}': identifier "
-                                     f"'{name}' at {loc}")
+                if var.decl is not None:
+                    self.warnings.append(ScriptWarning(f"Eliding unused variable '{name}'",
+                                                       f"identifier '{name}'", var.decl.loc))
                 del self.globals[name]
                 continue
             if var.array is not None:

@@ -1,0 +1,171 @@
+"""The warnings of stap's pass 2 about what a script reads, writes and leaves unused,
+in stap's words (its elaborate.cxx, first round of the optimisation loop: later rounds'
+warnings stap prints only at -vvv, and with -u it prints none of these):
+
+    never-assigned local variable 'x' (similar: a, b)   a local read, never written
+    never-assigned global variable 'g' (similar: ...)   a global read, never written,
+                                                        with no initial value (nor -G)
+    Eliding assignment to 'x'                           an assignment to a local never read
+    side-effect-free function 'f'                       a called function whose body is empty
+
+"(similar: ...)" names the five other variables of the scope (locals, parameters,
+globals the script uses) nearest by edit distance, as stap's levenshtein_suggest.
+Only the user's script is looked at: pydyn's own tapset code warns about nothing.
+A message already given is not repeated (stap's duplicate elimination); how many were
+held back is one last line, as stap's "Number of similar warning messages suppressed".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields, is_dataclass
+
+from ..errors import ScriptWarning
+from ..script import ast
+
+
+@dataclass
+class _Use:
+    """How one scope (a probe or a function) uses each name."""
+
+    read: set[str] = field(default_factory=set)
+    written: set[str] = field(default_factory=set)
+    first: dict[str, ast.Symbol] = field(default_factory=dict)   # stap's declaring token
+    assigns: list[ast.Assign] = field(default_factory=list)      # `x op= ...` to a name
+
+
+def _uses(body: object, params: Iterable[str] = ()) -> _Use:
+    use = _Use(written=set(params))
+
+    def name(sym: ast.Symbol, read: bool, write: bool) -> None:
+        use.first.setdefault(sym.name, sym)
+        if read:
+            use.read.add(sym.name)
+        if write:
+            use.written.add(sym.name)
+
+    def target(node: ast.Expr, read: bool) -> None:
+        """An lvalue: a name is written (and read by `+=`, `++`); an array element
+        writes its array and reads its indexes."""
+        if isinstance(node, ast.Symbol):
+            name(node, read, True)
+        elif isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
+            name(node.base, read, True)
+            walk(node.indexes)
+        else:
+            walk(node)
+
+    def walk(node: object) -> None:
+        if isinstance(node, ast.Symbol):
+            name(node, True, False)
+        elif isinstance(node, ast.Assign):
+            if isinstance(node.target, ast.Symbol):
+                use.assigns.append(node)
+            target(node.target, node.op not in ("=", "<<<"))
+            walk(node.value)
+        elif isinstance(node, ast.IncDec):
+            target(node.operand, True)
+        elif isinstance(node, ast.Delete):
+            target(node.target, False)
+        elif isinstance(node, ast.Foreach):
+            for sym in (*node.keys, *((node.value,) if node.value else ())):
+                name(sym, False, True)
+            walk((node.array, node.slice, node.sort, node.limit, node.body))
+        elif isinstance(node, ast.Try):
+            if node.catch_var is not None:
+                name(node.catch_var, False, True)
+            walk((node.body, node.handler))
+        elif isinstance(node, tuple):
+            for item in node:
+                walk(item)
+        elif is_dataclass(node) and not isinstance(node, type):
+            for f in fields(node):
+                if f.name != "loc":
+                    walk(getattr(node, f.name))
+
+    walk(body)
+    return use
+
+
+def _similar(name: str, candidates: Iterable[str]) -> str:
+    """stap's levenshtein_suggest(name, candidates, 5): the five nearest, nearest first,
+    ties in name order; as ` (similar: a, b)`, or nothing."""
+    def distance(a: str, b: str) -> int:
+        row = list(range(len(b) + 1))
+        for i, ca in enumerate(a, 1):
+            prev, row[0] = row[0], i
+            for j, cb in enumerate(b, 1):
+                prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (ca != cb))
+        return row[-1]
+
+    best = sorted((distance(name, c), c) for c in set(candidates) if c and c != name)[:5]
+    return f" (similar: {', '.join(c for _, c in best)})" if best else ""
+
+
+def _ident(sym: ast.Symbol) -> str:
+    return f"identifier '{sym.name}'"
+
+
+def _scope_warnings(use: _Use, globals_used: set[str], params: Iterable[str],
+                    is_global: set[str]) -> Iterator[ScriptWarning]:
+    locals_ = [n for n in use.first if n not in is_global]
+    for n in locals_:
+        if n in use.read and n not in use.written:
+            yield ScriptWarning(
+                f"never-assigned local variable '{n}'"
+                f"{_similar(n, [*params, *locals_, *globals_used])}",
+                _ident(use.first[n]), use.first[n].loc)
+
+
+def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
+    """The warnings for `script`, in stap's order: each probe's and then each function's
+    (by name) never-assigned locals, the globals, the elided assignments, the empty
+    functions."""
+    user = script.loc.file
+    funcs = sorted((f for f in script.functions
+                    if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
+                   key=lambda f: f.name)
+    declared = {g.name for g in script.globals}
+    # A parameter is the function's own, even when a global has its name.
+    scopes: list[tuple[_Use, tuple[str, ...], set[str]]] = [
+        (_uses(p.body), (), declared) for p in script.probes if p.loc.file == user]
+    scopes += [(_uses(f.body, params), params, declared - set(params))
+               for f in funcs for params in [tuple(p.name for p in f.params)]]
+    # Every reachable function's uses count for the globals, the tapset's too.
+    all_uses = [u for u, _, _ in scopes] + [
+        _uses(f.body) for f in script.functions
+        if f.loc.file != user and not isinstance(f.body, ast.Embedded)]
+    g_read = {n for u in all_uses for n in u.read if n in declared}
+    g_written = {n for u in all_uses for n in u.written if n in declared}
+    globals_used = g_read | g_written
+
+    out: list[ScriptWarning] = []
+    for use, params, is_global in scopes:
+        out.extend(_scope_warnings(use, globals_used, params, is_global))
+    for g in script.globals:
+        if g.loc.file == user and g.init is None and g.name in g_read - g_written:
+            out.append(ScriptWarning(
+                f"never-assigned global variable '{g.name}'{_similar(g.name, globals_used)}",
+                f"identifier '{g.name}'", g.loc))
+    for use, _params, is_global in scopes:
+        for a in use.assigns:
+            assert isinstance(a.target, ast.Symbol)
+            n = a.target.name
+            if n not in is_global and n not in use.read:
+                out.append(ScriptWarning(f"Eliding assignment to '{n}'", f"operator '{a.op}'",
+                                         a.loc))
+    for f in funcs:
+        if isinstance(f.body, ast.Block) and all(isinstance(s, ast.Empty)
+                                                 for s in f.body.statements):
+            out.append(ScriptWarning(f"side-effect-free function '{f.name}'",
+                                     f"identifier '{f.name}'", f.loc))
+
+    seen: set[str] = set()
+    kept: list[ScriptWarning | str] = []
+    for w in out:
+        if w.message not in seen:
+            seen.add(w.message)
+            kept.append(w)
+    if len(kept) < len(out):
+        kept.append(f"Number of similar warning messages suppressed: {len(out) - len(kept)}.")
+    return kept
