@@ -24,7 +24,8 @@ DEB_PACKAGES += postgresql-15 openjdk-17-jre-headless gdb
 DEB_PACKAGES += libc6-dbg
 # The peers `make bench` measures pydyn against (bench/peers.py; frida is the bench extra).
 DEB_PACKAGES += bpftrace uftrace
-EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests
+EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
+	examples/bin/calls
 
 .PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench i386-programs stap-testsuite
 
@@ -77,6 +78,9 @@ examples/bin/requests: examples/src/requests.c
 examples/bin/server: examples/src/server.c
 	@mkdir -p examples/bin
 	$(CC) -O2 -g -o $@ $<
+examples/bin/calls: examples/src/calls.c
+	@mkdir -p examples/bin
+	$(CC) -O2 -g -o $@ $<
 examples/bin/worker32: examples/src/worker.c
 	@mkdir -p examples/bin
 	$(CC) $(SDT_M32) -O2 -g -o $@ $<
@@ -90,6 +94,7 @@ demo: examples
 	$(VENV)/bin/pydyn examples/count.stp -c './examples/bin/counter 1000'
 	$(VENV)/bin/pydyn examples/jobs.stp -c './examples/bin/server 4 500'
 	$(VENV)/bin/pydyn examples/latency.stp -c './examples/bin/requests 40'
+	$(VENV)/bin/pydyn examples/calls.stp -c './examples/bin/calls pydyn 3'
 
 # mypy resolves modules by file path; this tree of links gives it the
 # installed names (pydyn.launcher -> launcher/, ...).
@@ -117,8 +122,8 @@ i386-programs: deb-deps
 test: deps examples lint i386-programs
 	$(VPY) -m pytest -q tests
 
-# ns per probe hit: bare / int3 trap / trampoline, m64 and m32 (issue 6); startup ms:
-# bare / warm / cold / bpftrace (issue 5)
+# ns per probe hit: bare / int3 trap / trampoline, m64 and m32; startup ms:
+# bare / warm / cold / bpftrace
 bench: deb-deps py-deps
 	@$(VPY) -c "import frida" 2>/dev/null || \
 	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict

@@ -1,4 +1,4 @@
-"""pydyn function-probe cost: `python bench/func_bench.py` (issue 7).
+"""pydyn function-probe cost: `python bench/func_bench.py`.
 
 Builds bench/func_bench.c (m64, m32) and times N calls of its bench_fn: bare,
 with an entry probe, and with an entry + return probe pair (each `n++`), under

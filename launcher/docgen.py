@@ -1,9 +1,11 @@
-"""Reference pages made from the argument parsers themselves: docs/cli.md and the man pages.
+"""Reference pages made from the code itself: docs/cli.md and the man pages from the
+argument parsers, docs/functions.md from the translator's table of built-ins
+(docgen_functions.py).
 
-``python -m pydyn.launcher.docgen DIR`` writes ``cli.md``, ``pydyn.1`` and ``pydyn-run.1``
-into DIR.  The pages are generated, never edited by hand, so an option added to a parser
-cannot be missing from them: tests/test_docs.py fails when the committed pages differ
-from what the parsers give now.
+``python -m pydyn.launcher.docgen DIR`` writes ``cli.md``, ``pydyn.1``, ``pydyn-run.1``
+and ``functions.md`` into DIR.  The pages are generated, never edited by hand, so an
+option or a built-in added to the code cannot be missing from them: tests/test_docs.py
+fails when the committed pages differ from what the code gives now.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import docgen_functions
 from .cli import EXAMPLES
 from .cli import _parser as pydyn_parser
 from .run_module import _parser as run_parser
@@ -142,6 +145,7 @@ def pages() -> dict[str, str]:
     result = {"cli.md": render_markdown(parsers)}
     for parser in parsers:
         result[f"{parser.prog}.1"] = render_man(parser, ver)
+    result["functions.md"] = docgen_functions.render()
     return result
 
 

@@ -1,4 +1,4 @@
-"""`@entry(expr)` in function `.return` probes (issue 7).
+"""`@entry(expr)` in function `.return` probes.
 
 The translator gives a return probe that uses `@entry` a hidden entry handler
 on the same sites (`probe_N_entry`): it evaluates each `@entry` operand with

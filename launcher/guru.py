@@ -1,4 +1,4 @@
-"""Guru mode (`-g`, issue 4): embedded C and `set_user_*` writes into the target.
+"""Guru mode (`-g`): embedded C and `set_user_*` writes into the target.
 
 Without `-g` the parser refuses `%{ %}` and the translator refuses
 `set_user_*`.  With it:

@@ -1,4 +1,4 @@
-"""Keyed statistics with per-thread tables (issue 6 item 3; runtime/pd_kstat.c).
+"""Keyed statistics with per-thread tables (runtime/pd_kstat.c).
 
 `s[k] <<< v` on a global statistic array goes to the hash table of the thread's own
 slot (the index pd_pstat.c claims, shared with scalar statistics), under that slot's

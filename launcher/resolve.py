@@ -284,7 +284,7 @@ class Resolver:
             return [ResolvedPoint(point, "function", sites, object_path=binary)]
         if rest and rest[0].name == "function" and provider is None:
             self.resolution.objects.setdefault(binary, get_elf_info(binary))
-            sites = function_sites(point, binary, rest)   # issue 7 (elf/functions.py)
+            sites = function_sites(point, binary, rest)   # elf/functions.py
             return [ResolvedPoint(point, "function", sites, object_path=binary)]
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
             raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",

@@ -1,4 +1,4 @@
-/* Per-thread alternate signal stacks (issue 6).
+/* Per-thread alternate signal stacks.
  *
  * A probe site whose stack pointer holds garbage (hand-written assembly does
  * this) must still fire: the SIGTRAP handler of trap sites, and the SIGSEGV

@@ -123,7 +123,7 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
         uintptr_t *stubs = pd_tramp_prepare(info, o);
         if (!stubs) /* traps only: every function keeps the return-address hijack */
             pd_ret_choose(o, NULL, pd_site_off);
-        uintptr_t *ool = pd_ool_prepare(info, o); /* function entries (issue 7) */
+        uintptr_t *ool = pd_ool_prepare(info, o); /* function entries */
         for (uint32_t s = 0; s < pd_module.nsites; s++) {
             const struct pd_site *site = &pd_sites[s];
             /* a shared row is armed with the row that runs it (pd_site.shared) */

@@ -1,4 +1,4 @@
-/* Per-thread counter slots: `n++` / `x += v` without a lock prefix (issue 6 item 3).
+/* Per-thread counter slots: `n++` / `x += v` without a lock prefix.
  *
  * A scalar the translator proves is only ever updated by `x++`, `x--`, `x += v` or
  * `x -= v` statements keeps its base int64 (initial values from the launcher or

@@ -1,4 +1,4 @@
-/* Function probes (issue 7): entry dispatch and return probes.
+/* Function probes: entry dispatch and return probes.
  *
  * A function site (pd_site.nentry + nreturn > 0) is entered from its trampoline
  * stub or, on the trap path, from the SIGTRAP handler, with the register context
@@ -9,9 +9,9 @@
  * pd_ret_fast, which needs no pd_regs (the top frame, one FAST return probe); else
  * it saves the registers in struct pd_regs order, calls pd_ret_handler (which pops
  * the shadow stack, runs the return probes with ip = the original return address
- * and returns it), restores and jumps there.  FAST probes (counting, issue 6) run
- * here with one state check and a context in this thread's TLS block (issue 7
- * item 7: the cost of a counting entry + return pair).
+ * and returns it), restores and jumps there.  FAST probes (counting) run
+ * here with one state check and a context in this thread's TLS block, so a
+ * counting entry + return pair costs little more than two counter adds.
  *
  * Recursion and tail calls are LIFO on the shadow stack.  longjmp (or a signal
  * handler that never returns) skips frames: their entries are discarded, counted

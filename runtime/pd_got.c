@@ -1,4 +1,4 @@
-/* GOT redirection for a process pydyn -x attached to (issue 7).
+/* GOT redirection for a process pydyn -x attached to.
  *
  * A preloaded module interposes the unwinder entry points (pd_unwind.c) and the
  * dlopen family (pd_dlopen.c) by symbol lookup.  A module dlopen'ed into a running

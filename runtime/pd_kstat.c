@@ -1,5 +1,5 @@
 /* Keyed statistics with per-thread tables: `s[k] <<< v` without the globals lock
- * (issue 6; the translator's side is launcher/kstat.py).
+ * (the translator's side is launcher/kstat.py).
  *
  * stap keeps a statistic array as a pmap: one map per CPU, written by that CPU
  * alone, merged into an aggregate map when read (_stp_pmap_agg).  Here a thread

@@ -1,4 +1,4 @@
-/* Private per-thread handler stacks for the x86 trampolines (issue 6).
+/* Private per-thread handler stacks for the x86 trampolines.
  *
  * A stub must not store anything on the target's stack: its sp may be garbage
  * (hand-written assembly) or a few bytes from the guard page.  So each thread that

@@ -1,4 +1,4 @@
-/* Per-thread statistic slots: `s <<< v` without the globals lock (issue 6).
+/* Per-thread statistic slots: `s <<< v` without the globals lock.
  *
  * A scalar statistic the translator proves is only ever added to (never
  * deleted) gets PD_PSTAT_SLOTS + 1 slots in the globals area instead of one

@@ -187,8 +187,8 @@ static void pd_atfork_child(void)
 }
 
 /* Whether this process is a qemu-user emulator (qemu-aarch64 ...): it carries the
- * session's environment to its guest, whose own loader preloads the guest's module
- * (issue 8).  The host module loaded into the emulator itself stays out, so the pid
+ * session's environment to its guest, whose own loader preloads the guest's module.
+ * The host module loaded into the emulator itself stays out, so the pid
  * is registered once, by the guest. */
 static int pd_in_emulator(void)
 {

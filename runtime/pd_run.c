@@ -165,7 +165,7 @@ static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_f
     c->error = 0;
 }
 
-/* pd_run for a FAST probe (issue 6): no lock, no errno (nothing here calls libc), no
+/* pd_run for a FAST probe: no lock, no errno (nothing here calls libc), no
  * vector register, no stack frame for a context: the one in pd_in_handler, whose
  * cslot, globals and actions (the session's, set on the thread's first hit) stay set
  * between hits.  Those and probe are all a FAST handler and its error report read
@@ -230,7 +230,7 @@ static PD_FAST_FN void pd_fire_probe(const struct pd_probe *p, const struct pd_s
         pd_xmm_call(pd_run_saved, (uintptr_t)p, (uintptr_t)site, (uintptr_t)regs, bias);
 }
 
-/* For pd_func.c (function probes, issue 7): called before the vector registers are saved. */
+/* For pd_func.c (function probes): called before the vector registers are saved. */
 PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
                              const struct pd_regs *regs, uintptr_t bias)
 {

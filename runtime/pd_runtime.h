@@ -108,7 +108,7 @@ struct pd_object {
     uint32_t abi;        /* PD_ABI_*: only a module of that ABI arms its sites */
 };
 
-/* How to patch a site: computed offline by launcher/plan/x86.py (issue 6). */
+/* How to patch a site: computed offline by launcher/plan/x86.py. */
 enum pd_tactic { PD_TACTIC_TRAP = 0, PD_TACTIC_NOP = 1, PD_TACTIC_DISPLACE = 2 };
 enum pd_fixup_kind { PD_FIX_REL32 = 1, PD_FIX_ABS32 = 2, PD_FIX_ABS32HI = 3, PD_FIX_B26 = 4 };
 
@@ -157,7 +157,7 @@ struct pd_site {
     const char *name;
     uint32_t object;     /* pd_objects index */
     uint32_t probe;      /* pd_probes index */
-    uint8_t nop_len;     /* 0: a function entry (issue 7), not a nop */
+    uint8_t nop_len;     /* 0: a function entry, not a nop */
     uint8_t nargs;
     struct pd_plan plan;
     const uint32_t *fprobes; /* function sites: nentry entry then nreturn return probes */
@@ -223,7 +223,7 @@ void pd_rec_i64(struct pd_ctx *c, int64_t v);
 void pd_rec_str(struct pd_ctx *c, const char *s);
 void pd_rec_close(struct pd_ctx *c);
 
-/* Function probes (pd_func.c, issue 7). */
+/* Function probes (pd_func.c). */
 PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *site,
                              const struct pd_regs *regs, uintptr_t bias);
 PD_FAST_FN int pd_session_running(void);
@@ -567,8 +567,8 @@ char *pd_str_replace(char *dst, const char *s, const char *from, const char *to)
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
-void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks (issue 6) */
-/* pd_pstack.c: the trampolines' private per-thread stacks (issue 6). */
+void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
+/* pd_pstack.c: the trampolines' private per-thread stacks. */
 void pd_pstack_init(void);
 void pd_pstack_set(uintptr_t lo, uintptr_t hi);
 extern __thread uintptr_t pd_ps_save __attribute__((visibility("hidden")));

@@ -1,4 +1,4 @@
-/* Unwinding through frames whose return address is pd_ret_tramp (issue 7).
+/* Unwinding through frames whose return address is pd_ret_tramp.
  *
  * As uftrace does: the unwinder entry points are interposed and, before the
  * real one walks the stack, every live hooked frame of this thread gets its

@@ -1,4 +1,4 @@
-/* usymname(), usymdata(), ubacktrace(), print_ubacktrace() (issue 7).
+/* usymname(), usymdata(), ubacktrace(), print_ubacktrace().
  *
  * Names and unwind rules come from tables the launcher computed for each probed
  * object (launcher/elf/unwind.py: function symbols and the .eh_frame CFA rules,

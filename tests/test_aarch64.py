@@ -1,4 +1,4 @@
-"""aarch64 targets under qemu-user (issue 8): an x86-64 launcher, aarch64 probe modules.
+"""aarch64 targets under qemu-user: an x86-64 launcher, aarch64 probe modules.
 
 Programs are cross-compiled (`aarch64-linux-gnu-gcc`, `<sys/sdt.h>` from the x86-64
 multiarch dir: it is arch-generic) and run under `qemu-aarch64 -L

@@ -1,4 +1,4 @@
-"""aarch64 function probes (issue 7) under qemu-user: entries, `.return`, `$argN`,
+"""aarch64 function probes under qemu-user: entries, `.return`, `$argN`,
 `$return`, probefunc(), relocated first instructions, recursion, longjmp, libraries, BTI.
 
 The programs run under `qemu-aarch64` (the `-c` program, or a shell line starting

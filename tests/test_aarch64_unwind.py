@@ -1,4 +1,4 @@
-"""aarch64 return probes and unwinding (issue 7 item 3) under qemu-user: C++ exceptions,
+"""aarch64 return probes and unwinding under qemu-user: C++ exceptions,
 glibc's backtrace() and the script's ubacktrace()/print_ubacktrace() through frames
 whose return address is hooked.
 

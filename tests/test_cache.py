@@ -1,4 +1,4 @@
-"""The module cache (issue 5) on real runs: a hit runs no compiler and parses no ELF,
+"""The module cache on real runs: a hit runs no compiler and parses no ELF,
 keys follow their inputs, damaged entries are rebuilt, concurrent runs agree,
 foreign or group-writable entries are refused, LRU eviction, clean and disable.
 

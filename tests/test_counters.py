@@ -1,4 +1,4 @@
-"""Per-thread counter slots (issue 6 item 3, runtime/pd_counter.c).
+"""Per-thread counter slots (runtime/pd_counter.c).
 
 A scalar only ever updated by `x++` / `x += v` statements is a base int64 plus one
 slot per thread; a thread adds to its own slot with a plain load and store (i386: of

@@ -1,4 +1,4 @@
-"""Keyed counters with per-thread tables (issue 6 item 3, runtime/pd_kstat.c).
+"""Keyed counters with per-thread tables (runtime/pd_kstat.c).
 
 An array whose every write is a statement `c[k]++`, `c[k]--`, `c[k] += v` or
 `c[k] -= v` (and `delete`) keeps one int64 sum a key in the thread's own table, as

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cbuild import build_c
 
-from pydyn.launcher import docgen
+from pydyn.launcher import docgen, docgen_functions
 from pydyn.launcher.cli import EXAMPLES
+from pydyn.launcher.guru import SET_USER
+from pydyn.launcher.translate.types import BUILTINS, PRINT_FUNCS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -26,6 +29,25 @@ def test_generated_pages_are_current() -> None:
         committed = (DOCS / name).read_text()
         assert committed == text, \
             f"docs/{name} is stale: run `python -m pydyn.launcher.docgen docs`"
+
+
+@pytest.mark.unit
+def test_every_builtin_is_in_the_reference() -> None:
+    """functions.md lists each built-in the translator accepts, with its table's types."""
+    functions_md = (DOCS / "functions.md").read_text()
+    for _, entries in docgen_functions.iter_builtins():
+        for entry in entries:
+            assert f"| `{entry.signature()}` |" in functions_md, entry
+    for name in [*BUILTINS, *PRINT_FUNCS, *SET_USER]:
+        assert f"`{name}(" in functions_md, name
+
+
+@pytest.mark.unit
+def test_an_undescribed_builtin_fails_the_generator(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A built-in added to the table without a line in docgen_functions stops the page."""
+    monkeypatch.setitem(BUILTINS, "no_such_builtin", ((), "long"))
+    with pytest.raises(docgen_functions.MissingDescription, match="no_such_builtin"):
+        docgen_functions.render()
 
 
 def test_every_option_is_in_the_reference() -> None:

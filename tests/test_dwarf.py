@@ -1,4 +1,4 @@
-"""DWARF function probes (issue 7): `function("NAME@file.c")` and globs in both
+"""DWARF function probes: `function("NAME@file.c")` and globs in both
 parts, parameters by name (`$a`, `$name`), `$$parms`, `-L` with parameter types,
 on tests/progs/dwarf_params.c built with -g at -O0 and -O2, m64 and m32.
 

@@ -1,4 +1,4 @@
-"""FAST handlers and vector registers (issue 6 item 6, issue 7 item 7).
+"""FAST handlers and vector registers (marks and function entry + return pairs).
 
 x86-64 trampolines no longer save xmm0-15: the C they call is general-regs-only and
 runs handlers the translator did not prove FAST through pd_xmm_call.  Checked here:

@@ -1,4 +1,4 @@
-"""Return probes at patched function exits (issue 7 item 7, launcher/plan/returns.py).
+"""Return probes at patched function exits (launcher/plan/returns.py).
 
 Each `ret` and tail call of a function becomes a probe site whose stub runs the
 `.return` probes with the registers at the exit; the return-address hijack stays for

@@ -1,4 +1,4 @@
-"""The FAST path of function entry + return probes (issue 7 item 7), x86-64.
+"""The FAST path of function entry + return probes, x86-64.
 
 A function site whose probes are all FAST (`n++`) runs them from pd_func_fire_sp (its
 stub builds no pd_regs) and pd_ret_fast with one state check and the thread's own

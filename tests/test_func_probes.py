@@ -1,4 +1,4 @@
-"""Function probes (issue 7): `.function("NAME")`, globs, `.return` with `$return`,
+"""Function probes: `.function("NAME")`, globs, `.return` with `$return`,
 `.library(...)`, `ppfunc()`, on real m64 and m32 processes at -O0 and -O2.
 
 Counts are exact: a recursive function's entries and returns, recursion 10,000

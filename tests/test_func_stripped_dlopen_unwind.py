@@ -1,4 +1,4 @@
-"""Function probes, part 2 (issue 7): stripped binaries (`.dynsym` + `.eh_frame`),
+"""Function probes, part 2: stripped binaries (`.dynsym` + `.eh_frame`),
 libraries loaded with dlopen and unloaded with dlclose, C++ exceptions and
 backtraces through frames whose return address is hooked.
 

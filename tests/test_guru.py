@@ -1,4 +1,4 @@
-"""Guru mode `-g` (issue 4): embedded C at top level, as function bodies and in
+"""Guru mode `-g`: embedded C at top level, as function bodies and in
 expressions, and `set_user_*` writes into a real target (m64 and m32); a bad or
 read-only address is a counted error and the target runs on unchanged.  Also
 `user_string_nofault`.  Without `-g` all of it is refused, also on a cache hit of

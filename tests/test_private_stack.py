@@ -1,4 +1,4 @@
-"""Trampoline handlers on a private per-thread stack (issue 6 item 2).
+"""Trampoline handlers on a private per-thread stack.
 
 tests/progs/pstack_main.c resets SIGSEGV to its default before any hit, which removes
 the runtime's fallback for a stub whose store to the target's stack faults: every

@@ -1,4 +1,4 @@
-"""Handlers still running when the session stops (issue 9: nothing is lost silently).
+"""Handlers still running when the session stops (nothing is lost silently).
 
 After it stores STOPPING the launcher waits, before `end`, until no handler that saw
 RUNNING still runs (runtime/pd_quiesce.c: a busy word per thread in the segment and a

@@ -1,4 +1,4 @@
-"""Issue 9: reliability and security on real processes.
+"""Reliability and security on real processes.
 
 Faults (a target killed holding a segment lock, the launcher killed, a probe in
 a signal handler inside a probe, endless handlers, threads), bad probe-side

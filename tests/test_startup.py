@@ -1,4 +1,4 @@
-"""Startup cost (issue 5 item 8), proven in work done rather than in time:
+"""Startup cost, proven in work done rather than in time:
 
 - a warm cache hit imports none of the parser, resolver, translator, patch planner,
   pyelftools, capstone, lief or cffi's C parser (sys.modules dumped at exit);

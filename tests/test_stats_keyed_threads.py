@@ -1,4 +1,4 @@
-"""Keyed statistics with per-thread tables (issue 6 item 3, runtime/pd_kstat.c).
+"""Keyed statistics with per-thread tables (runtime/pd_kstat.c).
 
 `s[k] <<< v` adds to the thread's own table in the segment under that slot's lock
 word, not the globals lock; `@count(s[k])` ..., `foreach`, the exit report merge

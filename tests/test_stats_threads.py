@@ -1,4 +1,4 @@
-"""Per-thread statistic slots (issue 6 item 3, runtime/pd_pstat.c).
+"""Per-thread statistic slots (runtime/pd_pstat.c).
 
 `s <<< v` on a scalar statistic writes the thread's own slot in the segment,
 without the globals lock; reads merge the slots.  Merged results must equal a

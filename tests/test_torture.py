@@ -1,4 +1,4 @@
-"""Torture corpus for fast probes (issue 6): tests/progs/torture/*.
+"""Torture corpus for fast probes: tests/progs/torture/*.
 
 Probed C and C++ programs at -O0/-O2/-O3, m64 and m32, whose sites are followed by
 RIP-relative loads, short jumps, calls, loop back-edges and switch tables

@@ -1,4 +1,4 @@
-"""Fast probes (issue 6): patch plans, trampolines vs traps, on real processes.
+"""Fast probes: patch plans, trampolines vs traps, on real processes.
 
 Every site of the argument-test programs gets a plan; `$argN` values are the same
 under traps (`--probe-mode=trap`) and trampolines (the default) and match what the

@@ -1,4 +1,4 @@
-"""usymdata(addr) (issue 7): stap's "name+0xoff/0xsize [path]" for data addresses of
+"""usymdata(addr): stap's "name+0xoff/0xsize [path]" for data addresses of
 probed objects, from the STT_OBJECT symbols the translator emits only when a script
 uses it (tests/progs/usymdata_main.c, m64 and m32)."""
 

@@ -1,4 +1,4 @@
-"""Code ranges from `.eh_frame` (issue 7): what a stripped binary still says about
+"""Code ranges from `.eh_frame`: what a stripped binary still says about
 its functions.
 
 Every function compiled with unwind tables (the default on x86-64 and i386) has

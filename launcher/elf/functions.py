@@ -1,4 +1,4 @@
-"""Function probe sites: `process("PATH").function("NAME")` and `.return` (issue 7).
+"""Function probe sites: `process("PATH").function("NAME")` and `.return`.
 
 Functions are the defined STT_FUNC symbols of `.symtab` and `.dynsym` (aliases at one
 address are one function, named by the first global name, else the first name; a C++

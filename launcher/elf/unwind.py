@@ -1,5 +1,5 @@
-"""What `ubacktrace()`, `usymname()` and `usymdata()` need of a probed object
-(issue 7), computed offline so the runtime never parses ELF: its function names,
+"""What `ubacktrace()`, `usymname()` and `usymdata()` need of a probed object,
+computed offline so the runtime never parses ELF: its function names,
 a compact table of `.eh_frame` CFA rules and, for `usymdata` only, its data
 symbols (sized STT_OBJECT) and the extent of its PT_LOAD segments.
 

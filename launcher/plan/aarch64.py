@@ -1,4 +1,4 @@
-"""Patch plans for aarch64 USDT sites (issue 8) and function entries (issue 7).
+"""Patch plans for aarch64 USDT sites and function entries.
 
 sdt.h emits one 4-byte ``nop`` (``d503201f``) per site, and ``B stub`` is 4 bytes
 too, so the branch replaces exactly that instruction: nothing is relocated, and a

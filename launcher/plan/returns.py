@@ -1,4 +1,4 @@
-"""How a function's `.return` probes are reached (issue 7 item 7): patched exits or the
+"""How a function's `.return` probes are reached: patched exits or the
 return-address hijack.
 
 *Exits* (x86-64, i386): every way out of the function -- `ret`, `ret imm16`, a tail

@@ -1,4 +1,4 @@
-"""Offline patch plans: how the runtime should patch each USDT site (issue 6).
+"""Offline patch plans: how the runtime should patch each USDT site.
 
 The launcher decides, the runtime only applies.  For each site, in order:
 
@@ -226,7 +226,7 @@ def _relocate(obj: _Object, insn: Any, code: bytearray, fixups: list[Fixup],
 
 
 def plan_site(site: ProbeSite) -> PatchPlan:
-    """The plan of a USDT site, or of a function entry (`nop_len` 0, issue 7)."""
+    """The plan of a USDT site, or of a function entry (`nop_len` 0)."""
     return plan_function(site) if site.nop_len == 0 else _plan_site(site)
 
 
@@ -422,7 +422,7 @@ def _release(obj: _Object, pc: int) -> None:
 
 
 def plan_function(site: ProbeSite) -> PatchPlan:
-    """A function entry (issue 7): `displace` as for marks, else `trap` whose `code` is the
+    """A function entry: `displace` as for marks, else `trap` whose `code` is the
     first instruction relocated -- the runtime runs that copy out of line after the
     handler (the entry is not a nop: resuming in place would skip it).  A trap plan
     without code cannot be armed."""

@@ -547,7 +547,7 @@ class Emitter:
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
                   "target": "pd_target(c)", "execname": "pd_execname()",
                   "pp": "c->probe->pp", "pn": "c->probe->pp",
-                  # issue 7: the probed function's name ("" outside function probes)
+                  # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
@@ -682,7 +682,7 @@ class Emitter:
             return self.sprintf(spec, args, e)
         if self.tr.limits.formats_in_probe(spec):
             # numbers only, bounded: formatted in the handler into one TEXT record,
-            # which the drain joins with its neighbours (issue 6: millions a second)
+            # which the drain joins with its neighbours (millions a second)
             return f"({{ const char *t_ = {self.sprintf(spec, args, e)}; " \
                    "pd_rec_open(c, PD_REC_TEXT, 0, 1); pd_rec_str(c, t_); pd_rec_close(c); 0; })"
         fid = self.tr.format_id(spec)

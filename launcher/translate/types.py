@@ -94,7 +94,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
     "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
     "abs": ((LONG,), LONG),
-    # issue 7: symbols and backtraces from the launcher's tables (elf/unwind.py)
+    # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
     "usymdata": ((LONG,), STRING),
 }
@@ -462,7 +462,7 @@ class Types:
         return LONG
 
     def _dwarf_param(self, e: ast.TargetSymbol, scope: Scope) -> str:
-        """`$name` in a function probe: a DWARF parameter every site has (issue 7)."""
+        """`$name` in a function probe: a DWARF parameter every site has."""
         returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
         if not scope.in_entry and any(returns) and not all(returns):
             raise _err(f"'{e.name}' in a probe on both entries and returns", e,
@@ -560,7 +560,7 @@ class Types:
             return STRING
         returns = [isinstance(s, FunctionSite) and s.is_return and not scope.in_entry
                    for s in scope.sites or ()]
-        if name in ("$return", "$$return"):   # issue 7: function .return probes
+        if name in ("$return", "$$return"):   # function .return probes
             if scope.kind != "probe" or not returns or not all(returns):
                 raise _err(f"'{name}' is only available in function .return probes", e)
             return LONG if name == "$return" else STRING

@@ -1,4 +1,4 @@
-/* A _start for a program linked -nostartfiles with -z force-bti (issue 7's aarch64 BTI
+/* A _start for a program linked -nostartfiles with -z force-bti (the aarch64 BTI
  * test): Debian's crt objects have no BTI landing pads, and under qemu (which enforces
  * BTI on guarded pages) libc's indirect calls into them fault.  This one passes no
  * init/fini (glibc >= 2.34 runs the init arrays itself); main is reached by libc's

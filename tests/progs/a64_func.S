@@ -1,4 +1,4 @@
-/* aarch64 function entries whose first instruction is PC-relative (issue 7): each
+/* aarch64 function entries whose first instruction is PC-relative: each
  * must give the same result from the stub's relocated copy as in place
  * (tests/test_aarch64_functions.py; launcher/plan/aarch64.py relocates them).
  * The pac/bti forms are hint-space: they assemble for any -march and run as nops

@@ -1,4 +1,4 @@
-/* aarch64 function probe target (issue 7): the relocated entries of a64_func.S, eight
+/* aarch64 function probe target: the relocated entries of a64_func.S, eight
  * register arguments, a function returning in q0 and in x0/x1.  Prints `expect NAME
  * VALUE` for what each returned, so the test compares probes with the program. */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* Counters from many threads and processes (tests/test_counters.py, issue 6 item 3).
+/* Counters from many threads and processes (tests/test_counters.py).
  *
  *   counter_threads NTHREADS PER [par | read | fork | exec PATH]
  *

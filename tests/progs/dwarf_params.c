@@ -1,4 +1,4 @@
-/* Function parameters by name (issue 7, DWARF) and guru-mode writes (issue 4).
+/* Function parameters by name (DWARF) and guru-mode writes.
  * Built with -g at -O0 and -O2, m64 and m32, by tests/test_dwarf.py and
  * tests/test_guru.py.  `./dwarf_params N` calls add(i - 1, 1000 * i) for i < N,
  * fill() once, then show(&v) which prints v and shout(word) which prints word:

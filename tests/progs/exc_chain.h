@@ -1,4 +1,4 @@
-// The call chain of func_exc.cc and attach_exc.cc (issue 7): outer -> middle (a
+// The call chain of func_exc.cc and attach_exc.cc: outer -> middle (a
 // destructor: cleanup pad) -> relay (catch, rethrow) -> thrower, which throws every
 // third call; outer catches.  bt_leaf, called through bt_mid, says which of bt_leaf,
 // bt_mid and main backtrace() finds (7: all three).

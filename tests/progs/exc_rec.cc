@@ -1,4 +1,4 @@
-// C++ exceptions through recursive frames with return probes (issue 7, aarch64):
+// C++ exceptions through recursive frames with return probes (aarch64):
 // catcher -> rec(depth) -> ... -> rec(0), which throws when n is odd; the frame at
 // depth `at` (if any) catches and returns normally, so the frames above it return too,
 // else catcher catches.  Prints the sum of the results: the same probed or not.  With

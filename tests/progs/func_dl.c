@@ -1,4 +1,4 @@
-/* dlopen/dlclose loop (issue 7): argv[1] is the library (a path, or a bare name found
+/* dlopen/dlclose loop: argv[1] is the library (a path, or a bare name found
  * through this program's RUNPATH), argv[2] the iterations; each loads the library,
  * calls lib_f twice and unloads it, checking the unload really happened and that the
  * cycles leave no mappings behind. */

@@ -1,4 +1,4 @@
-// C++ exceptions and backtraces through frames with return probes (issue 7).
+// C++ exceptions and backtraces through frames with return probes.
 // outer -> middle (a destructor: cleanup pad) -> relay (catch, rethrow) -> thrower,
 // which throws every third call; outer catches.  bt_leaf, called through bt_mid,
 // checks that backtrace() still names its callers.  The output is the same probed or not.

@@ -1,4 +1,4 @@
-/* Function probe target (issue 7): longjmp out of probed frames. */
+/* Function probe target: longjmp out of probed frames. */
 #include <setjmp.h>
 #include <stdio.h>
 

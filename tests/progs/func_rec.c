@@ -1,4 +1,4 @@
-/* Function probe target (issue 7): a recursive function, a family for globs, a
+/* Function probe target: a recursive function, a family for globs, a
  * library call count, a known output and exit status. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* Statistics from many threads (tests/test_stats_threads.py, issue 6 item 3).
+/* Statistics from many threads (tests/test_stats_threads.py).
  *
  *   pstat_threads NTHREADS PER seq|par [LOCK_OFF FALLBACKS_OFF [SECS]]
  *

@@ -1,4 +1,4 @@
-/* Frames whose return address is hooked (aarch64, issue 7): pointer authentication
+/* Frames whose return address is hooked (aarch64): pointer authentication
  * and what pd_func.c (arch/aarch64/unhook.h) and pd_unwind.c share.
  *
  * A function built with -mbranch-protection=pac-ret signs x30 (`paciasp`, or `pacibsp`

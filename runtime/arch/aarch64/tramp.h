@@ -1,4 +1,4 @@
-/* aarch64 trampolines (issue 8): the 4-byte `nop` of a USDT site whose plan is
+/* aarch64 trampolines: the 4-byte `nop` of a USDT site whose plan is
  * NOP (launcher/plan/aarch64.py) becomes `B stub`, one aligned 32-bit store
  * (B and NOP are both in the architecture's list of instructions that may be
  * modified while another core executes them), then the i-cache flush
@@ -17,8 +17,8 @@
  * has no red zone on aarch64; the site's sp is 16-aligned as AAPCS64 requires,
  * sp-relative accesses fault otherwise, and every frame here keeps it so) and
  * restores; x30 comes back from regs->r[30], which a function entry's return probe
- * replaces with pd_ret_tramp (pd_func.c).  A function entry's stub (plan DISPLACE,
- * issue 7) branches from the `b site+4` slot to the plan's relocated first instruction
+ * replaces with pd_ret_tramp (pd_func.c).  A function entry's stub (plan DISPLACE)
+ * branches from the `b site+4` slot to the plan's relocated first instruction
  * after the literals, then `b entry+4`; the same code is the out-of-line copy a BRK
  * at the entry resumes in (pd_write_ool).  pd_ret_tramp (aarch64_tramp.c) is a
  * stub of the same shape whose C entry runs the return probes.

@@ -276,7 +276,7 @@ void pd_switch_stack(struct pd_emit *e, const uint8_t *at)
     pd_e_tls(e, rex, 0x8b, 1, pd_ps_save_off);                 /* mov SAVE,%rcx */
 }
 
-/* A FAST probe's site (issue 6): after pd_switch_stack, a body that saves only what C
+/* A FAST probe's site: after pd_switch_stack, a body that saves only what C
  * may clobber (and the flags), calls pd_fast_mark(probe, &pd_fenv) -- a FAST handler
  * reads no register, so no pd_regs is built -- and jumps to the relocated
  * code, which stays where the full body put it (pd_stub_code_off is the same in every
@@ -285,7 +285,7 @@ static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe 
                               const struct pd_site *site, uintptr_t bias)
 {
     struct pd_emit em = {at, code}, *e = &em;
-    /* a function entry's FAST probe (issue 7): pd_func_fire_sp, which also hooks the return */
+    /* a function entry's FAST probe: pd_func_fire_sp, which also hooks the return */
     const int fn = site->nentry + site->nreturn != 0;
     const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp : (uintptr_t)pd_fast_mark;
     /* the second argument: the site, or for pd_fast_mark(probe, env) the FAST env */
@@ -546,7 +546,7 @@ int pd_tramp_exec_prot(const struct dl_phdr_info *info)
     return 0;
 }
 
-/* ---- out-of-line copies for function entries on the trap path (issue 7) -------- */
+/* ---- out-of-line copies for function entries on the trap path -------- */
 
 /* The plan's relocated instructions + `jmp resume`: what a trapped function entry
  * runs instead of the instruction the int3 replaced.  -1 if it does not reach. */
