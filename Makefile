@@ -132,7 +132,7 @@ bench: deb-deps py-deps
 	$(VPY) bench/coldstart.py
 
 # SystemTap's own testsuite against pydyn (not part of `make test`): STAP is a SystemTap
-# source tree or a bare git repository of one (see docs/stap-testsuite.md);
+# source tree or a bare git repository of one (see docs/differences-from-stap.md);
 # STAP_ARGS=--list-fails lists each failure with its first error line.
 stap-testsuite: py-deps
 	@test -n "$(STAP)" || { echo "usage: make stap-testsuite STAP=/path/to/systemtap [STAP_ARGS=--list-fails]"; exit 2; }

@@ -4,7 +4,7 @@
 libc with Debian's libc6-dbg installed; fopen, malloc, qsort): the lookup of
 the debug file, the first function (opens the file, reads .debug_aranges,
 parses one compilation unit), each further one, and with `--full` a pyelftools
-walk of every DIE for comparison.  Wall seconds; docs/dwarf.md has results.
+walk of every DIE for comparison.  Wall seconds; docs/performance.md has results.
 """
 
 from __future__ import annotations

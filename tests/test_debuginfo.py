@@ -174,7 +174,7 @@ def test_libc_parameters_from_its_dbg_package(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Debian's libc6-dbg: the build-id layout under /usr/lib/debug; a probe on fopen
     reads `$filename` and `$mode`, and the lookup parses one compilation unit of the
-    2,000 there (docs/dwarf.md has the times)."""
+    2,000 there (docs/performance.md has the times)."""
     monkeypatch.delenv("SYSTEMTAP_DEBUGINFO_PATH", raising=False)
     dbg = libc_debug_file()
     if dbg is None:

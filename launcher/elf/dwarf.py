@@ -110,7 +110,7 @@ class DwarfInfo:
     A function is looked up by its entry address: `.debug_aranges` names the CU
     that covers it and only that CU is parsed (libc's debug file has 2,063 CUs
     and 677,692 DIEs: a full walk takes seconds, one CU milliseconds; see
-    docs/dwarf.md).  Without aranges, or for a pc they do not cover, the CUs are
+    docs/performance.md).  Without aranges, or for a pc they do not cover, the CUs are
     walked in order until one declares a function there, each remembered."""
 
     def __init__(self, path: str, debug_path: str, machine: str, dwarf: Any) -> None:
