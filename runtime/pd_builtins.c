@@ -44,6 +44,83 @@ void pd_warn_probe(struct pd_ctx *c, const char *msg)
     pd_emit_text(c, PD_REC_WARNING, msg);
 }
 
+/* A compiled DWARF location (struct pd_dwop): at most 8 stack values, and the
+ * launcher checked the depth of every step; a memory read that faults is the
+ * handler's error and the value 0, as for any other probe read. */
+#define PD_DW_STACK 8
+static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t *out)
+{
+    uint64_t st[PD_DW_STACK], raw = 0, acc = 0;
+    int sp = 0;
+    unsigned filled = 0;
+    for (const struct pd_dwop *o = a->ops;; o++) {
+        uint64_t t = sp > 0 ? st[sp - 1] : 0;
+        if (sp >= PD_DW_STACK && (o->op == PD_DW_CONST || o->op == PD_DW_ADDR ||
+                                  o->op == PD_DW_REG || o->op == PD_DW_DUP)) {
+            pd_error(c, "DWARF location deeper than %d values", PD_DW_STACK);
+            return -1;
+        }
+        switch (o->op) {
+        case PD_DW_CONST: st[sp++] = (uint64_t)o->arg; break;
+        case PD_DW_ADDR: st[sp++] = (uint64_t)o->arg + c->bias; break;
+        case PD_DW_REG: st[sp++] = (uint64_t)pd_reg(c->regs, o->reg); break;
+        case PD_DW_DUP: st[sp] = t; sp++; break;
+        case PD_DW_DEREF:
+            raw = 0;
+            if (pd_read_user(c, (uintptr_t)t, &raw, (size_t)o->arg))
+                return -1;
+            st[sp - 1] = raw;
+            break;
+        case PD_DW_PLUS_CONST: st[sp - 1] = t + (uint64_t)o->arg; break;
+        case PD_DW_NEG: st[sp - 1] = -t; break;
+        case PD_DW_NOT: st[sp - 1] = ~t; break;
+        case PD_DW_PLUS: case PD_DW_MINUS: case PD_DW_AND: case PD_DW_OR: case PD_DW_XOR:
+        case PD_DW_MUL: case PD_DW_SHL: case PD_DW_SHR: case PD_DW_SHRA: {
+            uint64_t l = st[sp - 2], r = t;
+            sp--;
+            switch (o->op) {
+            case PD_DW_PLUS: l += r; break;
+            case PD_DW_MINUS: l -= r; break;
+            case PD_DW_AND: l &= r; break;
+            case PD_DW_OR: l |= r; break;
+            case PD_DW_XOR: l ^= r; break;
+            case PD_DW_MUL: l *= r; break;
+            case PD_DW_SHL: l = r < 64 ? l << r : 0; break;
+            case PD_DW_SHR: l = r < 64 ? l >> r : 0; break;
+            default: l = (uint64_t)((int64_t)l >> (r < 64 ? r : 63)); break;
+            }
+            st[sp - 1] = l;
+            break;
+        }
+        case PD_DW_PIECE_REG: case PD_DW_PIECE_MEM: case PD_DW_PIECE_VAL: {
+            uint64_t part = 0;
+            if (o->op == PD_DW_PIECE_REG)
+                part = (uint64_t)pd_reg(c->regs, o->reg);
+            else if (o->op == PD_DW_PIECE_VAL)
+                part = st[--sp];
+            else if (pd_read_user(c, (uintptr_t)st[--sp], &part, (size_t)o->arg))
+                return -1;
+            if (o->arg < 8)
+                part &= (1ull << (8 * o->arg)) - 1;
+            acc |= part << (8 * filled);   /* x86 and aarch64: little-endian pieces */
+            filled += (unsigned)o->arg;
+            break;
+        }
+        case PD_DW_END_MEMORY:
+            raw = 0;
+            if (pd_read_user(c, (uintptr_t)t, &raw, a->size))
+                return -1;
+            *out = raw;
+            return 0;
+        case PD_DW_END_VALUE: *out = t; return 0;
+        case PD_DW_END_PIECES: *out = acc; return 0;
+        default:
+            pd_error(c, "bad DWARF location step %u", (unsigned)o->op);
+            return -1;
+        }
+    }
+}
+
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
 {
     if (!c->site || index >= c->site->nargs) {
@@ -72,6 +149,10 @@ int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
             return 0;
         break;
     }
+    case PD_ARG_EXPR:
+        if (pd_eval_dwarf(c, a, &raw))
+            return 0;
+        break;
     default:
         pd_error(c, "bad argument descriptor");
         return 0;

@@ -55,7 +55,23 @@ static inline ssize_t pd_read_self(void *dst, const void *src, size_t n)
 
 /* ---- tables emitted by the translator ---------------------------------- */
 
-enum pd_arg_kind { PD_ARG_CONST = 0, PD_ARG_REG = 1, PD_ARG_MEM = 2 };
+enum pd_arg_kind { PD_ARG_CONST = 0, PD_ARG_REG = 1, PD_ARG_MEM = 2, PD_ARG_EXPR = 3 };
+
+/* A DWARF location expression, compiled by the launcher (launcher/elf/dwarf_expr.py)
+ * to steps on a small value stack, evaluated by pd_fetch_arg.  The last step says what
+ * the expression gives: an address to read, a value, or the pieces assembled. */
+enum pd_dwop_kind {
+    PD_DW_CONST, PD_DW_ADDR, PD_DW_REG, PD_DW_DEREF, PD_DW_PLUS_CONST, PD_DW_DUP,
+    PD_DW_PLUS, PD_DW_MINUS, PD_DW_AND, PD_DW_OR, PD_DW_XOR, PD_DW_MUL, PD_DW_SHL,
+    PD_DW_SHR, PD_DW_SHRA, PD_DW_NEG, PD_DW_NOT,
+    PD_DW_PIECE_REG, PD_DW_PIECE_MEM, PD_DW_PIECE_VAL,   /* arg: the piece's bytes */
+    PD_DW_END_MEMORY, PD_DW_END_VALUE, PD_DW_END_PIECES
+};
+struct pd_dwop {
+    int64_t arg;     /* CONST/ADDR/PLUS_CONST: the operand; DEREF and PIECE_*: bytes */
+    uint8_t op;      /* enum pd_dwop_kind */
+    int8_t reg;      /* REG, PIECE_REG: DWARF register number */
+};
 enum pd_seg { PD_SEG_NONE = 0, PD_SEG_TP = 1 }; /* %fs / %gs: thread pointer */
 
 /* One sdt.h operand, decoded offline by the launcher (launcher/elf/argspec.py). */
@@ -70,6 +86,7 @@ struct pd_argdesc {
     uint8_t scale;
     uint8_t shift;   /* 8 for %ah-style high-byte registers */
     uint8_t rel;     /* MEM: displacement is a link-time address: add the load bias */
+    const struct pd_dwop *ops;   /* EXPR: the compiled location, ending in an END_* step */
 };
 
 struct pd_ctx;

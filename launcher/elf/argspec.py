@@ -23,6 +23,7 @@ class ArgKind(Enum):
     CONST = "const"
     REG = "reg"
     MEM = "mem"
+    EXPR = "expr"
     UNSUPPORTED = "unsupported"
 
 
@@ -35,6 +36,9 @@ class ArgSpec:
     MEM:   `size` bytes at [segment base] + base + index*scale + disp
            (+ the load bias when `disp_is_vaddr`).
     A CONST with `disp_is_vaddr` is a symbol address (`$sym`): add the load bias.
+    EXPR:  a DWARF location compiled to the runtime's stack machine (elf/dwarf_expr.py):
+           `ops` its (op, register, argument) steps, `error` what it gives ("memory",
+           "computed value", "noncontiguous object").
     """
 
     text: str
@@ -53,6 +57,7 @@ class ArgSpec:
     segment: str | None = None
     error: str = ""
     machine: str = ""
+    ops: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def supported(self) -> bool:
@@ -78,6 +83,8 @@ class ArgSpec:
         if self.kind is ArgKind.REG:
             shift = f" bits {self.reg_shift}-{self.reg_shift + 7}" if self.reg_shift else ""
             return f"{what} register {rname(self.reg)}{shift}"
+        if self.kind is ArgKind.EXPR:
+            return f"{what} {self.error} from DWARF location '{self.text}'"
         terms = []
         if self.base >= 0:
             terms.append(rname(self.base))

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
+from .dwarf_expr import ExprError, Frame, FrameBase, compile_expr
 
 _X86_64_REGS = ("%rax", "%rdx", "%rcx", "%rbx", "%rsi", "%rdi", "%rbp", "%rsp",
                 *(f"%r{i}" for i in range(8, 16)), "%rip")
@@ -55,6 +56,7 @@ _QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
                "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "_Atomic"}
 _AGGREGATES = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
                "DW_TAG_class_type": "class", "DW_TAG_enumeration_type": "enum"}
+_NO_FRAME = Frame()   # no frame base, no CFA, not the entry
 _DW_ATE_FLOAT, _DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR = 4, 5, 6
 
 
@@ -407,7 +409,8 @@ class _Reader:
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
                 continue
-            loc, why = self._location(cu, child, low_pc, base, cfa_base, size, signed)
+            loc, why = self._location(cu, child, low_pc, base, cfa_base, size, signed,
+                                      frame=self._frame(cu, func, low_pc, base, None))
             if loc is not None:
                 params.append(replace(p, location=loc))
             elif fallback is not None:
@@ -419,6 +422,45 @@ class _Reader:
                                       f"{'SIMD' if self.machine == 'aarch64' else 'SSE/x87'} "
                                       "registers, which probes do not save"))
         return tuple(params)
+
+    def _frame(self, cu: Any, func: Any, pc: int, base: int,
+               cfa_rule: tuple[int, int] | None) -> Frame:
+        """(the frame base, the CFA) at `pc` as register + offset, where known: the
+        CFA from `cfa_rule` inside the function, sp + the call's push at the entry;
+        the frame base from `DW_AT_frame_base` (one expression or a location list's
+        entry at `pc`) when it is the CFA, a register or a `breg`."""
+        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
+
+        low_pc = func.attributes["DW_AT_low_pc"].value
+        cfa: FrameBase | None = None
+        if cfa_rule is not None:
+            cfa = FrameBase(*cfa_rule)
+        elif pc == low_pc:
+            cfa = FrameBase(_SP.get(self.machine, 7), _CFA_AT_ENTRY.get(self.machine, 8))
+        attr = func.attributes.get("DW_AT_frame_base")
+        entry = pc == low_pc
+        if attr is None:
+            return Frame(None, cfa, entry)
+        code = None
+        parsed = self.locs.parse_from_attribute(attr, cu["version"], func)
+        if isinstance(parsed, list):
+            for entry in parsed:
+                if isinstance(entry, BaseAddressEntry):
+                    base = entry.base_address
+                elif isinstance(entry, LocationEntry):
+                    rel = 0 if getattr(entry, "is_absolute", False) else base
+                    if entry.begin_offset + rel <= pc < entry.end_offset + rel:
+                        code = entry.loc_expr
+                        break
+        else:
+            code = parsed.loc_expr
+        ops = self.expr.parse_expr(code) if code is not None else []
+        n = ops[0].op_name if len(ops) == 1 else ""
+        fb = cfa if n == "DW_OP_call_frame_cfa" else \
+            FrameBase(int(n[10:]), int(ops[0].args[0])) \
+            if n.startswith("DW_OP_breg") and n[10:].isdigit() else \
+            FrameBase(int(n[9:]), 0) if n.startswith("DW_OP_reg") and n[9:].isdigit() else None
+        return Frame(fb, cfa, entry)
 
     def _frame_base_is_cfa(self, func: Any) -> bool:
         attr = func.attributes.get("DW_AT_frame_base")
@@ -473,6 +515,7 @@ class _Reader:
         cfa_base = self._frame_base_is_cfa(func)
         word = _WORD.get(self.machine, 8)
         found: dict[str, DwarfParam] = {}
+        frame = self._frame(cu, func, pc, base, cfa_rule)
 
         def scope(die: Any) -> None:
             for child in die.iter_children():
@@ -496,7 +539,7 @@ class _Reader:
                     found[p.name] = replace(p, why=f"'{p.type_name}' is not a scalar")
                     continue
                 where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
-                                            cfa_rule)
+                                            cfa_rule, frame)
                 found[p.name] = replace(p, location=where, why=why)
         scope(func)
         return tuple(found.values())
@@ -524,7 +567,8 @@ class _Reader:
         return False
 
     def _location(self, cu: Any, die: Any, pc: int, base: int, cfa_base: bool, size: int,
-                  signed: bool, cfa_rule: tuple[int, int] | None = None
+                  signed: bool, cfa_rule: tuple[int, int] | None = None,
+                  frame: Frame = _NO_FRAME
                   ) -> tuple[ArgSpec | None, str]:
         from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
 
@@ -543,26 +587,28 @@ class _Reader:
                                              else base)
                     if lo <= pc < hi:
                         return self._expr(entry.loc_expr, cfa_base, size, signed, True,
-                                          cfa_rule)
+                                          cfa_rule, frame, pc)
             if cfa_rule is not None:
                 return None, f"not accessible at this address (pc: {pc:#x})"
             return None, "not available at the entry (location list)"
         return self._expr(parsed.loc_expr, cfa_base, size, signed, cfa_rule is not None,
-                          cfa_rule)
+                          cfa_rule, frame, pc)
 
     def _expr(self, code: Any, cfa_base: bool, size: int, signed: bool,
-              at_entry: bool, cfa_rule: tuple[int, int] | None = None
+              at_entry: bool, cfa_rule: tuple[int, int] | None = None,
+              frame: Frame = _NO_FRAME, pc: int = 0
               ) -> tuple[ArgSpec | None, str]:
         """`at_entry`: the expression is valid at the pc (a location list's entry, or
         any expression inside the function when `cfa_rule` gives the CFA there as
         (DWARF register, offset)); else it is the one expression of the whole
-        function, which the entry may precede."""
+        function, which the entry may precede.  One register or one stack slot is a
+        REG or MEM ArgSpec; anything else is compiled (elf/dwarf_expr.py)."""
         ops = self.expr.parse_expr(code)
         names = self._reg_names()
         sp, word = _SP.get(self.machine, 7), _WORD.get(self.machine, 8)
         cfa = _CFA_AT_ENTRY.get(self.machine, word)
-        if len(ops) != 1:
-            return None, "location '" + " ".join(o.op_name for o in ops) + "' not supported"
+        if len(ops) != 1 or not self._simple(ops[0].op_name, cfa_base):
+            return self._compiled(ops, size, signed, at_entry, frame, pc)
         op = ops[0]
         n = op.op_name
         reg = int(n[9:]) if n.startswith("DW_OP_reg") and n[9:].isdigit() else \
@@ -590,7 +636,31 @@ class _Reader:
                 return None, "in the stack frame the prologue builds, not yet at the entry"
             return ArgSpec(f"{off}({names[sp]})", size, signed, False, ArgKind.MEM,
                            base=sp, disp=off, machine=self.machine), ""
-        return None, f"location '{n}' not supported"
+        return self._compiled(ops, size, signed, at_entry, frame, pc)
+
+    @staticmethod
+    def _simple(n: str, cfa_base: bool) -> bool:
+        """Whether `_expr` gives the one-operation location `n` a REG or MEM ArgSpec."""
+        return n == "DW_OP_regx" or (n.startswith("DW_OP_reg") and n[9:].isdigit()) \
+            or (n.startswith("DW_OP_breg") and n[10:].isdigit()) \
+            or (n == "DW_OP_fbreg" and cfa_base)
+
+    def _compiled(self, ops: list[Any], size: int, signed: bool, at_entry: bool,
+                  frame: Frame, pc: int
+                  ) -> tuple[ArgSpec | None, str]:
+        """`ops` compiled for the runtime."""
+        try:
+            spec = compile_expr(ops, machine=self.machine, nregs=len(self._reg_names()),
+                                word=_WORD.get(self.machine, 8), size=size, signed=signed,
+                                frame_base=frame.base, cfa=frame.cfa, at_entry=frame.entry, pc=pc)
+        except ExprError as exc:
+            return None, str(exc)
+        # The one expression of the whole function may describe a stack slot the
+        # prologue has not written yet at the entry.
+        if not at_entry and any(op in ("PD_DW_DEREF", "PD_DW_END_MEMORY", "PD_DW_PIECE_MEM")
+                                for op, _, _ in spec.ops):
+            return None, "in memory the prologue writes, not yet at the entry"
+        return spec, ""
 
     def _reg_names(self) -> tuple[str, ...]:
         return _REGS.get(self.machine, ())

@@ -53,6 +53,11 @@ def _arg_initializer(spec: ArgSpec) -> str:
         seg = "PD_SEG_TP" if spec.segment else "PD_SEG_NONE"
         return (f"{{INT64_C({spec.disp}), PD_ARG_MEM, {spec.size}, {int(spec.signed)}, {seg}, "
                 f"{spec.base}, {spec.index}, {spec.scale}, 0, {int(spec.disp_is_vaddr)}}}")
+    if spec.kind == ArgKind.EXPR:
+        # a file-scope compound literal: static storage, an address constant
+        ops = ", ".join(f"{{INT64_C({arg}), {op}, {reg}}}" for op, reg, arg in spec.ops)
+        return (f"{{0, PD_ARG_EXPR, {spec.size}, {int(spec.signed)}, 0, -1, -1, 1, 0, 0, "
+                f"(const struct pd_dwop[]){{{ops}}}}}")
     # Never read: the translator refused any $argN that names it.
     return "{0, PD_ARG_CONST, 8, 0, 0, -1, -1, 1, 0, 0}"
 

@@ -18,6 +18,7 @@ import os
 from collections.abc import Callable
 
 from ..elf import dwarf
+from ..elf.argspec import ArgKind, ArgSpec
 from ..elf.dwarf_types import (
     Access,
     Bits,
@@ -97,6 +98,9 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
             if p.location is None:
                 raise _err(f"'{e.name}': '{name}' of {func.where} cannot be read "
                            f"{_where_at(site)}: {p.why}", e)
+            place = _place(p.location) if e.addressof and not comps else None
+            if place is not None:
+                raise _err(f"cannot take address of {place}", e)
             ptype = _type_of(info, p)
             return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
         var = find_variable(info, func.cu_offset, func.die_offset, name)
@@ -114,6 +118,16 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
         if 0 <= exc.index < len(parts):
             where = parts[exc.index]
         raise ScriptError(str(exc), getattr(where, "loc", e.loc)) from None
+
+
+def _place(loc: ArgSpec) -> str | None:
+    """What `&$var` cannot take the address of, as stap names it (None: a value
+    in memory, which resolve() turns down for a copied parameter)."""
+    if loc.kind is ArgKind.REG:
+        return "object in register"
+    if loc.kind is ArgKind.EXPR and loc.error in ("computed value", "noncontiguous object"):
+        return loc.error
+    return None
 
 
 def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:

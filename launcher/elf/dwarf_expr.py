@@ -1,0 +1,192 @@
+"""DWARF location expressions compiled to the runtime's small stack machine.
+
+A variable's location that is more than one register or one `breg`/`fbreg`
+slot (what `dwarf.py` turns into a plain REG or MEM ArgSpec) becomes an EXPR
+ArgSpec: a list of `(op, reg, arg)` steps the runtime evaluates against the
+probe's saved registers (`pd_eval_dwarf` in runtime/pd_builtins.c), reading
+memory with the same fault-safe user read as every other probe read.
+
+What it evaluates, as stap's loc2stap does: registers (`DW_OP_regN` as a
+place, `DW_OP_bregN off` as a value), the frame base (`DW_OP_fbreg` over a
+`DW_OP_call_frame_cfa`, register or `breg` frame base), `DW_OP_deref[_size]`,
+arithmetic, `DW_OP_lit*`/`DW_OP_const*`, `DW_OP_stack_value` (a computed
+value, not a place), `DW_OP_piece` (up to 8 bytes from register, memory or
+value pieces) and `DW_OP_entry_value` of a register at the function's entry
+(the register itself there; elsewhere the value is gone, as stap says "not
+accessible at this address").  Anything else keeps the "not supported" reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .argspec import ArgKind, ArgSpec
+
+
+class ExprError(Exception):
+    """The expression cannot be evaluated by a probe; the message says why."""
+
+
+@dataclass(frozen=True)
+class FrameBase:
+    """A frame base or the CFA at the pc: the value of register `reg` plus `off`."""
+
+    reg: int
+    off: int
+
+
+@dataclass(frozen=True)
+class Frame:
+    """What a location at one pc may refer to: the frame base, the CFA (each None
+    where unknown) and whether the pc is the function's entry."""
+
+    base: FrameBase | None = None
+    cfa: FrameBase | None = None
+    entry: bool = False
+
+
+_BINARY = {"DW_OP_plus": "PD_DW_PLUS", "DW_OP_minus": "PD_DW_MINUS",
+           "DW_OP_and": "PD_DW_AND", "DW_OP_or": "PD_DW_OR", "DW_OP_xor": "PD_DW_XOR",
+           "DW_OP_mul": "PD_DW_MUL", "DW_OP_shl": "PD_DW_SHL", "DW_OP_shr": "PD_DW_SHR",
+           "DW_OP_shra": "PD_DW_SHRA"}
+_UNARY = {"DW_OP_neg": "PD_DW_NEG", "DW_OP_not": "PD_DW_NOT"}
+_CONSTS = {"DW_OP_const1u", "DW_OP_const1s", "DW_OP_const2u", "DW_OP_const2s",
+           "DW_OP_const4u", "DW_OP_const4s", "DW_OP_const8u", "DW_OP_const8s",
+           "DW_OP_constu", "DW_OP_consts"}
+
+
+def _regnum(name: str, prefix: str) -> int | None:
+    rest = name[len(prefix):]
+    return int(rest) if name.startswith(prefix) and rest.isdigit() else None
+
+
+def compile_expr(ops: Sequence[Any], *, machine: str, nregs: int, word: int, size: int,
+                 signed: bool, frame_base: FrameBase | None, cfa: FrameBase | None,
+                 at_entry: bool, pc: int
+                 ) -> ArgSpec:
+    """The EXPR ArgSpec of `ops` (pyelftools DWARFExprOps) for a `size`-byte value;
+    ExprError if a probe cannot evaluate it at `pc` (`at_entry`: pc is the
+    function's entry, where an entry value is the register itself)."""
+    out: list[tuple[str, int, int]] = []
+    depth = 0            # values on the evaluation stack
+    place: int | None = None   # the current piece is in this register (DW_OP_regN)
+    value = False        # the current piece is a computed value (DW_OP_stack_value)
+    pieces = 0           # bytes assembled so far
+    has_pieces = False
+
+    def need(n: int, what: str) -> None:
+        if depth < n:
+            raise ExprError(f"location '{what}': stack underflow")
+
+    def reg_ok(r: int) -> int:
+        if r >= nregs:
+            raise ExprError(f"in DWARF register {r}, which probes do not save")
+        return r
+
+    for op in ops:
+        n = op.op_name
+        if place is not None and n != "DW_OP_piece":
+            raise ExprError(f"location '{n}' after a register is not supported")
+        r = _regnum(n, "DW_OP_reg")
+        b = _regnum(n, "DW_OP_breg")
+        lit = _regnum(n, "DW_OP_lit")
+        if r is not None or n == "DW_OP_regx":
+            place = reg_ok(r if r is not None else int(op.args[0]))
+        elif b is not None or n == "DW_OP_bregx":
+            reg, off = (b, int(op.args[0])) if b is not None else \
+                (int(op.args[0]), int(op.args[1]))
+            out += [("PD_DW_REG", reg_ok(reg), 0), ("PD_DW_PLUS_CONST", 0, off)]
+            depth += 1
+        elif n == "DW_OP_fbreg":
+            if frame_base is None:
+                raise ExprError("DW_AT_frame_base not accessible at this address")
+            out += [("PD_DW_REG", reg_ok(frame_base.reg), 0),
+                    ("PD_DW_PLUS_CONST", 0, frame_base.off + int(op.args[0]))]
+            depth += 1
+        elif n == "DW_OP_call_frame_cfa":
+            if cfa is None:
+                raise ExprError("DW_OP_call_frame_cfa not accessible at this address")
+            out += [("PD_DW_REG", reg_ok(cfa.reg), 0), ("PD_DW_PLUS_CONST", 0, cfa.off)]
+            depth += 1
+        elif lit is not None:
+            out.append(("PD_DW_CONST", 0, lit))
+            depth += 1
+        elif n in _CONSTS:
+            out.append(("PD_DW_CONST", 0, int(op.args[0])))
+            depth += 1
+        elif n == "DW_OP_addr":
+            out.append(("PD_DW_ADDR", 0, int(op.args[0])))
+            depth += 1
+        elif n in ("DW_OP_entry_value", "DW_OP_GNU_entry_value"):
+            inner = op.args[0] if op.args else []
+            ir = _regnum(inner[0].op_name, "DW_OP_reg") if len(inner) == 1 else None
+            if ir is None:
+                raise ExprError(f"location '{n}' of a non-register not supported")
+            if not at_entry:
+                raise ExprError(f"not accessible at this address: {pc:#x} "
+                                "(its value at the function's entry is gone here)")
+            out.append(("PD_DW_REG", reg_ok(ir), 0))
+            depth += 1
+        elif n == "DW_OP_deref" or n == "DW_OP_deref_size":
+            need(1, n)
+            dsize = word if n == "DW_OP_deref" else int(op.args[0])
+            out.append(("PD_DW_DEREF", 0, dsize))
+        elif n == "DW_OP_plus_uconst":
+            need(1, n)
+            out.append(("PD_DW_PLUS_CONST", 0, int(op.args[0])))
+        elif n in _BINARY:
+            need(2, n)
+            out.append((_BINARY[n], 0, 0))
+            depth -= 1
+        elif n in _UNARY:
+            need(1, n)
+            out.append((_UNARY[n], 0, 0))
+        elif n == "DW_OP_dup":
+            need(1, n)
+            out.append(("PD_DW_DUP", 0, 0))
+            depth += 1
+        elif n == "DW_OP_stack_value":
+            need(1, n)
+            value = True
+        elif n == "DW_OP_piece":
+            psize = int(op.args[0])
+            has_pieces = True
+            if pieces + psize > 8:
+                raise ExprError("location with pieces beyond 8 bytes not supported")
+            if place is not None:
+                out.append(("PD_DW_PIECE_REG", place, psize))
+            elif depth == 0:
+                # an empty piece: that part of the value is optimized out
+                raise ExprError(f"part of the value (bytes {pieces}-{pieces + psize - 1}) "
+                                "is optimized out")
+            else:
+                out.append(("PD_DW_PIECE_VAL" if value else "PD_DW_PIECE_MEM", 0, psize))
+                depth -= 1
+            pieces += psize
+            place, value = None, False
+        else:
+            raise ExprError(f"location '{n}' not supported")
+    if has_pieces:
+        if place is not None or depth:
+            raise ExprError("location with a value after its last piece not supported")
+        if pieces < size:
+            raise ExprError(f"location gives {pieces} of its {size} bytes")
+        out.append(("PD_DW_END_PIECES", 0, 0))
+        what = "noncontiguous object"
+    elif place is not None:
+        return ArgSpec(f"dwarf{place}", size, signed, False, ArgKind.REG, reg=place,
+                       machine=machine)
+    elif depth != 1:
+        raise ExprError("location leaves "
+                        f"{'no value' if not depth else 'multiple values'} on the stack")
+    elif value:
+        out.append(("PD_DW_END_VALUE", 0, 0))
+        what = "computed value"
+    else:
+        out.append(("PD_DW_END_MEMORY", 0, 0))
+        what = "memory"
+    text = " ".join(o.op_name for o in ops)
+    return ArgSpec(text, size, signed, False, ArgKind.EXPR, ops=tuple(out), machine=machine,
+                   error=what)
