@@ -15,7 +15,9 @@ evaluates (registers are DWARF-numbered in `struct pd_regs`):
   reg+off; `DW_OP_fbreg off` with a `DW_OP_call_frame_cfa` frame base -> memory
   at sp + word + off (the CFA at the entry is the stack pointer above the
   return address);
-- from a location list, the entry covering the entry pc.
+- from a location list, the entry covering the entry pc;
+- any other expression (a computed value, pieces, a deref, an entry value) is
+  compiled for the runtime by `dwarf_expr.py`.
 
 A single location expression is only true after the prologue: at -O0 the
 parameter's home is a stack slot the prologue has not written yet at the entry

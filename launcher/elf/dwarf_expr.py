@@ -47,6 +47,8 @@ class Frame:
     entry: bool = False
 
 
+_STACK = 8   # PD_DW_STACK in runtime/pd_builtins.c: the evaluator's stack
+
 _BINARY = {"DW_OP_plus": "PD_DW_PLUS", "DW_OP_minus": "PD_DW_MINUS",
            "DW_OP_and": "PD_DW_AND", "DW_OP_or": "PD_DW_OR", "DW_OP_xor": "PD_DW_XOR",
            "DW_OP_mul": "PD_DW_MUL", "DW_OP_shl": "PD_DW_SHL", "DW_OP_shr": "PD_DW_SHR",
@@ -78,7 +80,7 @@ def compile_expr(ops: Sequence[Any], *, machine: str, nregs: int, word: int, siz
 
     def need(n: int, what: str) -> None:
         if depth < n:
-            raise ExprError(f"location '{what}': stack underflow")
+            raise ExprError(f"stack underflow at '{what}'")
 
     def reg_ok(r: int) -> int:
         if r >= nregs:
@@ -168,9 +170,11 @@ def compile_expr(ops: Sequence[Any], *, machine: str, nregs: int, word: int, siz
             place, value = None, False
         else:
             raise ExprError(f"location '{n}' not supported")
+        if depth > _STACK:
+            raise ExprError(f"location deeper than {_STACK} values not supported")
     if has_pieces:
         if place is not None or depth:
-            raise ExprError("location with a value after its last piece not supported")
+            raise ExprError("DW_OP_piece left multiple values on stack")
         if pieces < size:
             raise ExprError(f"location gives {pieces} of its {size} bytes")
         out.append(("PD_DW_END_PIECES", 0, 0))
@@ -179,8 +183,7 @@ def compile_expr(ops: Sequence[Any], *, machine: str, nregs: int, word: int, siz
         return ArgSpec(f"dwarf{place}", size, signed, False, ArgKind.REG, reg=place,
                        machine=machine)
     elif depth != 1:
-        raise ExprError("location leaves "
-                        f"{'no value' if not depth else 'multiple values'} on the stack")
+        raise ExprError("stack underflow" if not depth else "multiple values left on stack")
     elif value:
         out.append(("PD_DW_END_VALUE", 0, 0))
         what = "computed value"
