@@ -133,3 +133,20 @@ def test_address_of_a_value(progs: Progs, cache: Path, abi: str, line: str, var:
     res = pydyn(cache, "-e", script, "-c", f"{exe} {ARG}")
     assert res.returncode == 1
     assert f"error: cannot take address of {what}" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("abi", ABIS)
+def test_vars_list(progs: Progs, cache: Path, abi: str) -> None:
+    """`$$vars`/`$$locals` read the computed and pieced values too; a variable
+    whose entry value is gone prints as "?", as stap prints one it cannot read."""
+    exe = progs(abi)
+    want = own(exe)
+    script = (f'probe process("{exe}").statement("*@dwarf_exprs.c:{LINES["COMPUTED"]}") '
+              '{ printf("c %s|%s\\n", $$vars, $$locals) } '
+              f'probe process("{exe}").statement("*@dwarf_exprs.c:{LINES["PIECES"]}") '
+              '{ printf("p %s\\n", $$vars) }')
+    res = pydyn(cache, "-e", script, "-c", f"{exe} {ARG}")
+    assert res.returncode == 0, res.stderr
+    a = "?" if abi == "m64" else f"{want['w']:#x}"
+    assert f"c x={want['x']:#x} y={want['y']:#x}|y={want['y']:#x}\n" in res.stdout, res.stdout
+    assert f"p a={a} w={want['w']:#x}\n" in res.stdout, res.stdout
