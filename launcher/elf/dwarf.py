@@ -427,12 +427,10 @@ class _Reader:
 
     def _frame(self, cu: Any, func: Any, pc: int, base: int,
                cfa_rule: tuple[int, int] | None) -> Frame:
-        """(the frame base, the CFA) at `pc` as register + offset, where known: the
+        """The frame base and the CFA at `pc` as register + offset, where known: the
         CFA from `cfa_rule` inside the function, sp + the call's push at the entry;
         the frame base from `DW_AT_frame_base` (one expression or a location list's
         entry at `pc`) when it is the CFA, a register or a `breg`."""
-        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
-
         low_pc = func.attributes["DW_AT_low_pc"].value
         cfa: FrameBase | None = None
         if cfa_rule is not None:
@@ -443,19 +441,7 @@ class _Reader:
         entry = pc == low_pc
         if attr is None:
             return Frame(None, cfa, entry)
-        code = None
-        parsed = self.locs.parse_from_attribute(attr, cu["version"], func)
-        if isinstance(parsed, list):
-            for entry in parsed:
-                if isinstance(entry, BaseAddressEntry):
-                    base = entry.base_address
-                elif isinstance(entry, LocationEntry):
-                    rel = 0 if getattr(entry, "is_absolute", False) else base
-                    if entry.begin_offset + rel <= pc < entry.end_offset + rel:
-                        code = entry.loc_expr
-                        break
-        else:
-            code = parsed.loc_expr
+        code, _ = self._expr_at(cu, func, attr, pc, base)
         ops = self.expr.parse_expr(code) if code is not None else []
         n = ops[0].op_name if len(ops) == 1 else ""
         fb = cfa if n == "DW_OP_call_frame_cfa" else \
@@ -572,29 +558,34 @@ class _Reader:
                   signed: bool, cfa_rule: tuple[int, int] | None = None,
                   frame: Frame = _NO_FRAME
                   ) -> tuple[ArgSpec | None, str]:
-        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
-
         attr = die.attributes.get("DW_AT_location")
         if attr is None:
             return None, "optimized out (no DW_AT_location)"
-        parsed = self.locs.parse_from_attribute(attr, cu["version"], die)
-        if isinstance(parsed, list):
-            for entry in parsed:
-                if isinstance(entry, BaseAddressEntry):
-                    base = entry.base_address
-                elif isinstance(entry, LocationEntry):
-                    lo = entry.begin_offset + (0 if getattr(entry, "is_absolute", False)
-                                               else base)
-                    hi = entry.end_offset + (0 if getattr(entry, "is_absolute", False)
-                                             else base)
-                    if lo <= pc < hi:
-                        return self._expr(entry.loc_expr, cfa_base, size, signed, True,
-                                          cfa_rule, frame, pc)
+        code, from_list = self._expr_at(cu, die, attr, pc, base)
+        if code is None:
             if cfa_rule is not None:
                 return None, f"not accessible at this address (pc: {pc:#x})"
             return None, "not available at the entry (location list)"
-        return self._expr(parsed.loc_expr, cfa_base, size, signed, cfa_rule is not None,
+        return self._expr(code, cfa_base, size, signed, from_list or cfa_rule is not None,
                           cfa_rule, frame, pc)
+
+    def _expr_at(self, cu: Any, die: Any, attr: Any, pc: int, base: int
+                 ) -> tuple[Any, bool]:
+        """The expression of location attribute `attr` at `pc` (None if a location
+        list has no entry there) and whether it came from a location list."""
+        from elftools.dwarf.locationlists import BaseAddressEntry, LocationEntry
+
+        parsed = self.locs.parse_from_attribute(attr, cu["version"], die)
+        if not isinstance(parsed, list):
+            return parsed.loc_expr, False
+        for entry in parsed:
+            if isinstance(entry, BaseAddressEntry):
+                base = entry.base_address
+            elif isinstance(entry, LocationEntry):
+                rel = 0 if getattr(entry, "is_absolute", False) else base
+                if entry.begin_offset + rel <= pc < entry.end_offset + rel:
+                    return entry.loc_expr, True
+        return None, True
 
     def _expr(self, code: Any, cfa_base: bool, size: int, signed: bool,
               at_entry: bool, cfa_rule: tuple[int, int] | None = None,
