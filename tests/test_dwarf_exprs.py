@@ -1,8 +1,9 @@
 """Target variables whose DWARF location is an expression the runtime evaluates
 (launcher/elf/dwarf_expr.py): a computed value (`DW_OP_stack_value` over `breg`,
 or over `fbreg` + `DW_OP_deref` on i386), a value in two register pieces
-(`DW_OP_piece`, i386), and `DW_OP_entry_value` where the entry's register is
-gone (stap's "not accessible at this address").  tests/progs/dwarf_exprs.c at
+(`DW_OP_piece`, i386), `DW_OP_entry_value` where the entry's register is
+gone (stap's "not accessible at this address"), and `DW_OP_fbreg` over a
+location-list frame base (strict DWARF 2).  tests/progs/dwarf_exprs.c at
 -O2, m64 and m32; each test first checks, with `pydyn -L -v` or readelf, that
 gcc really emitted the form at the probed line, then compares the probe's
 values with what the program prints itself."""
@@ -150,3 +151,22 @@ def test_vars_list(progs: Progs, cache: Path, abi: str) -> None:
     a = "?" if abi == "m64" else f"{want['w']:#x}"
     assert f"c x={want['x']:#x} y={want['y']:#x}|y={want['y']:#x}\n" in res.stdout, res.stdout
     assert f"p a={a} w={want['w']:#x}\n" in res.stdout, res.stdout
+
+
+@pytest.mark.parametrize("abi", ABIS)
+def test_fbreg_over_a_frame_base_list(progs: Progs, cache: Path, abi: str,
+                                      tmp_path: Path) -> None:
+    """Strict DWARF 2 has no DW_OP_call_frame_cfa: gcc gives each function's frame
+    base as a location list of `breg`s (sp, then the frame pointer), and `fbreg`
+    is relative to the entry at the pc."""
+    exe = build_c(SRC, tmp_path / f"dx2-{abi}", m32=abi == "m32", opt="-O0",
+                  extra=("-g", "-gdwarf-2", "-gstrict-dwarf"))
+    info = subprocess.run(["readelf", "--debug-dump=info", str(exe)], capture_output=True,
+                          text=True, timeout=30).stdout
+    assert re.search(r"DW_AT_frame_base\s*:.*\(location list\)", info), info[:2000]
+    assert "DW_OP_call_frame_cfa" not in info
+    loc = locations(cache, exe, LINES["COMPUTED"])
+    assert loc["x"] == "DW_OP_fbreg" and loc["y"] == "DW_OP_fbreg", loc
+    want = own(exe)
+    assert probe_values(cache, exe, LINES["COMPUTED"], "x y") == \
+        {"x": want["x"], "y": want["y"]}
