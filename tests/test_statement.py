@@ -7,13 +7,12 @@ against the loop's iteration.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
+from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
 
 SRC = PROGS / "dwarf_stmt.c"
 N = 4
@@ -23,12 +22,7 @@ Progs = Callable[[Build], Path]
 
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
-    tmp = tmp_path_factory.mktemp("stmt")
-
-    @functools.cache
-    def one(b: Build) -> Path:
-        return build_c(SRC, tmp / f"st-{b.id}", m32=b.m32, opt=b.opt, extra=("-g",))
-    return one
+    return builder(SRC, tmp_path_factory.mktemp("stmt"), "st")
 
 
 def acc_before(i: int) -> int:

@@ -13,13 +13,12 @@ against what the program stores for round i.
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
+from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
 
 SRC = PROGS / "dwarf_tvars.c"
 ROUNDS = 3
@@ -28,12 +27,7 @@ Progs = Callable[[Build], Path]
 
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
-    tmp = tmp_path_factory.mktemp("tvars")
-
-    @functools.cache
-    def one(b: Build) -> Path:
-        return build_c(SRC, tmp / f"tv-{b.id}", m32=b.m32, opt=b.opt, extra=("-g",))
-    return one
+    return builder(SRC, tmp_path_factory.mktemp("tvars"), "tv")
 
 
 VALUES = """probe process("{exe}").function("visit") {{
