@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,15 @@ def build_c(src: Source | Sequence[Source], out: Source, *, m32: bool = False,
     if res.returncode != 0:
         pytest.fail(f"compile failed: {' '.join(cmd)}\n{res.stderr}", pytrace=False)
     return out
+
+
+def builder(src: Source, out_dir: Path, prefix: str, extra: Sequence[str] = ("-g",)
+            ) -> Callable[[Build], Path]:
+    """`one(build)`: `src` built as OUT_DIR/PREFIX-<build id> once per flavour."""
+    @functools.cache
+    def one(b: Build) -> Path:
+        return build_c(src, out_dir / f"{prefix}-{b.id}", m32=b.m32, opt=b.opt, extra=extra)
+    return one
 
 
 def build_abis(src: Source, out: Source, extra: Sequence[str] = ("-pthread",)

@@ -19,11 +19,6 @@ import cbuild  # noqa: E402
 PROG = Path(__file__).resolve().parent / "progs" / "stap_compat.c"
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("stap-compat-cache")
-
-
 @pytest.fixture(scope="module", params=["m64", "m32"])
 def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:

@@ -7,14 +7,12 @@ against the loop's iteration.
 
 from __future__ import annotations
 
-import functools
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
+from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
 
 SRC = PROGS / "dwarf_stmt.c"
 N = 4
@@ -24,21 +22,7 @@ Progs = Callable[[Build], Path]
 
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
-    tmp = tmp_path_factory.mktemp("stmt")
-
-    @functools.cache
-    def one(b: Build) -> Path:
-        return build_c(SRC, tmp / f"st-{b.id}", m32=b.m32, opt=b.opt, extra=("-g",))
-    return one
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("stmt-cache")
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=120)
+    return builder(SRC, tmp_path_factory.mktemp("stmt"), "st")
 
 
 def acc_before(i: int) -> int:
@@ -51,7 +35,7 @@ def test_locals_at_a_line(progs: Progs, cache: Path, b: Build) -> None:
     script = (f'probe process("{exe}").statement("sum_to@dwarf_stmt.c:{LOOP}") {{ '
               'printf("s %s i=%d acc=%d n=%d|%s|%s\\n", ppfunc(), $i, $acc, $n, $$locals, '
               '$$vars) }')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} {N}")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("s ")]
     assert lines == [f"s sum_to i={i} acc={acc_before(i)} n={N}|acc={acc_before(i):#x} "
@@ -67,17 +51,17 @@ def test_any_function_a_line_range_and_an_address(progs: Progs, cache: Path,
     # lines LOOP-1..LOOP: two statements an iteration, both with i in scope
     script = (f'global n\nprobe process("{exe}").statement("*@dwarf_stmt.c:{LOOP - 1}-{LOOP}") '
               '{ n[$i]++ }\nprobe end { foreach (k+ in n) printf("%d:%d\\n", k, n[k]) }')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} {N}")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     assert re.findall(r"^(\d+):(\d+)$", res.stdout, re.M) == [(str(i), "2") for i in range(N)]
     # the address -p2 shows for the line, probed as .statement(ADDR).absolute
-    listed = pydyn(cache, "-p2", "-e", f'probe process("{exe}").statement('
+    listed = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").statement('
                    f'"sum_to@dwarf_stmt.c:{LOOP}") {{}}')
     m = re.search(r"pc=(0x[0-9a-f]+)", listed.stdout + listed.stderr)
     assert m, listed.stdout + listed.stderr
     script = (f'probe process("{exe}").statement({m.group(1)}).absolute '
               '{ printf("a %d\\n", $i) }')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} {N}")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("a ")] == [
         f"a {i}" for i in range(N)]
@@ -91,7 +75,7 @@ def test_any_function_a_line_range_and_an_address(progs: Progs, cache: Path,
 ])
 def test_bad_statements(progs: Progs, cache: Path, point: str, message: str) -> None:
     exe = progs(BUILDS[1])
-    res = pydyn(cache, "-e", f'probe process("{exe}").{point} {{ }}', "-c", f"{exe} 1")
+    res = run_pydyn(cache, "-e", f'probe process("{exe}").{point} {{ }}', "-c", f"{exe} 1")
     assert res.returncode == 1
     assert message in res.stderr.splitlines()[0], res.stderr
     assert "Traceback" not in res.stderr
@@ -102,23 +86,23 @@ def test_label(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
     script = (f'probe process("{exe}").function("sum_to").label("do*") {{ '
               'printf("l %s acc=%d n=%d\\n", ppfunc(), $acc, $n) }')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} {N}")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("l ")] == [
         f"l sum_to acc={acc_before(N)} n={N}"]
-    res = pydyn(cache, "-e", f'probe process("{exe}").function("main").label("done") {{ }}')
+    res = run_pydyn(cache, "-e", f'probe process("{exe}").function("main").label("done") {{ }}')
     assert res.returncode == 1 and "matches no label" in res.stderr
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_listing_variables_with_types(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
-    res = pydyn(cache, "-L", f'process("{exe}").statement("sum_to@dwarf_stmt.c:{LOOP}")')
+    res = run_pydyn(cache, "-L", f'process("{exe}").statement("sum_to@dwarf_stmt.c:{LOOP}")')
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [
         f'process("{exe}").statement("sum_to@{SRC}:{LOOP}") $n:long int $acc:long int '
         "$i:long int"]
-    res = pydyn(cache, "-L", f'process("{exe}").function("sum_to")')
+    res = run_pydyn(cache, "-L", f'process("{exe}").function("sum_to")')
     decl = next(i for i, ln in enumerate(SRC.read_text().splitlines(), 1)
                 if ln.startswith("PROBED long sum_to("))
     assert res.stdout.splitlines() == [

@@ -13,14 +13,12 @@ against what the program stores for round i.
 
 from __future__ import annotations
 
-import functools
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, build_c, run_pydyn
+from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
 
 SRC = PROGS / "dwarf_tvars.c"
 ROUNDS = 3
@@ -29,21 +27,7 @@ Progs = Callable[[Build], Path]
 
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
-    tmp = tmp_path_factory.mktemp("tvars")
-
-    @functools.cache
-    def one(b: Build) -> Path:
-        return build_c(SRC, tmp / f"tv-{b.id}", m32=b.m32, opt=b.opt, extra=("-g",))
-    return one
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tvars-cache")
-
-
-def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_pydyn(cache, *args, timeout=120)
+    return builder(SRC, tmp_path_factory.mktemp("tvars"), "tv")
 
 
 VALUES = """probe process("{exe}").function("visit") {{
@@ -71,7 +55,7 @@ def expected(i: int) -> list[str]:
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_values_exact(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
-    res = pydyn(cache, "-e", VALUES.format(exe=exe), "-c", f"{exe} {ROUNDS}")
+    res = run_pydyn(cache, "-e", VALUES.format(exe=exe), "-c", f"{exe} {ROUNDS}")
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln[:2] in ("v ", "r ")]
     assert lines == [ln for i in range(ROUNDS) for ln in expected(i)], res.stdout
@@ -86,7 +70,7 @@ def test_null_dereference_is_a_counted_error(progs: Progs, cache: Path, b: Build
     script = (f'probe process("{exe}").function("visit") {{ '
               'printf("d %d %d\\n", @defined($n->nope), @defined($n->next->a)); '
               'println($n->next->next->a) }')
-    res = pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{exe} {ROUNDS}")
+    res = run_pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{exe} {ROUNDS}")
     assert res.returncode == 1, res.stderr   # as stap: a run with errors fails
     assert res.stdout.count("d 0 1\n") == ROUNDS, res.stdout
     assert "sum=" in res.stdout   # the program ran to its end
@@ -109,7 +93,7 @@ def test_errors_name_the_component(progs: Progs, cache: Path, expr: str, message
                                    caret: str) -> None:
     exe = progs(BUILDS[1])
     script = f'probe process("{exe}").function("visit") {{ println({expr}) }}'
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 1")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 1")
     assert res.returncode == 1
     err = res.stderr.splitlines()
     assert err[0].startswith("<input>:1:") and message in err[0], res.stderr
@@ -130,7 +114,7 @@ PRETTY = """probe process("{exe}").function("visit") {{
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_pretty_printing_as_stap(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
-    res = pydyn(cache, "-e", PRETTY.format(exe=exe), "-c", f"{exe} 2")
+    res = run_pydyn(cache, "-e", PRETTY.format(exe=exe), "-c", f"{exe} 2")
     assert res.returncode == 0, res.stderr
     got = {ln[:2]: ln[3:] for ln in res.stdout.splitlines() if ln[:1] == "P"}   # the last hit
     i = 1
@@ -164,7 +148,7 @@ CASTS = """probe process("{exe}").function("visit") {{
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_cast_and_var(progs: Progs, cache: Path, b: Build) -> None:
     exe = progs(b)
-    res = pydyn(cache, "-e", CASTS.format(exe=exe), "-c", f"{exe} {ROUNDS}")
+    res = run_pydyn(cache, "-e", CASTS.format(exe=exe), "-c", f"{exe} {ROUNDS}")
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("c ")] == [
         f"c {100 + i}|node-{i}|{40 + i}|{11 * i}|t-alias|0 1" for i in range(ROUNDS)]
@@ -173,7 +157,7 @@ def test_cast_and_var(progs: Progs, cache: Path, b: Build) -> None:
 def test_cast_of_an_unknown_type(progs: Progs, cache: Path) -> None:
     exe = progs(BUILDS[1])
     script = f'probe process("{exe}").function("visit") {{ println(@cast($n, "struct nope")->a) }}'
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 1")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 1")
     assert res.returncode == 1
     assert f"error: type 'struct nope' not found in the DWARF of {exe}" in res.stderr
 
@@ -184,9 +168,9 @@ def test_skip_badvars(progs: Progs, cache: Path) -> None:
     exe = progs(BUILDS[1])
     script = (f'probe process("{exe}").function("visit") {{ '
               'printf("b %d %d %d\\n", $nosuch, $n->nope, $n->a) }')
-    res = pydyn(cache, "-e", script, "-c", f"{exe} 2")
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 2")
     assert res.returncode == 1 and "has no parameter 'nosuch'" in res.stderr
-    res = pydyn(cache, "--skip-badvars", "-e", script, "-c", f"{exe} 2")
+    res = run_pydyn(cache, "--skip-badvars", "-e", script, "-c", f"{exe} 2")
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("b ")] == [
         "b 0 0 100", "b 0 0 101"]

@@ -461,12 +461,18 @@ class Types:
             raise _err(f"@entry of a {t} is not supported: only long values", e)
         return LONG
 
-    def _dwarf_param(self, e: ast.TargetSymbol, scope: Scope) -> str:
-        """`$name` in a function probe: a DWARF parameter every site has."""
+    @staticmethod
+    def _one_kind_of_site(e: ast.TargetSymbol, scope: Scope) -> None:
+        """A target variable means the value at the entry in a return probe: a probe on
+        entries and returns at once could not say which."""
         returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
         if not scope.in_entry and any(returns) and not all(returns):
             raise _err(f"'{e.name}' in a probe on both entries and returns", e,
                        "use separate probes")
+
+    def _dwarf_param(self, e: ast.TargetSymbol, scope: Scope) -> str:
+        """`$name` in a function probe: a DWARF parameter every site has."""
+        self._one_kind_of_site(e, scope)
         for site in scope.sites:
             assert isinstance(site, FunctionSite)
             try:
@@ -477,10 +483,7 @@ class Types:
 
     def _dwarf_access(self, e: ast.TargetSymbol, scope: Scope) -> str:
         """`$p->a`, `$arr[i]`, `&$x`, `$static_var` in a function probe (tvars.py)."""
-        returns = [isinstance(s, FunctionSite) and s.is_return for s in scope.sites]
-        if not scope.in_entry and any(returns) and not all(returns):
-            raise _err(f"'{e.name}' in a probe on both entries and returns", e,
-                       "use separate probes")
+        self._one_kind_of_site(e, scope)
         for site in scope.sites:
             assert isinstance(site, FunctionSite)
             tvars.access(site, e)
