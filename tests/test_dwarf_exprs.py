@@ -10,37 +10,26 @@ values with what the program prints itself."""
 
 from __future__ import annotations
 
-import functools
 import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_m32, run_pydyn
+from cbuild import BUILDS, PROGS, build_c, builder, run_pydyn
 
 SRC = PROGS / "dwarf_exprs.c"
 LINES = {m: next(i for i, ln in enumerate(SRC.read_text().splitlines(), 1)
                  if f"/* {m} */" in ln) for m in ("COMPUTED", "PIECES")}
 ARG = 5
-ABIS = ["m64", pytest.param("m32", marks=pytest.mark.skipif(not have_m32(),
-                                                              reason="no -m32 toolchain"))]
+ABIS = ["m64", "m32"]   # build_c skips m32 without a -m32 toolchain
 Progs = Callable[[str], Path]
 
 
 @pytest.fixture(scope="module")
 def progs(tmp_path_factory: pytest.TempPathFactory) -> Progs:
-    tmp = tmp_path_factory.mktemp("dwexpr")
-
-    @functools.cache
-    def one(abi: str) -> Path:
-        return build_c(SRC, tmp / f"dx-{abi}", m32=abi == "m32", opt="-O2", extra=("-g",))
-    return one
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dwexpr-cache")
+    one = builder(SRC, tmp_path_factory.mktemp("dwexpr"), "dx")
+    return lambda abi: one(next(b for b in BUILDS if b.id == f"{abi}-O2"))
 
 
 def pydyn(cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -123,8 +112,7 @@ def test_entry_value_gone(progs: Progs, cache: Path) -> None:
 
 @pytest.mark.parametrize(("abi", "line", "var", "what"), [
     ("m64", "COMPUTED", "y", "computed value"),
-    pytest.param("m32", "PIECES", "w", "noncontiguous object",
-                 marks=pytest.mark.skipif(not have_m32(), reason="no -m32 toolchain")),
+    ("m32", "PIECES", "w", "noncontiguous object"),
 ])
 def test_address_of_a_value(progs: Progs, cache: Path, abi: str, line: str, var: str,
                             what: str) -> None:
