@@ -203,7 +203,8 @@ def get_toolchain(abi: str) -> Toolchain | None:
 
 COMMON_CFLAGS = (
     "-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden", "-pthread",
-    "-fno-strict-aliasing", "-Wall", "-Wno-unused-function", "-Wno-unused-variable",
+    "-fno-strict-aliasing", "-Wall", "-Werror=implicit-function-declaration",
+    "-Wno-unused-function", "-Wno-unused-variable",
     "-Wno-unused-label", "-Wno-unused-but-set-variable", "-Wl,-z,defs",
 )
 

@@ -2,6 +2,8 @@
  * launcher/script/tapset.py).  Each runs in probe context: no locks, no allocation,
  * nothing that could wait on the target (no gmtime_r: glibc's takes the tz lock). */
 #define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pd_runtime.h"
