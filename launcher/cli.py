@@ -334,7 +334,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .plan import coverage, plan_site, plan_sites, prepare, return_plan
+    from .plan import coverage, describe_returns, plan_sites, prepare
     from .resolve import Resolver
     from .script import recursion_headroom
     from .session import check_command_target
@@ -363,17 +363,24 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if opts.pass_ == 2:
         # stap's pass 2 elaborates: types are inferred and checked, so a script with a
         # semantic error fails here, not only at -p3 (the C made for that is dropped).
+        # The plans printed are those the translation used (planning claims bytes of
+        # the object: a second plan of one site would see them taken).
         with recursion_headroom():
-            translate(script, resolution, plan_sites(script, resolution, define_map),
-                      defines=define_map, runtime=b"", warn=report,
-                      optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars)
+            plans = plan_sites(script, resolution, define_map)
+            translate(script, resolution, plans, defines=define_map, runtime=b"",
+                      warn=report, optimize=not opts.unoptimized,
+                      skip_badvars=opts.skip_badvars)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
                     print(site)
-                    print(f"    plan: {plan_site(site)}")
-                    if isinstance(site, FunctionSite) and site.is_return:
-                        print(f"    returns: {return_plan(site, defines)}")
+                    if not isinstance(site, FunctionSite):
+                        print(f"    plan: {plans.mark(site)}")
+                        continue
+                    fplan = plans.function(site)
+                    print(f"    plan: {fplan.entry}")
+                    if site.is_return and fplan.returns is not None:
+                        print(f"    returns: {describe_returns(fplan.returns)}")
         return None
     t0 = time.monotonic()
     with recursion_headroom():   # the passes walk trees as deep as the parser allows

@@ -166,7 +166,7 @@ def attach_one_thread(cache: Path, target: Target, seconds: str, min_hits: int) 
     assert n == hi - lo + 1 > min_hits, res.out
     # the exit report's scalar counter: this session's adds (a thread's counter block
     # from an earlier session in the same process is not this segment's)
-    assert f"\ntotal={n:#x}\n" in res.out, res.out
+    assert f"\ntotal={n}\n" in res.out, res.out
     assert_text_as_in_file(target.pid, target.binary)
     return res
 

@@ -21,11 +21,11 @@ from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes, reads_return_value
 from . import aarch64, x86
-from .returns import ReturnPlan, plan_returns, return_plan
+from .returns import ReturnPlan, describe_returns, plan_returns
 from .x86 import PatchPlan, coverage, plan_c, prepare, trap
 
 __all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
-           "plan_function", "plan_site", "plan_sites", "prepare", "return_plan"]
+           "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
 
 _ARCHES: dict[str, tuple[Callable[[ProbeSite], PatchPlan], Callable[[ProbeSite], PatchPlan]]] = {
     "x86_64": (x86.plan_site, x86.plan_function),

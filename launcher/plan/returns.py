@@ -301,12 +301,9 @@ def _plan_exit(obj: Any, site: FunctionSite, addr: int, kind: str, insns: list[A
                     + (f" ({why})" if why else ""))
 
 
-def return_plan(site: FunctionSite, defines: list[str]) -> str:
-    """`pydyn -p2`: the return mechanism of the function of `site`, each exit's plan on a
-    line of its own."""
-    forced = any(d.partition("=")[0] == "PD_RETURN_HIJACK" and d.partition("=")[2] != "0"
-                 for d in defines)
-    rp = plan_returns(site, site.func_addr, site.func_size, forced=forced)
+def describe_returns(rp: ReturnPlan) -> str:
+    """`pydyn -p2`: how a function's returns are reached, each exit's plan on a line of
+    its own."""
     if rp.mechanism == "hijack":
         return str(rp)
     return "\n".join([f"{rp} (the hijack instead if a probe reads @entry, or $return "
