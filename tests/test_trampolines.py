@@ -26,6 +26,7 @@ from cbuild import (
 )
 
 from pydyn.launcher.elf.stapsdt import SiteScan, get_probe_sites
+from pydyn.launcher.plan import prepare
 from pydyn.launcher.plan.x86 import TACTICS, PatchPlan, coverage, plan_site
 
 # setarch -R: the same addresses in every run, so pointer arguments compare equal
@@ -248,6 +249,7 @@ def test_real_binaries_avoid_the_trap(path: str) -> None:
     if not Path(path).exists():
         pytest.skip(f"{path} is not installed (make deps installs it)")
     sites = get_probe_sites(path).sites
+    prepare(sites)   # the binary's facts for every site at once, as plan_sites does
     plans = [plan_site(s) for s in sites]
     traps = [f"{s.name}: {p.reason}" for s, p in zip(sites, plans, strict=True)
              if p.tactic == "trap"]
