@@ -287,8 +287,10 @@ def tcl_commands(src: str) -> list[list[Word]]:
                     continue
                 depth += {"{": 1, "}": -1}.get(src[j], 0)
                 j += 1
-            # a backslash-newline and the blanks after it are one space, in braces too
-            words.append(Word(re.sub(r"\\\n[ \t]*", " ", src[i + 1:j - 1]), "brace"))
+            # a backslash-newline and the blanks after it are one space, in braces too;
+            # an escaped backslash (`\\`) before a newline is not one
+            words.append(Word(re.sub(r"(?<!\\)((?:\\\\)*)\\\n[ \t]*", r"\1 ",
+                                     src[i + 1:j - 1]), "brace"))
             i = j
             continue
         if c == '"':
