@@ -401,3 +401,27 @@ def test_a_second_interrupt_does_not_cut_end_short(cache: Path, tmp_path: Path) 
     out, err = p.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert out.splitlines()[-1:] == ["end done"], (out, err)
+
+
+
+@pytest.mark.parametrize("op", ["@kderef(4, p)", "@kregister(0)", "@uderef(4, p)", "@perf(\"x\")"])
+def test_kernel_only_at_operators_parse_then_are_refused(cache: Path, op: str) -> None:
+    # stap parses them whatever the runtime: -p1 accepts the script, -p2 names the operator
+    script = f"probe begin {{ x = {op}; println(x) }}"
+    rc, out, err = run(cache, script, "-g", "-p1")
+    assert rc == 0, err
+    rc, out, err = run(cache, script, "-g", "-p2")
+    name = op.split("(")[0]
+    assert rc == 1 and f"1:19: error: '{name}' is not supported" in err, err
+
+
+@pytest.mark.parametrize("op, message", [
+    ("@kderef(4, p)", "using @kderef operator not permitted; need stap -g"),
+    ("@kregister(0)", "using @kregister operator not permitted; need stap -g"),
+    ("@uderef(p, 4)", "expected a literal number (register or size)"),
+    ("@perf(1)", "expected a literal string naming a perf counter"),
+    ('@perf("")', "expected non-empty string"),
+])
+def test_kernel_only_at_operators_parse_errors(cache: Path, op: str, message: str) -> None:
+    rc, out, err = run(cache, f"probe begin {{ x = {op} }}", "-p1")
+    assert rc == 1 and message in err, err

@@ -630,6 +630,8 @@ class Types:
                 self._expect(a, t, scope)
             return ret
         info = self.funcs.get(name)
+        if info is None and name.startswith("@"):
+            raise _err(f"'{name}' is not supported", e)
         if info is None:
             import difflib
             close = difflib.get_close_matches(name, [*self.funcs, *BUILTINS, *PRINT_FUNCS], 3)
