@@ -425,3 +425,17 @@ def test_kernel_only_at_operators_parse_then_are_refused(cache: Path, op: str) -
 def test_kernel_only_at_operators_parse_errors(cache: Path, op: str, message: str) -> None:
     rc, out, err = run(cache, f"probe begin {{ x = {op} }}", "-p1")
     assert rc == 1 and message in err, err
+
+
+def test_text_strn_bounds_the_output_and_escapes_utf8(cache: Path, target: Path) -> None:
+    # the length bounds the result, quotes and a closing `"...` included; an escape
+    # that would be cut is dropped whole; a UTF-8 sequence is one \uXXXX escape
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%s|%s|%s|%s|%s\\n", text_str(s), text_strn(s, 8, 1), text_strn(s, 12, 1),
+         text_strn(s, 3, 0), text_strn(s, 0, 1))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 h\u00e9llo\x01x")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == ('h\\u00e9llo\\001x|"h"...|"h\\u00e9"...|h|'
+                                    '"h\\u00e9llo\\001x"')
