@@ -311,7 +311,7 @@ char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
             break;
         }
         if (n > 1) {
-            snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04x" : "\\U%08x", (unsigned)cp);
+            snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", (unsigned)cp);
             rep = buf;
         } else {
             rep = pd_char_escape((unsigned char)cp, '"', buf);

@@ -437,5 +437,5 @@ def test_text_strn_bounds_the_output_and_escapes_utf8(cache: Path, target: Path)
 }}'''
     rc, out, err = run(cache, script, "-c", f"{target} 0 h\u00e9llo\x01x")
     assert rc == 0, err
-    assert out.splitlines()[-1] == ('h\\u00e9llo\\001x|"h"...|"h\\u00e9"...|h|'
-                                    '"h\\u00e9llo\\001x"')
+    assert out.splitlines()[-1] == ('h\\u00E9llo\\001x|"h"...|"h\\u00E9"...|h|'
+                                    '"h\\u00E9llo\\001x"')
