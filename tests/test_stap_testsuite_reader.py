@@ -24,3 +24,21 @@ def test_escaped_backslash_before_newline_keeps_the_newline() -> None:
     assert braced("set r {a\\\\\nb}") == "a\\\\\nb"
     # three backslashes: an escaped one, then a backslash-newline
     assert braced("set r {a\\\\\\\n  b}") == "a\\\\ b"
+
+
+def _interrupted(tmp_path: Path, body: str, expected: str) -> stap_testsuite.Test:
+    script = tmp_path / "fake_stap.sh"
+    script.write_text("echo 'systemtap starting probe'; echo 'systemtap ending probe'\n" + body)
+    t = stap_testsuite.Test("g", "g/t", ["sh", str(script)], tmp_path, mode="interrupt",
+                            expected=expected)
+    stap_testsuite.run_interrupted(t, {"PATH": "/usr/bin:/bin"}, 20)
+    return t
+
+
+def test_stap_run_matches_stderr_after_stdout_as_one_pty_would(tmp_path: Path) -> None:
+    body = ("echo 'ERROR: division by 0 near x' >&2\n"
+            "echo 'WARNING: Number of errors: 1, skipped probes: 0' >&2\n")
+    t = _interrupted(tmp_path, body, "ERROR: division by 0 near[^\\r\\n]+\\r\\n")
+    assert t.passed, t.first_error
+    t = _interrupted(tmp_path, body, "ERROR: something else.*")
+    assert not t.passed
