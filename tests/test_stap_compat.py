@@ -439,3 +439,20 @@ def test_text_strn_bounds_the_output_and_escapes_utf8(cache: Path, target: Path)
     assert rc == 0, err
     assert out.splitlines()[-1] == ('h\\u00E9llo\\001x|"h"...|"h\\u00E9"...|h|'
                                     '"h\\u00E9llo\\001x"')
+
+
+def test_tapset_file_probes_come_with_a_function_taken(cache: Path, target: Path,
+                                                      tmp_path: Path) -> None:
+    # as stap takes a whole tapset file: calling one of its functions brings its begin
+    # probe; a file nothing is taken from brings nothing
+    lib = tmp_path / "tapsets"
+    lib.mkdir()
+    (lib / "used.stp").write_text('function twice(x) { return 2 * x }\n'
+                                  'probe begin { println("used file") }\n')
+    (lib / "unused.stp").write_text('function other() { return 0 }\n'
+                                    'probe begin { println("unused file") }\n')
+    script = f'probe process("{target}").mark("done") {{ println(twice($arg1)) }}'
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 0, err
+    assert "used file" in out.splitlines() and "unused file" not in out
+    assert out.splitlines()[-1] == "8"
