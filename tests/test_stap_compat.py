@@ -404,7 +404,7 @@ def test_a_second_interrupt_does_not_cut_end_short(cache: Path, tmp_path: Path) 
 
 
 
-@pytest.mark.parametrize("op", ["@kderef(4, p)", "@kregister(0)", "@uderef(4, p)", "@perf(\"x\")"])
+@pytest.mark.parametrize("op", ["@kderef(4, p)", "@kregister(0)", "@uregister(0)", "@perf(\"x\")"])
 def test_kernel_only_at_operators_parse_then_are_refused(cache: Path, op: str) -> None:
     # stap parses them whatever the runtime: -p1 accepts the script, -p2 names the operator
     script = f"probe begin {{ x = {op}; println(x) }}"
@@ -456,3 +456,18 @@ def test_tapset_file_probes_come_with_a_function_taken(cache: Path, target: Path
     assert rc == 0, err
     assert "used file" in out.splitlines() and "unused file" not in out
     assert out.splitlines()[-1] == "8"
+
+
+def test_uderef_reads_the_probed_process(cache: Path, target: Path) -> None:
+    # @uderef(SIZE, addr): SIZE bytes at addr, unsigned; an unreadable address is an error
+    script = f'''probe process("{target}").mark("word") {{
+  printf("%x %x %x %x %d\\n", @uderef(1, $arg1), @uderef(2, $arg1), @uderef(4, $arg1),
+         @uderef(8, $arg1), @uderef(1, $arg1 + 8))
+  try {{ println(@uderef(4, 8)) }} catch (msg) {{ println(msg) }}
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 ABCDEFGH\u00e9")
+    assert rc == 0, err
+    assert out.splitlines()[-2:] == ["41 4241 44434241 4847464544434241 195",
+                                     "user memory read fault at 0x8 (4 bytes)"]
+    rc, out, err = run(cache, 'probe begin { println(@uderef(3, 0)) }', "-p2")
+    assert rc == 1 and "1:31: error: @uderef reads 1, 2, 4 or 8 bytes" in err, err

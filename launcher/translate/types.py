@@ -630,6 +630,14 @@ class Types:
                 self._expect(a, t, scope)
             return ret
         info = self.funcs.get(name)
+        if name == "@uderef":
+            # @uderef(SIZE, addr): SIZE bytes of the probed process at addr, unsigned
+            size = e.args[0]
+            assert isinstance(size, ast.NumberLiteral)
+            if size.value not in (1, 2, 4, 8):
+                raise _err("@uderef reads 1, 2, 4 or 8 bytes", size)
+            self._expect(e.args[1], LONG, scope)
+            return LONG
         if info is None and name.startswith("@"):
             raise _err(f"'{name}' is not supported", e)
         if info is None:
