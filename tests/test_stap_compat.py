@@ -471,3 +471,13 @@ def test_uderef_reads_the_probed_process(cache: Path, target: Path) -> None:
                                      "user memory read fault at 0x8 (4 bytes)"]
     rc, out, err = run(cache, 'probe begin { println(@uderef(3, 0)) }', "-p2")
     assert rc == 1 and "1:31: error: @uderef reads 1, 2, 4 or 8 bytes" in err, err
+
+
+def test_parameter_typed_by_its_body_in_an_uncalled_function(cache: Path, target: Path) -> None:
+    # -u keeps a function nobody calls: its parameter's type comes from its body
+    script = f'''function quoted(s) {{ return "<" . s . ">" }}
+function scaled(n) {{ return n * 3 }}
+probe process("{target}").mark("done") {{ println($arg1) }}'''
+    rc, out, err = run(cache, script, "-u", "-c", f"{target} 2")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "2"

@@ -195,6 +195,13 @@ class Types:
             for f in self.script.functions:
                 if not isinstance(f.body, ast.Embedded):   # guru C: typed by its callers
                     self._infer_stmt(f.body, self.func_scopes[f.name])
+                # a parameter its body types (`"foo" . x`) is typed for the callers too,
+                # and for a function nobody calls (-u keeps it)
+                info = self.funcs[f.name]
+                for i, p in enumerate(f.params):
+                    if info.params[i] is None and info.locals.get(p.name) is not None:
+                        info.params[i] = info.locals[p.name]
+                        self.changed = True
             if not self.changed:
                 break
         for name, var in list(self.globals.items()):
