@@ -788,7 +788,7 @@ def test_type_errors_and_unresolved_identifiers(pydyn: Pydyn) -> None:
                         "<input>", 1, 30, "type mismatch: expected long, found string")
     assert_script_error(pydyn(r'probe begin { printf("%s\n", 5) }'),
                         "<input>", 1, 30, "type mismatch: expected string, found long")
-    assert_script_error(pydyn('probe begin { x = 1; x = "s" }'),
+    assert_script_error(pydyn('probe begin { x = 1; x = "s"; println(x) }'),
                         "<input>", 1, 22, "type mismatch for identifier 'x': long vs string")
     assert_script_error(pydyn('probe begin { x = 1 + "a" }'),
                         "<input>", 1, 23, "type mismatch: expected long, found string")

@@ -154,7 +154,7 @@ def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
 
 
 def test_pass2_checks_types(cache: Path, target: Path) -> None:
-    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1 }}'
+    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1; println(x) }}'
     rc, out, err = run(cache, script, "-p2")
     assert rc == 1 and "type mismatch" in err
 
@@ -481,3 +481,20 @@ probe process("{target}").mark("done") {{ println($arg1) }}'''
     rc, out, err = run(cache, script, "-u", "-c", f"{target} 2")
     assert rc == 0, err
     assert out.splitlines()[-1] == "2"
+
+
+def test_assignments_to_unread_locals_are_elided_before_typing(cache: Path, target: Path) -> None:
+    # stap drops `x = e` (and `s <<< e`) to a local nothing reads before it infers types,
+    # keeping `e` for its side effects: the local takes no type, so no mismatch
+    script = f'''global n
+function bump() {{ n++; return n }}
+probe process("{target}").mark("tick") {{
+  unused = "text"; unused = bump(); stat <<< $arg1
+}}
+probe end {{ println(n) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 3")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "3"
+    assert "Eliding assignment to 'unused'" in err and "Eliding assignment to 'stat'" in err
+    rc, out, err = run(cache, script, "-u", "-p2")    # -u: nothing elided
+    assert rc == 1 and "'stat' is not a global statistic" in err, err
