@@ -490,6 +490,7 @@ def test_assignments_to_unread_locals_are_elided_before_typing(cache: Path, targ
 function bump() {{ n++; return n }}
 probe process("{target}").mark("tick") {{
   unused = "text"; unused = bump(); stat <<< $arg1
+  deleted = 1; delete deleted     # the delete keeps the assignment that types it
 }}
 probe end {{ println(n) }}'''
     rc, out, err = run(cache, script, "-c", f"{target} 3")

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..errors import ScriptWarning
 from ..script import ast
+from ..script.walk import iter_nodes
 
 
 @dataclass
@@ -145,8 +146,12 @@ def elide_assignments(script: ast.Script) -> ast.Script:
     """stap's first optimisation round, before types: `x = e` (or `x <<< e`) to a local
     nothing reads is `e` alone, so such a local takes no type (stap's "Eliding
     assignment"; off with -u)."""
+    # a local `delete`d keeps its assignments: the delete needs its type
+    deleted = {n.target.name for n in iter_nodes((script.probes, script.functions))
+               if isinstance(n, ast.Delete) and isinstance(n.target, ast.Symbol)}
     gone = {id(a) for use, _, is_global in _user_scopes(script) for a in _elided(use, is_global)
-            if a.op in ("=", "<<<")}
+            if a.op in ("=", "<<<") and isinstance(a.target, ast.Symbol)
+            and a.target.name not in deleted}
     if not gone:
         return script
 
