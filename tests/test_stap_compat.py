@@ -151,6 +151,8 @@ def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
     assert rc == 0 and "WARNING" not in err
     rc, out, err = run(cache, script, "-p2", "-W")
     assert rc == 1 and "-W makes warnings errors" in err
+    rc, out, err = run(cache, script, "-p2", "-w", "-W")   # -w: no warning to make an error
+    assert rc == 0 and "WARNING" not in err, err
 
 
 def test_pass2_checks_types(cache: Path, target: Path) -> None:
