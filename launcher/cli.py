@@ -126,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="initial value of global NAME (a number or a string)")
     p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
     p.add_argument("-W", dest="werror", action="store_true",
-                   help="treat warnings as errors: the first one is the error, exit 1")
+                   help="treat warnings as errors: the first one is the error, exit 1 "
+                        "(with -w there are none, as in stap)")
     p.add_argument("--suppress-handler-errors", action="store_true",
                    help="an error ends only its handler, never the session (each is still "
                         "printed and counted)")
