@@ -126,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="initial value of global NAME (a number or a string)")
     p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
     p.add_argument("-W", dest="werror", action="store_true",
-                   help="treat warnings as errors: the first one is the error, exit 1")
+                   help="treat warnings as errors: the first one is the error, exit 1 "
+                        "(with -w there are none, as in stap)")
     p.add_argument("--suppress-handler-errors", action="store_true",
                    help="an error ends only its handler, never the session (each is still "
                         "printed and counted)")
@@ -253,15 +254,17 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
 
 def _warning(opts: argparse.Namespace, line: ScriptWarning | str) -> None:
     """A translation warning: printed, dropped with -w, an error with -W (stap's
-    -w and -W); a script's warning is printed in stap's shape, with its source line."""
+    -w and -W: with -w stap gives no warning, so -W has none to turn into an error); a
+    script's warning is printed in stap's shape, with its source line."""
+    if opts.no_warnings:
+        return
     if opts.werror:
         if isinstance(line, ScriptWarning):
             raise ScriptError(line.message, line.location, "-W makes warnings errors")
         raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
                          "warnings errors)")
-    if not opts.no_warnings:
-        print(line.render(_use_color([f"--color={opts.color}"]))
-              if isinstance(line, ScriptWarning) else line, file=sys.stderr)
+    print(line.render(_use_color([f"--color={opts.color}"]))
+          if isinstance(line, ScriptWarning) else line, file=sys.stderr)
 
 
 def _set_globals(script: Any, assigns: Sequence[str]) -> Any:

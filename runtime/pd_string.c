@@ -262,31 +262,87 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width)
 
 /* ---- quoting and tokenizing (stap's tapset/string.stp semantics) --------- */
 
-/* C escapes for the non-printable bytes of s, at most `max` input bytes. */
+/* One UTF-8 sequence at s (n bytes left): its length, the code point in *cp; 1 and
+ * the byte itself for ASCII, a bad or overlong sequence, a surrogate or a value past
+ * RFC 3629 (stap's _stp_decode_utf8, so those show as octal escapes, not hidden). */
+static int pd_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned char b = s[0];
+    int len = (b & 0xE0) == 0xC0 ? 2 : (b & 0xF0) == 0xE0 ? 3 : (b & 0xF8) == 0xF0 ? 4 : 1;
+    uint32_t c = len == 2 ? b & 0x1Fu : len == 3 ? b & 0xFu : b & 0x7u;
+    *cp = b;
+    if (len == 1 || (size_t)len > n)
+        return 1;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 1;
+        c = (c << 6) | (s[i] & 0x3Fu);
+    }
+    if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF || c < 0x80
+            || (len == 3 && c < 0x800) || (len == 4 && c < 0x10000))
+        return 1;
+    *cp = c;
+    return len;
+}
+
+/* stap's _stp_text_str: C escapes for the non-printable bytes of s, \uXXXX or
+ * \UXXXXXXXX for UTF-8 sequences; at most `max` output bytes (quotes included;
+ * <= 0: MAXSTRINGLEN - 1).  Quoted and cut short, it ends `"...` within `max`,
+ * dropping a whole escape rather than part of one. */
 char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
 {
-    char tmp[MAXSTRINGLEN];
-    size_t at = 0, cap = sizeof tmp - (quoted ? 2 : 0) - 1;
-    size_t n = strnlen(s, MAXSTRINGLEN);
-    if (max >= 0 && (size_t)max < n)
-        n = (size_t)max;
-    if (quoted)
+    char tmp[MAXSTRINGLEN + 8];
+    const unsigned char *in = (const unsigned char *)s;
+    size_t left = strnlen(s, MAXSTRINGLEN - 1), at = 0, esc = 0, esc_len = 0;
+    int64_t room = max <= 0 || max > MAXSTRINGLEN - 1 ? MAXSTRINGLEN - 1 : max;
+    int cut = 0, have_esc = 0;
+    if (quoted) {
+        room = (room > 5 ? room : 5) - 2;
         tmp[at++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        char esc[5];
-        const char *rep = pd_char_escape(ch, '"', esc);
-        size_t len = rep ? strlen(rep) : 1;
-        if (at + len > cap)
-            break;
-        if (rep)
-            memcpy(tmp + at, rep, len);
-        else
-            tmp[at] = (char)ch;
-        at += len;
     }
-    if (quoted)
+    while (left > 0) {
+        uint32_t cp;
+        char buf[12];
+        const char *rep;
+        int n = pd_utf8_decode(in, left, &cp);
+        int64_t num;
+        if (room <= 0) {
+            cut = 1;
+            break;
+        }
+        if (n > 1) {
+            snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", (unsigned)cp);
+            rep = buf;
+        } else {
+            rep = pd_char_escape((unsigned char)cp, '"', buf);
+        }
+        num = rep ? (int64_t)strlen(rep) : 1;
+        if (rep && !have_esc && room - 3 < num) {
+            have_esc = 1;
+            esc = at;
+            esc_len = (size_t)num;
+        }
+        if (room < num) {
+            cut = left > (size_t)n;   /* stap: the last character dropped is no cut */
+            break;
+        }
+        if (rep)
+            memcpy(tmp + at, rep, (size_t)num);
+        else
+            tmp[at] = (char)cp;
+        at += (size_t)num;
+        in += n;
+        left -= (size_t)n;
+        room -= num;
+    }
+    if (quoted && cut) {
+        size_t trunc = at - 3 + (size_t)room;
+        at = have_esc && esc < trunc && trunc < esc + esc_len ? esc : trunc;
+        memcpy(tmp + at, "\"...", 4);
+        at += 4;
+    } else if (quoted) {
         tmp[at++] = '"';
+    }
     tmp[at] = 0;
     return pd_strcpy(dst, tmp);
 }

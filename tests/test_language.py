@@ -788,7 +788,7 @@ def test_type_errors_and_unresolved_identifiers(pydyn: Pydyn) -> None:
                         "<input>", 1, 30, "type mismatch: expected long, found string")
     assert_script_error(pydyn(r'probe begin { printf("%s\n", 5) }'),
                         "<input>", 1, 30, "type mismatch: expected string, found long")
-    assert_script_error(pydyn('probe begin { x = 1; x = "s" }'),
+    assert_script_error(pydyn('probe begin { x = 1; x = "s"; println(x) }'),
                         "<input>", 1, 22, "type mismatch for identifier 'x': long vs string")
     assert_script_error(pydyn('probe begin { x = 1 + "a" }'),
                         "<input>", 1, 23, "type mismatch: expected long, found string")
@@ -830,7 +830,7 @@ def test_text_str_and_tokenize(pydyn: Pydyn) -> None:
     script = r"""
 probe begin {
   println(text_str("a\tb\"c"))
-  println(text_strn("abcdef", 3, 1))
+  println(text_strn("abcdef", 3, 1), text_strn("abcdef", 7, 1))
   t = tokenize("a,b,,c", ",")
   while (t != "") { printf("[%s]", t); t = tokenize("", ",") }
   println("")
@@ -839,7 +839,7 @@ probe begin {
   exit()
 }
 """
-    assert ok(pydyn(script)) == 'a\\tb\\"c\n"abc"\n[a][b][c]\nNULL\nunreadable\n'
+    assert ok(pydyn(script)) == 'a\\tb\\"c\n""..."ab"...\n[a][b][c]\nNULL\nunreadable\n'
 
 
 def test_begin_and_end_priorities(pydyn: Pydyn) -> None:

@@ -146,10 +146,12 @@ def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
     assert rc == 0 and "WARNING" not in err
     rc, out, err = run(cache, script, "-p2", "-W")
     assert rc == 1 and "-W makes warnings errors" in err
+    rc, out, err = run(cache, script, "-p2", "-w", "-W")   # -w: no warning to make an error
+    assert rc == 0 and "WARNING" not in err, err
 
 
 def test_pass2_checks_types(cache: Path, target: Path) -> None:
-    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1 }}'
+    script = f'probe process("{target}").mark("tick") {{ x = "s"; x = $arg1; println(x) }}'
     rc, out, err = run(cache, script, "-p2")
     assert rc == 1 and "type mismatch" in err
 
@@ -396,3 +398,101 @@ def test_a_second_interrupt_does_not_cut_end_short(cache: Path, tmp_path: Path) 
     out, err = p.communicate(timeout=60)
     assert "Traceback" not in err, err
     assert out.splitlines()[-1:] == ["end done"], (out, err)
+
+
+
+@pytest.mark.parametrize("op", ["@kderef(4, p)", "@kregister(0)", "@uregister(0)", "@perf(\"x\")"])
+def test_kernel_only_at_operators_parse_then_are_refused(cache: Path, op: str) -> None:
+    # stap parses them whatever the runtime: -p1 accepts the script, -p2 names the operator
+    script = f"probe begin {{ x = {op}; println(x) }}"
+    rc, out, err = run(cache, script, "-g", "-p1")
+    assert rc == 0, err
+    rc, out, err = run(cache, script, "-g", "-p2")
+    name = op.split("(")[0]
+    assert rc == 1 and f"1:19: error: '{name}' is not supported" in err, err
+
+
+@pytest.mark.parametrize("op, message", [
+    ("@kderef(4, p)", "using @kderef operator not permitted; need stap -g"),
+    ("@kregister(0)", "using @kregister operator not permitted; need stap -g"),
+    ("@uderef(p, 4)", "expected a literal number (register or size)"),
+    ("@perf(1)", "expected a literal string naming a perf counter"),
+    ('@perf("")', "expected non-empty string"),
+])
+def test_kernel_only_at_operators_parse_errors(cache: Path, op: str, message: str) -> None:
+    rc, out, err = run(cache, f"probe begin {{ x = {op} }}", "-p1")
+    assert rc == 1 and message in err, err
+
+
+def test_text_strn_bounds_the_output_and_escapes_utf8(cache: Path, target: Path) -> None:
+    # the length bounds the result, quotes and a closing `"...` included; an escape
+    # that would be cut is dropped whole; a UTF-8 sequence is one \uXXXX escape
+    script = f'''probe process("{target}").mark("word") {{
+  s = user_string($arg1)
+  printf("%s|%s|%s|%s|%s\\n", text_str(s), text_strn(s, 8, 1), text_strn(s, 12, 1),
+         text_strn(s, 3, 0), text_strn(s, 0, 1))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 h\u00e9llo\x01x")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == ('h\\u00E9llo\\001x|"h"...|"h\\u00E9"...|h|'
+                                    '"h\\u00E9llo\\001x"')
+
+
+def test_tapset_file_probes_come_with_a_function_taken(cache: Path, target: Path,
+                                                      tmp_path: Path) -> None:
+    # as stap takes a whole tapset file: calling one of its functions brings its begin
+    # probe; a file nothing is taken from brings nothing
+    lib = tmp_path / "tapsets"
+    lib.mkdir()
+    (lib / "used.stp").write_text('function twice(x) { return 2 * x }\n'
+                                  'probe begin { println("used file") }\n')
+    (lib / "unused.stp").write_text('function other() { return 0 }\n'
+                                    'probe begin { println("unused file") }\n')
+    script = f'probe process("{target}").mark("done") {{ println(twice($arg1)) }}'
+    rc, out, err = run(cache, script, "-I", str(lib), "-c", f"{target} 4")
+    assert rc == 0, err
+    assert "used file" in out.splitlines() and "unused file" not in out
+    assert out.splitlines()[-1] == "8"
+
+
+def test_uderef_reads_the_probed_process(cache: Path, target: Path) -> None:
+    # @uderef(SIZE, addr): SIZE bytes at addr, unsigned; an unreadable address is an error
+    script = f'''probe process("{target}").mark("word") {{
+  printf("%x %x %x %x %d\\n", @uderef(1, $arg1), @uderef(2, $arg1), @uderef(4, $arg1),
+         @uderef(8, $arg1), @uderef(1, $arg1 + 8))
+  try {{ println(@uderef(4, 8)) }} catch (msg) {{ println(msg) }}
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 0 ABCDEFGH\u00e9")
+    assert rc == 0, err
+    assert out.splitlines()[-2:] == ["41 4241 44434241 4847464544434241 195",
+                                     "user memory read fault at 0x8 (4 bytes)"]
+    rc, out, err = run(cache, 'probe begin { println(@uderef(3, 0)) }', "-p2")
+    assert rc == 1 and "1:31: error: @uderef reads 1, 2, 4 or 8 bytes" in err, err
+
+
+def test_parameter_typed_by_its_body_in_an_uncalled_function(cache: Path, target: Path) -> None:
+    # -u keeps a function nobody calls: its parameter's type comes from its body
+    script = f'''function quoted(s) {{ return "<" . s . ">" }}
+function scaled(n) {{ return n * 3 }}
+probe process("{target}").mark("done") {{ println($arg1) }}'''
+    rc, out, err = run(cache, script, "-u", "-c", f"{target} 2")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "2"
+
+
+def test_assignments_to_unread_locals_are_elided_before_typing(cache: Path, target: Path) -> None:
+    # stap drops `x = e` (and `s <<< e`) to a local nothing reads before it infers types,
+    # keeping `e` for its side effects: the local takes no type, so no mismatch
+    script = f'''global n
+function bump() {{ n++; return n }}
+probe process("{target}").mark("tick") {{
+  unused = "text"; unused = bump(); stat <<< $arg1
+  deleted = 1; delete deleted     # the delete keeps the assignment that types it
+}}
+probe end {{ println(n) }}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 3")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == "3"
+    assert "Eliding assignment to 'unused'" in err and "Eliding assignment to 'stat'" in err
+    rc, out, err = run(cache, script, "-u", "-p2")    # -u: nothing elided
+    assert rc == 1 and "'stat' is not a global statistic" in err, err

@@ -3,7 +3,8 @@ the script.
 
 As stap does, every file is parsed (a syntax error in any is an error), but only what the
 script reaches is taken: functions it calls (and the functions and globals those reach),
-globals it names (and then the file's plain probes, which set them up), and every probe
+globals it names (and, once any of a file's functions or globals is taken, the file's
+plain probes, which set them up), and every probe
 alias (an alias is used by naming it in a probe point, which the alias expansion that
 follows decides).  A name the script defines itself wins over a tapset's.
 """
@@ -23,7 +24,7 @@ class LibraryFile:
     """One parsed tapset file's declarations."""
 
     path: str
-    probes: tuple[ast.Probe, ...]   # run when the script takes one of the file's globals
+    probes: tuple[ast.Probe, ...]   # run when the script takes a global or function of it
     functions: tuple[ast.Function, ...]
     globals: tuple[ast.Global, ...]
     aliases: tuple[AliasDef, ...]
@@ -81,10 +82,11 @@ def merge_library(probes: Sequence[ast.Probe], functions: Sequence[ast.Function]
             if name in lib_globals:
                 taken_g[name] = lib_globals[name]
         if not todo:
-            # a file whose global is taken brings its plain probes (they set it up), and
-            # what those reach
+            # a file one of whose globals or functions is taken brings its plain probes
+            # (stap takes the whole file: they set the globals up), and what those reach
             for f in pending:
-                if f.probes and any(g.name in taken_g for g in f.globals):
+                if f.probes and (any(g.name in taken_g for g in f.globals)
+                                 or any(taken_f.get(fn.name) is fn for fn in f.functions)):
                     todo.append(f.probes)
                     taken_p.extend(f.probes)
             pending = [f for f in pending if not any(p in taken_p for p in f.probes)]

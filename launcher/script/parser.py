@@ -50,8 +50,8 @@ _ARITH_PREC = {"<<": 1, ">>": 1, ">>>": 1, ".": 2, "+": 3, "-": 3, "*": 4, "/": 
 _COMPARISONS = frozenset({"==", "!=", "<", "<=", ">", ">="})
 _STAT_OPS = frozenset({"count", "sum", "min", "max", "avg", "variance"})
 # @-operators stap has that pydyn does not: kernel-only, guru-only or too new.
-_UNSUPPORTED_AT = frozenset({"perf", "probewrite", "kregister", "kderef",
-                             "uregister", "uderef"})
+_UNSUPPORTED_AT = frozenset({"probewrite"})
+_TARGET_AT = frozenset({"perf", "kregister", "kderef", "uregister", "uderef"})
 _EXPR_START_OPS = frozenset({"(", "-", "+", "!", "~", "++", "--", "&", "["})
 _STMT_KEYWORDS = frozenset({"try", "if", "for", "foreach", "while", "return", "delete",
                             "break", "continue", "next"})
@@ -962,10 +962,41 @@ class Parser:
             code = self.string_literal().value
             self.expect_op(")")
             return ast.Embedded(code, t.loc)
-        if name in _UNSUPPORTED_AT:
-            raise ScriptError(f"'{t.text}' is not supported", t.loc)
+        if name in _TARGET_AT:
+            return self._target_at(t)
         raise ScriptError(f"unknown operator '{t.text}'", t.loc,
                           hint="no macro of that name is defined (@define) before this use")
+
+    def _target_at(self, t: Token) -> ast.Call:
+        """@perf("name"), @kregister(N), @uregister(N), @kderef(N, addr), @uderef(N, addr),
+        parsed with stap's rules (so -p1 takes them, or refuses what stap refuses) into a
+        call the semantic pass refuses: they read kernel state pydyn has no access to."""
+        name = t.text[1:]
+        if name.startswith("k") and not self._guru:
+            raise ScriptError(f"using {t.text} operator not permitted; need stap -g", t.loc,
+                              hint="run with -g")
+        self.advance()
+        lp = self.expect_op("(")
+        args: list[ast.Expr] = []
+        with self.nest(lp):
+            if name == "perf":
+                if self._tok.kind is not Kind.STRING:
+                    self.fail("a literal string naming a perf counter")
+                lit = self.string_literal()
+                if not lit.value:
+                    raise ScriptError("expected non-empty string", lit.loc)
+                args.append(lit)
+            else:
+                n = self._tok
+                if n.kind is not Kind.NUMBER:
+                    self.fail("a literal number (register or size)")
+                self.advance()
+                args.append(ast.NumberLiteral(self._number(n, False), n.loc))
+                if name.endswith("deref"):
+                    self.expect_op(",")
+                    args.append(self.expression())
+        self.expect_op(")")
+        return ast.Call(t.text, tuple(args), t.loc)
 
     def call(self, name: Token) -> ast.Call:
         lp = self.advance()

@@ -32,7 +32,7 @@ from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
 from .types import infer_types
-from .warnings import find_warnings
+from .warnings import elide_assignments, find_warnings
 
 __all__ = ["Program", "translate"]
 
@@ -46,8 +46,11 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     give the warnings about unused and never-assigned variables, do not run;
     `skip_badvars` reads target variables that cannot be read where probed as 0."""
     limits = Limits.from_defines(defines)
+    given = script
+    if optimize:
+        script = elide_assignments(script)
     types = infer_types(script, resolution, skip_badvars)
-    warnings = [*types.warnings, *find_warnings(script)] if optimize else []
+    warnings = [*types.warnings, *find_warnings(given)] if optimize else []
     for w in warnings:
         if warn is not None:
             warn(w)

@@ -644,6 +644,11 @@ class Emitter:
             t = self.strtemp()
             n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
             return f"(c->where = {_where(e)}, pd_user_string(c, {t}, {args[0]}, {n}))"
+        if name == "@uderef":
+            size_lit = e.args[0]
+            assert isinstance(size_lit, ast.NumberLiteral)
+            return (f"(c->where = {_where(e)}, "
+                    f"pd_user_read(c, {args[1]}, {size_lit.value}, 0))")
         if name in USER_READS:
             size, signed = USER_READS[name]
             size_c = "sizeof(long)" if size == 0 else str(size)

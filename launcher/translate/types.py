@@ -195,6 +195,13 @@ class Types:
             for f in self.script.functions:
                 if not isinstance(f.body, ast.Embedded):   # guru C: typed by its callers
                     self._infer_stmt(f.body, self.func_scopes[f.name])
+                # a parameter its body types (`"foo" . x`) is typed for the callers too,
+                # and for a function nobody calls (-u keeps it)
+                info = self.funcs[f.name]
+                for i, p in enumerate(f.params):
+                    if info.params[i] is None and info.locals.get(p.name) is not None:
+                        info.params[i] = info.locals[p.name]
+                        self.changed = True
             if not self.changed:
                 break
         for name, var in list(self.globals.items()):
@@ -633,6 +640,16 @@ class Types:
                 self._expect(a, t, scope)
             return ret
         info = self.funcs.get(name)
+        if name == "@uderef":
+            # @uderef(SIZE, addr): SIZE bytes of the probed process at addr, unsigned
+            size = e.args[0]
+            assert isinstance(size, ast.NumberLiteral)
+            if size.value not in (1, 2, 4, 8):
+                raise _err("@uderef reads 1, 2, 4 or 8 bytes", size)
+            self._expect(e.args[1], LONG, scope)
+            return LONG
+        if info is None and name.startswith("@"):
+            raise _err(f"'{name}' is not supported", e)
         if info is None:
             import difflib
             close = difflib.get_close_matches(name, [*self.funcs, *BUILTINS, *PRINT_FUNCS], 3)

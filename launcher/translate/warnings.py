@@ -18,10 +18,12 @@ held back is one last line, as stap's "Number of similar warning messages suppre
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from typing import Any
 
 from ..errors import ScriptWarning
 from ..script import ast
+from ..script.walk import iter_nodes
 
 
 @dataclass
@@ -117,10 +119,9 @@ def _scope_warnings(use: _Use, globals_used: set[str], params: Iterable[str],
                 _ident(use.first[n]), use.first[n].loc)
 
 
-def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
-    """The warnings for `script`, in stap's order: each probe's and then each function's
-    (by name) never-assigned locals, the globals, the elided assignments, the empty
-    functions."""
+def _user_scopes(script: ast.Script) -> list[tuple[_Use, tuple[str, ...], set[str]]]:
+    """(uses, parameters, the globals it sees) of each of the user's probes, then each
+    of the user's functions by name."""
     user = script.loc.file
     funcs = sorted((f for f in script.functions
                     if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
@@ -131,6 +132,55 @@ def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
         (_uses(p.body), (), declared) for p in script.probes if p.loc.file == user]
     scopes += [(_uses(f.body, params), params, declared - set(params))
                for f in funcs for params in [tuple(p.name for p in f.params)]]
+    return scopes
+
+
+def _elided(use: _Use, is_global: set[str]) -> Iterator[ast.Assign]:
+    for a in use.assigns:
+        assert isinstance(a.target, ast.Symbol)
+        if a.target.name not in is_global and a.target.name not in use.read:
+            yield a
+
+
+def elide_assignments(script: ast.Script) -> ast.Script:
+    """stap's first optimisation round, before types: `x = e` (or `x <<< e`) to a local
+    nothing reads is `e` alone, so such a local takes no type (stap's "Eliding
+    assignment"; off with -u)."""
+    # a local `delete`d keeps its assignments: the delete needs its type
+    deleted = {n.target.name for n in iter_nodes((script.probes, script.functions))
+               if isinstance(n, ast.Delete) and isinstance(n.target, ast.Symbol)}
+    gone = {id(a) for use, _, is_global in _user_scopes(script) for a in _elided(use, is_global)
+            if a.op in ("=", "<<<") and isinstance(a.target, ast.Symbol)
+            and a.target.name not in deleted}
+    if not gone:
+        return script
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, tuple):
+            items = tuple(rewrite(x) for x in node)
+            return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+        if id(node) in gone:
+            return rewrite(node.value)
+        if not is_dataclass(node) or isinstance(node, type):
+            return node
+        changed = {f.name: new for f in fields(node) if f.name != "loc"
+                   for old in [getattr(node, f.name)] for new in [rewrite(old)]
+                   if new is not old}
+        return replace(node, **changed) if changed else node
+
+    return replace(script, probes=rewrite(script.probes), functions=rewrite(script.functions))
+
+
+def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
+    """The warnings for `script`, in stap's order: each probe's and then each function's
+    (by name) never-assigned locals, the globals, the elided assignments, the empty
+    functions."""
+    user = script.loc.file
+    funcs = sorted((f for f in script.functions
+                    if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
+                   key=lambda f: f.name)
+    declared = {g.name for g in script.globals}
+    scopes = _user_scopes(script)
     # Every reachable function's uses count for the globals, the tapset's too.
     all_uses = [u for u, _, _ in scopes] + [
         _uses(f.body) for f in script.functions
@@ -148,12 +198,10 @@ def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
                 f"never-assigned global variable '{g.name}'{_similar(g.name, globals_used)}",
                 f"identifier '{g.name}'", g.loc))
     for use, _params, is_global in scopes:
-        for a in use.assigns:
+        for a in _elided(use, is_global):
             assert isinstance(a.target, ast.Symbol)
-            n = a.target.name
-            if n not in is_global and n not in use.read:
-                out.append(ScriptWarning(f"Eliding assignment to '{n}'", f"operator '{a.op}'",
-                                         a.loc))
+            out.append(ScriptWarning(f"Eliding assignment to '{a.target.name}'",
+                                     f"operator '{a.op}'", a.loc))
     for f in funcs:
         if isinstance(f.body, ast.Block) and all(isinstance(s, ast.Empty)
                                                  for s in f.body.statements):
