@@ -672,15 +672,22 @@ def make_shim(tmp: Path, pydyn: Path) -> Path:
 _ERROR_COUNT = re.compile(r"WARNING: Number of errors: \d+, skipped probes: \d+")
 
 
+def _start(t: Test, env: dict[str, str]) -> subprocess.Popen[bytes] | None:
+    """The test's command started in a session of its own (None, noted, if it cannot)."""
+    try:
+        return subprocess.Popen(t.argv, cwd=t.cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True)
+    except OSError as e:
+        t.first_error = f"cannot run: {e}"
+        return None
+
+
 def run_interrupted(t: Test, env: dict[str, str], timeout: float) -> None:
     """stap_run: wait for "systemtap starting probe", let the load's time pass, send SIGINT,
     then the rest of stdout must be "systemtap ending probe" and the expected pattern."""
-    try:
-        p = subprocess.Popen(t.argv, cwd=t.cwd, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True)
-    except OSError as e:
-        t.first_error = f"cannot run: {e}"
+    p = _start(t, env)
+    if p is None:
         return
     assert p.stdout is not None and p.stderr is not None
     out: list[bytes] = []
@@ -754,12 +761,8 @@ def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
     if t.mode == "interrupt":
         run_interrupted(t, env, timeout)
         return
-    try:
-        p = subprocess.Popen(t.argv, cwd=t.cwd, env=env, stdin=subprocess.DEVNULL,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             start_new_session=True)
-    except OSError as e:
-        t.first_error = f"cannot run: {e}"
+    p = _start(t, env)
+    if p is None:
         return
     try:
         out_b, err_b = p.communicate(timeout=timeout)
