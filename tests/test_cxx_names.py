@@ -32,11 +32,11 @@ def test_demangle_and_strip() -> None:
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
-def test_demangled_probe_points_and_names(tmp_path: Path, b: Build) -> None:
+def test_demangled_probe_points_and_names(tmp_path: Path, b: Build, cache: Path) -> None:
     if not have_cxx(b.m32):
         pytest.skip("no C++ toolchain for this ABI (g++-multilib)")
     exe = build_c(SRC, tmp_path / "cxx", m32=b.m32, opt=b.opt, extra=("-g", "-lstdc++"))
-    res = run_pydyn(tmp_path / "cache", "-e", SCRIPT.format(exe=exe), "-c",
+    res = run_pydyn(cache, "-e", SCRIPT.format(exe=exe), "-c",
                     f"{exe} {ROUNDS}", timeout=120)
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if "|" in ln]
@@ -55,11 +55,11 @@ MEMBERS = """probe process("{exe}").function("ns::Foo::bar") {{
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
-def test_this_members_and_usymname(tmp_path: Path, b: Build) -> None:
+def test_this_members_and_usymname(tmp_path: Path, b: Build, cache: Path) -> None:
     if not have_cxx(b.m32):
         pytest.skip("no C++ toolchain for this ABI (g++-multilib)")
     exe = build_c(SRC, tmp_path / "cxx", m32=b.m32, opt=b.opt, extra=("-g", "-lstdc++"))
-    res = run_pydyn(tmp_path / "cache", "-e", MEMBERS.format(exe=exe), "-c",
+    res = run_pydyn(cache, "-e", MEMBERS.format(exe=exe), "-c",
                     f"{exe} {ROUNDS}", timeout=120)
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("m ")] == [

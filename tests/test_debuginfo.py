@@ -171,7 +171,7 @@ def libc_debug_file() -> str | None:
 
 
 def test_libc_parameters_from_its_dbg_package(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                              monkeypatch: pytest.MonkeyPatch, cache: Path) -> None:
     """Debian's libc6-dbg: the build-id layout under /usr/lib/debug; a probe on fopen
     reads `$filename` and `$mode`, and the lookup parses one compilation unit of the
     2,000 there (docs/performance.md has the times)."""
@@ -195,7 +195,7 @@ def test_libc_parameters_from_its_dbg_package(tmp_path: Path,
     files[0].write_text("x")
     script = (f'probe process("{LIBC}").function("fopen") {{ '
               'printf("fopen %s %s\\n", user_string($filename), user_string($mode)) }')
-    res = run_pydyn(tmp_path / "cache", "-e", script, "-c", f"{exe} {files[0]} {files[1]}",
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {files[0]} {files[1]}",
                     timeout=180)
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("fopen ")] == [
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
 """
 
 
-def test_ifunc_probes_the_selected_implementation(tmp_path: Path,
+def test_ifunc_probes_the_selected_implementation(tmp_path: Path, cache: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """libc's strlen is an IFUNC: the probe goes on the implementation this machine's
     loader selects (named by the debug file's .symtab, e.g. __strlen_avx2), and sees
@@ -240,7 +240,7 @@ def test_ifunc_probes_the_selected_implementation(tmp_path: Path,
     script = (f'probe process("{LIBC}").function("strlen") {{ '
               's = user_string($arg1) if (substr(s, 0, 6) == "pydyn-") '
               'printf("hit %s %s\\n", ppfunc(), s) }')
-    res = run_pydyn(tmp_path / "cache", "-e", script, "-c", f"{exe} {' '.join(words)}",
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} {' '.join(words)}",
                     timeout=180)
     assert res.returncode == 0, res.stderr
     assert [ln for ln in res.stdout.splitlines() if ln.startswith("hit ")] == [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -95,10 +96,11 @@ def _mark_script(binary: Path, mark: str, n: int) -> str:
 
 
 def test_second_script_on_a_binary_scans_nothing(tmp_path: Path, counter: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch,
+        new_cache: Callable[[str], Path]) -> None:
     log = tmp_path / "scans.log"
     monkeypatch.setenv(objfacts.SCAN_DEBUG_ENV, str(log))
-    cache = tmp_path / "cache"
+    cache = new_cache("plan-cache")
     res = run_pydyn(cache, "-p4", "-e", _mark_script(counter, "tick", 1))
     assert res.returncode == 0, res.stderr
     first = _scans(log)
@@ -112,10 +114,11 @@ def test_second_script_on_a_binary_scans_nothing(tmp_path: Path, counter: Path,
 
 
 def test_concurrent_runs_on_a_new_binary_scan_it_once(tmp_path: Path, counter: Path,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+                                                      monkeypatch: pytest.MonkeyPatch,
+        new_cache: Callable[[str], Path]) -> None:
     log = tmp_path / "scans.log"
     monkeypatch.setenv(objfacts.SCAN_DEBUG_ENV, str(log))
-    cache = tmp_path / "cache"
+    cache = new_cache("plan-cache")
     target = PYTHON if PYTHON.exists() else counter
     sites = get_probe_sites(str(target)).sites
     mark = sites[0].name if sites else "tick"
@@ -127,9 +130,10 @@ def test_concurrent_runs_on_a_new_binary_scan_it_once(tmp_path: Path, counter: P
     assert [line for line in _scans(log) if line.endswith(" data")] == [f"{target} data"]
 
 
-def test_p4_then_c_uses_the_same_modules(tmp_path: Path, counter: Path) -> None:
+def test_p4_then_c_uses_the_same_modules(tmp_path: Path, counter: Path,
+        new_cache: Callable[[str], Path]) -> None:
     gcc = FakeGcc(tmp_path)
-    cache = tmp_path / "cache"
+    cache = new_cache("plan-cache")
     res = run_pydyn(cache, "-p4", "-e", script_for(counter), env=gcc.env)
     assert res.returncode == 0, res.stderr
     built = res.stdout.split()
@@ -147,8 +151,9 @@ def test_p4_then_c_uses_the_same_modules(tmp_path: Path, counter: Path) -> None:
     assert gcc.calls() == []
 
 
-def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path,
+        new_cache: Callable[[str], Path]) -> None:
+    cache = new_cache("plan-cache")
     res = run_pydyn(cache, "-p4", "-e", script_for(counter))
     assert res.returncode == 0, res.stderr
     plain = tmp_path / "not-executable"
@@ -159,8 +164,9 @@ def test_a_bad_target_is_refused_on_a_hit(tmp_path: Path, counter: Path) -> None
     assert "Traceback" not in res.stderr
 
 
-def test_a_pathless_probe_keys_the_target(tmp_path: Path, counter: Path) -> None:
-    cache = tmp_path / "cache"
+def test_a_pathless_probe_keys_the_target(tmp_path: Path, counter: Path,
+        new_cache: Callable[[str], Path]) -> None:
+    cache = new_cache("plan-cache")
     script = 'global n\nprobe process.mark("tick") { n++ }\nprobe end { printf("n=%d\\n", n) }\n'
     res = run_pydyn(cache, "-e", script, "-c", f"{counter} 5")
     assert res.returncode == 0 and "n=5" in res.stdout, res.stderr

@@ -24,13 +24,13 @@ CASES = [(b, ()) for b in BUILDS] + [(BUILDS[1], ("-fcf-protection=full",))]
 
 @pytest.mark.parametrize(("b", "flags"), CASES,
                          ids=[b.id + ("-ibt" if f else "") for b, f in CASES])
-def test_plt_calls(tmp_path: Path, b: Build, flags: tuple[str, ...]) -> None:
+def test_plt_calls(tmp_path: Path, b: Build, flags: tuple[str, ...], cache: Path) -> None:
     (tmp_path / "p.c").write_text(SRC)
     exe = build_c(tmp_path / "p.c", tmp_path / "p", m32=b.m32, opt=b.opt, extra=flags)
     script = (f'global n probe process("{exe}").plt("pu*") {{ n[$$name, ppfunc()]++ }} '
               'probe end { foreach ([a, f] in n) printf("%s %s %d\\n", a, f, n[a, f]) }')
-    res = run_pydyn(tmp_path / "cache", "-e", script, "-c", str(exe), timeout=120)
+    res = run_pydyn(cache, "-e", script, "-c", str(exe), timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines()[-1] == "puts puts 3", res.stdout
-    res = run_pydyn(tmp_path / "cache", "-e", f'probe process("{exe}").plt("nosuch") {{}}')
+    res = run_pydyn(cache, "-e", f'probe process("{exe}").plt("nosuch") {{}}')
     assert res.returncode == 1 and "matches no PLT entry" in res.stderr
