@@ -269,23 +269,22 @@ class Resolver:
                 raise _pp_error(point, "provider() takes a string")
             provider = rest[0].arg
             rest = rest[1:]
-        if rest and rest[0].name == "plt" and provider is None:
+        # code probe points: .plt (elf/plt.py), .statement and .function().label
+        # (elf/statements.py), .function (elf/functions.py)
+        finder = None
+        if rest and provider is None:
+            if rest[0].name == "plt":
+                finder = plt_sites
+            elif rest[0].name == "statement":
+                finder = statement_sites
+            elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "label":
+                finder = label_sites
+            elif rest[0].name == "function":
+                finder = function_sites
+        if finder is not None:
             self.resolution.objects.setdefault(binary, get_elf_info(binary))
-            sites = plt_sites(point, binary, rest)   # elf/plt.py
-            return [ResolvedPoint(point, "function", sites, object_path=binary)]
-        if rest and rest[0].name == "statement" and provider is None:
-            self.resolution.objects.setdefault(binary, get_elf_info(binary))
-            sites = statement_sites(point, binary, rest)   # elf/statements.py
-            return [ResolvedPoint(point, "function", sites, object_path=binary)]
-        if len(rest) == 2 and rest[0].name == "function" and rest[1].name == "label" \
-                and provider is None:
-            self.resolution.objects.setdefault(binary, get_elf_info(binary))
-            sites = label_sites(point, binary, rest)   # elf/statements.py
-            return [ResolvedPoint(point, "function", sites, object_path=binary)]
-        if rest and rest[0].name == "function" and provider is None:
-            self.resolution.objects.setdefault(binary, get_elf_info(binary))
-            sites = function_sites(point, binary, rest)   # elf/functions.py
-            return [ResolvedPoint(point, "function", sites, object_path=binary)]
+            return [ResolvedPoint(point, "function", finder(point, binary, rest),
+                                  object_path=binary)]
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
             raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",
                             "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "
