@@ -27,7 +27,7 @@ DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
 	examples/bin/calls
 
-.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench i386-programs stap-testsuite
+.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench bench-report i386-programs stap-testsuite
 
 deps: deb-deps py-deps
 
@@ -130,6 +130,13 @@ bench: deb-deps py-deps
 	$(VPY) bench/run.py
 	$(VPY) bench/startup.py
 	$(VPY) bench/coldstart.py
+
+# Every benchmark once, written into docs/performance.md as one table (bench/report.py;
+# BENCH_ARGS=--quick for a smoke run of a few minutes).
+bench-report: deb-deps py-deps examples
+	@$(VPY) -c "import frida" 2>/dev/null || \
+	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+	$(VPY) bench/report.py $(BENCH_ARGS)
 
 # SystemTap's own testsuite against pydyn (not part of `make test`): STAP is a SystemTap
 # source tree or a bare git repository of one (see docs/differences-from-stap.md);

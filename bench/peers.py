@@ -6,6 +6,8 @@ sys.path when those scripts run):
     usdt_count(tool, binary, mark, n)    -> Result   # probe counts hits of one USDT mark
     usdt_printf(tool, binary, mark, n)   -> Result   # probe prints $arg1 on every hit
     function_pair(tool, binary, func, n) -> Result   # entry + return probe on a function
+    function_pair_return(tool, binary, func, n)      # the same, the return reading its value
+    function_latency(tool, binary, func, n)          # a statistic of each call's duration
     startup(tool, binary, mark, n)       -> Result   # wall ms of one traced run (startup.py)
 
 `tool` is "bpftrace", "uftrace" or "frida" (`TOOLS`).  `binary` follows the
@@ -159,6 +161,25 @@ def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
     return Result(ns, hits, n, "uprobe + uretprobe, count() each")
 
 
+def _bpftrace_pair_ret(binary: Path, func: str, n: int) -> Result:
+    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); }} "
+                         f"uretprobe:{binary}:{func} {{ @r = count(); @t = sum(retval); }}",
+                         "bpftrace uprobe+uretprobe reading retval")
+    e = re.search(r"@e: (\d+)", text)
+    r = re.search(r"@r: (\d+)", text)
+    hits = min(int(e.group(1)) if e else 0, int(r.group(1)) if r else 0)
+    return Result(ns, hits, n, "uprobe count(); uretprobe count() and sum(retval)")
+
+
+def _bpftrace_latency(binary: Path, func: str, n: int) -> Result:
+    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @t[tid] = nsecs; }} "
+                         f"uretprobe:{binary}:{func} {{ @s = stats(nsecs - @t[tid]); }}",
+                         "bpftrace latency statistic")
+    m = re.search(r"@s: count (\d+)", text)
+    return Result(ns, int(m.group(1)) if m else 0, n,
+                  "uprobe @t[tid] = nsecs; uretprobe @s = stats(nsecs - @t[tid])")
+
+
 def _bpftrace_startup(binary: Path, mark: str, n: int) -> Result:
     t0 = time.perf_counter()
     _ns, text = _bpftrace(binary, n, f"{_bpftrace_usdt(binary, mark)} {{ @n = count(); }}",
@@ -198,10 +219,12 @@ def _uftrace_count(binary: Path, mark: str, n: int) -> Result:
                   + ("" if hits >= n else f"; uftrace recorded only {hits} of {n} events"))
 
 
-def _uftrace_pair(binary: Path, func: str, n: int) -> Result:
+def _uftrace_pair(binary: Path, func: str, n: int, retval: bool = False) -> Result:
     # -P patches the entry at run time: needs a -pg, -finstrument-functions or
     # -fpatchable-function-entry=5 build; on any other build it records nothing.
-    ns, data, exe = _uftrace(binary, n, ["-P", func], "uftrace function")
+    # -R FUNC@retval records the return value with each exit.
+    ret = ["-R", f"{func}@retval"] if retval else []
+    ns, data, exe = _uftrace(binary, n, ["-P", func, *ret], "uftrace function")
     try:
         report = _run([exe, "report", "-d", str(data), "-f", "call", "-s", "call"],
                       "uftrace report").stdout
@@ -213,6 +236,10 @@ def _uftrace_pair(binary: Path, func: str, n: int) -> Result:
                           "patching (-P) needs a -pg, -finstrument-functions or "
                           "-fpatchable-function-entry=5 build")
     return Result(ns, int(m.group(1)), n, "uftrace record -P FUNC (entry+exit recorded)")
+
+
+def _uftrace_pair_ret(binary: Path, func: str, n: int) -> Result:
+    return _uftrace_pair(binary, func, n, retval=True)
 
 
 def _uftrace_printf(binary: Path, mark: str, n: int) -> Result:
@@ -394,6 +421,8 @@ _RUNNERS: dict[str, dict[str, _Runner]] = {
                "frida": _frida_printf},
     "kstats": {"bpftrace": _bpftrace_kstats},
     "pair": {"bpftrace": _bpftrace_pair, "uftrace": _uftrace_pair, "frida": _frida_pair},
+    "pair_ret": {"bpftrace": _bpftrace_pair_ret, "uftrace": _uftrace_pair_ret},
+    "latency": {"bpftrace": _bpftrace_latency},
     "startup": {"bpftrace": _bpftrace_startup, "uftrace": _uftrace_startup,
                 "frida": _frida_startup},
 }
@@ -429,6 +458,17 @@ def usdt_kstats(tool: str, binary: Path, mark: str, n: int) -> Result:
 def function_pair(tool: str, binary: Path, func: str, n: int) -> Result:
     """ns per iteration while `tool` probes entry and return of `func`."""
     return _dispatch("pair", tool, binary, func, n)
+
+
+def function_pair_return(tool: str, binary: Path, func: str, n: int) -> Result:
+    """ns per iteration while `tool` probes entry and return of `func`, reading the
+    return value at the return."""
+    return _dispatch("pair_ret", tool, binary, func, n)
+
+
+def function_latency(tool: str, binary: Path, func: str, n: int) -> Result:
+    """ns per iteration while `tool` keeps a statistic of each call's duration."""
+    return _dispatch("latency", tool, binary, func, n)
 
 
 def startup(tool: str, binary: Path, mark: str, n: int) -> Result:

@@ -11,7 +11,9 @@ binaries:
   slots) and pydyn-locked (the same statistic under the globals lock), bpftrace's
   `@s[tid] = stats(arg0)` for the keyed one;
 - printf: a probe printing $arg1 on every hit -- pydyn into a file (-o), and the peers;
-- function: an entry + return probe pair on bench_fn (m64).
+- function: an entry + return probe pair on bench_fn, counting; the same with the
+  return probe reading $return; a latency statistic (`s <<< gettimeofday_ns() -
+  @entry(gettimeofday_ns())` at the return; bpftrace: nsecs kept per tid).
 
 Every number is the program's own ns per iteration (attach and start-up excluded), the
 best of -r runs, and every run's hit count (or output line count) is checked against
@@ -50,6 +52,14 @@ KSTATS_LOCKED = KSTATS.replace("global s", "global s%", 1)
 PAIR = ('global c, r\nprobe process("{bin}").function("bench_fn").call {{ c++ }}\n'
         'probe process("{bin}").function("bench_fn").return {{ r++ }}\n'
         'probe end {{ printf("count=%d\\n", c == r ? c : -1) }}\n')
+# The same pair, the return probe reading the function's value.
+PAIR_RET = ('global c, r, t\nprobe process("{bin}").function("bench_fn").call {{ c++ }}\n'
+            'probe process("{bin}").function("bench_fn").return {{ r++; t += $return }}\n'
+            'probe end {{ printf("count=%d sum=%d\\n", c == r ? c : -1, t) }}\n')
+# A latency statistic: each call's duration, taken at the return.
+LATENCY = ('global s\nprobe process("{bin}").function("bench_fn").return {{\n'
+           '  s <<< gettimeofday_ns() - @entry(gettimeofday_ns()) }}\n'
+           'probe end {{ printf("count=%d\\n", @count(s)) }}\n')
 
 try:
     import peers
@@ -113,7 +123,8 @@ def peer_cells(kind: str, binary: Path, what: str, n: int,
             cells.append((tool, PEERS_MISSING))
             continue
         fn = {"count": peers.usdt_count, "printf": peers.usdt_printf, "kstats": peers.usdt_kstats,
-              "function": peers.function_pair}[kind]
+              "function": peers.function_pair, "return": peers.function_pair_return,
+              "latency": peers.function_latency}[kind]
         try:
             results = [fn(tool, binary, what, n) for _ in range(reps)]
         except peers.Unavailable as exc:
@@ -185,6 +196,18 @@ def main() -> int:
             cells += peer_cells("kstats", binary, MARK, opts.peer_n, opts.reps)
             row(f"keyed stats ({abi}, `s[tid()] <<< $arg1`; locked: `global s%`)", cells, bare,
                 "pydyn")
+            for kind, script, label in (
+                    ("function", PAIR, "entry + return of bench_fn, counting"),
+                    ("return", PAIR_RET, "entry + return of bench_fn, the return reads $return"),
+                    ("latency", LATENCY, "a latency statistic at bench_fn's return")):
+                try:
+                    fv: float | str = best(lambda b=binary, sc=script: run_pydyn(sc, b, opts.n),
+                                           opts.reps)
+                except Failed as exc:
+                    fv = str(exc)
+                cells = [("bare", bare), ("pydyn", fv),
+                         *peer_cells(kind, binary, "bench_fn", opts.peer_n, opts.reps)]
+                row(f"{kind} ({abi}, {label})", cells, bare, "pydyn")
             if abi != "m64":
                 continue
             out = tmp / "printf.out"
@@ -199,13 +222,6 @@ def main() -> int:
             if isinstance(pf, float):
                 print(f"  pydyn printf: {1e9 / pf / 1e6:.2f} million events/s, "
                       f"{opts.printf_n} of {opts.printf_n} lines in the file")
-            try:
-                fp: float | str = best(lambda b=binary: run_pydyn(PAIR, b, opts.n), opts.reps)
-            except Failed as exc:
-                fp = str(exc)
-            cells = [("bare", bare), ("pydyn", fp),
-                     *peer_cells("function", binary, "bench_fn", opts.peer_n, opts.reps)]
-            row(f"function ({abi}, entry + return of bench_fn)", cells, bare, "pydyn")
     return 0
 
 

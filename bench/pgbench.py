@@ -1,0 +1,328 @@
+"""PostgreSQL 15 throughput under pgbench, untraced, with pydyn and with bpftrace.
+
+`python bench/pgbench.py [-T SECONDS] [--rounds N]` (root: the server runs as the
+`postgres` user through runuser, as tests/test_real_programs.py starts it).
+
+One cluster is made (initdb, `pgbench -i`) in a temporary directory; then each
+round starts the server afresh three times, in turn:
+
+- untraced: the postmaster alone;
+- pydyn: `pydyn -e SCRIPT -c 'runuser -u postgres -- postgres ...'`, SCRIPT counting
+  the `lwlock__acquire` and `transaction__commit` marks in every backend;
+- bpftrace: the same counts with `usdt:` probes, attached to the running server.
+
+and runs the same pgbench load against it for -T seconds.  The rounds alternate the
+three so that a change of load on the machine hits them alike; the figure kept is the
+median of each round's ratio to that round's untraced run.  Every traced run's counts
+are checked: the commits counted must be at least the transactions pgbench reports.
+The server runs with fsync and synchronous commit off so the load is CPU, where a
+probe's cost shows (a disk-bound load would hide it).  A tool that cannot run here
+prints why, never a number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pwd
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+POSTGRES = BIN / "postgres"
+MARKS = ("lwlock__acquire", "transaction__commit")
+SCRIPT = ("global acquire, commit\n"
+          'probe process("{pg}").mark("lwlock__acquire") {{ acquire++ }}\n'
+          'probe process("{pg}").mark("transaction__commit") {{ commit++ }}\n'
+          'probe end {{ printf("acquire=%d commit=%d\\n", acquire, commit) }}\n')
+BPFTRACE = ("usdt:{pg}:postgresql:lwlock__acquire {{ @acquire = count(); }} "
+            "usdt:{pg}:postgresql:transaction__commit {{ @commit = count(); }}")
+MODES = ("untraced", "pydyn", "bpftrace")
+_SCRIPT = Path(sys.executable).with_name("pydyn")
+PYDYN = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "pydyn"]
+
+
+class Unavailable(Exception):
+    """This measurement cannot be made here; str(exc) says why."""
+
+
+def as_postgres(*cmd: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["runuser", "-u", "postgres", "--", *cmd], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+class Cluster:
+    def __init__(self, root: Path, port: int) -> None:
+        self.data = root / "data"
+        self.sock = root / "sock"
+        self.port = port
+        self.log = root / "server.log"
+
+    def create(self, scale: int) -> None:
+        pw = pwd.getpwnam("postgres")
+        for d in (self.data, self.sock):
+            d.mkdir()
+            os.chown(d, pw.pw_uid, pw.pw_gid)
+        r = as_postgres(str(BIN / "initdb"), "-D", str(self.data), "-A", "trust",
+                        "-U", "postgres")
+        if r.returncode != 0:
+            raise Unavailable(f"initdb failed: {r.stderr.strip()[-300:]}")
+        srv = self.start([])
+        try:
+            self.wait_ready(srv)
+            r = subprocess.run(["pgbench", *self.conn(), "-i", "-q", "-s", str(scale)],
+                               capture_output=True, text=True, timeout=600)
+            if r.returncode != 0:
+                raise Unavailable(f"pgbench -i failed: {r.stderr.strip()[-300:]}")
+        finally:
+            self.stop(srv)
+
+    def server_cmd(self) -> str:
+        return (f"runuser -u postgres -- {POSTGRES} -D {self.data} -k {self.sock} "
+                f"-p {self.port} -c listen_addresses= -c autovacuum=off -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off")
+
+    def conn(self) -> list[str]:
+        return ["-h", str(self.sock), "-p", str(self.port), "-U", "postgres"]
+
+    def start(self, prefix: list[str], env: dict[str, str] | None = None
+              ) -> subprocess.Popen[str]:
+        log = self.log.open("a")
+        return subprocess.Popen([*prefix, self.server_cmd()] if prefix
+                                else self.server_cmd().split(),
+                                stdout=subprocess.PIPE, stderr=log, text=True, env=env)
+
+    def wait_ready(self, srv: subprocess.Popen[str]) -> None:
+        deadline = time.monotonic() + 120
+        while subprocess.run(["pg_isready", "-q", *self.conn()]).returncode != 0:
+            if srv.poll() is not None:
+                raise Unavailable(f"the server exited: {self.log.read_text()[-500:]}")
+            if time.monotonic() > deadline:
+                raise Unavailable("the server did not start within 120 s")
+            time.sleep(0.2)
+
+    def stop(self, srv: subprocess.Popen[str]) -> str:
+        """Stops the server (fast shutdown); what its starter printed."""
+        as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        try:
+            out, _ = srv.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+            out, _ = srv.communicate()
+        return out or ""
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def server_cpu(cluster: Cluster) -> tuple[float, int]:
+    """(CPU seconds of the server so far, its live children): the postmaster's own and
+    reaped children's time, plus every live child's (backends, background workers)."""
+    pm = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    f = _stat(pm)
+    ticks = sum(int(x) for x in f[11:15])      # utime stime cutime cstime
+    kids = 0
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                k = _stat(int(d))
+            except OSError:
+                continue
+            if int(k[1]) == pm:
+                kids += 1
+                ticks += int(k[11]) + int(k[12])
+    return ticks / TICK, kids
+
+
+def pgbench(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, int]:
+    """(tps, transactions) of one pgbench run; the server's CPU seconds per transaction
+    go to CPU_PER_XACT (steadier than tps on a shared machine: another job's load
+    lowers tps but not the work a transaction costs)."""
+    cpu0, kids0 = server_cpu(cluster)
+    load = ["-T", str(opts.duration)] if opts.transactions is None else \
+        ["-t", str(opts.transactions)]
+    r = subprocess.run(["pgbench", *cluster.conn(), "-n", "-c", str(opts.clients),
+                        "-j", str(opts.clients), "-b", opts.builtin, *load],
+                       capture_output=True, text=True, timeout=opts.duration * 10 + 600)
+    tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
+    done = re.search(r"number of transactions actually processed: (\d+)", r.stdout)
+    if r.returncode != 0 or not tps or not done:
+        raise Unavailable(f"pgbench failed: {(r.stderr or r.stdout).strip()[-300:]}")
+    deadline = time.monotonic() + 10
+    while True:     # pgbench's backends have exited once the postmaster has reaped them
+        cpu1, kids1 = server_cpu(cluster)
+        if kids1 <= kids0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    CPU_PER_XACT.append((cpu1 - cpu0) / int(done.group(1)))
+    return float(tps.group(1)), int(done.group(1))
+
+
+CPU_PER_XACT: list[float] = []
+
+
+def counts(text: str, sep: str) -> dict[str, int]:
+    return {k: int(v) for k, v in re.findall(rf"@?(acquire|commit){sep}\s*(\d+)", text)}
+
+
+def check(mode: str, got: dict[str, int], xacts: int) -> None:
+    if got.get("commit", 0) < xacts or got.get("acquire", 0) <= got.get("commit", 0):
+        raise Unavailable(f"{mode} counted {got} for {xacts} transactions")
+
+
+def run_untraced(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str]:
+    srv = cluster.start([])
+    try:
+        cluster.wait_ready(srv)
+        tps, _ = pgbench(cluster, opts)
+    finally:
+        cluster.stop(srv)
+    return tps, ""
+
+
+def run_pydyn(cluster: Cluster, opts: argparse.Namespace, script: Path,
+              env: dict[str, str]) -> tuple[float, str]:
+    srv = cluster.start([*PYDYN, *opts.pydyn_opt, str(script), "-c"], env)
+    try:
+        cluster.wait_ready(srv)
+        tps, xacts = pgbench(cluster, opts)
+    finally:
+        out = cluster.stop(srv)
+    if srv.returncode != 0:
+        raise Unavailable(f"pydyn exited with {srv.returncode}: see {cluster.log}")
+    got = counts(out, "=")
+    check("pydyn", got, xacts)
+    return tps, f"acquire={got['acquire']} commit={got['commit']}"
+
+
+def run_bpftrace(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str]:
+    exe = shutil.which("bpftrace")
+    if exe is None:
+        raise Unavailable("bpftrace is not installed (Debian package bpftrace)")
+    srv = cluster.start([])
+    try:
+        cluster.wait_ready(srv)
+        bt = subprocess.Popen([exe, "-e", BPFTRACE.format(pg=POSTGRES)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        assert bt.stdout is not None
+        said = []    # warnings (RLIMIT_MEMLOCK) come first; "Attaching 2 probes..." once attached
+        while not (said and said[-1].startswith("Attaching")):
+            said.append(bt.stdout.readline())
+            if not said[-1]:
+                bt.kill()
+                raise Unavailable(f"bpftrace did not attach: {''.join(said).strip()[-300:]}")
+        try:
+            tps, xacts = pgbench(cluster, opts)
+        finally:
+            bt.send_signal(signal.SIGINT)
+            out, _ = bt.communicate(timeout=60)
+    finally:
+        cluster.stop(srv)
+    got = counts(out, ":")
+    check("bpftrace", got, xacts)
+    return tps, f"acquire={got['acquire']} commit={got['commit']}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("-T", "--duration", type=int, default=10, help="seconds per pgbench run")
+    ap.add_argument("-t", "--transactions", type=int,
+                    help="transactions per client instead of a duration")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the three runs")
+    ap.add_argument("-c", "--clients", type=int, default=2, help="pgbench clients (and threads)")
+    ap.add_argument("-s", "--scale", type=int, default=1, help="pgbench -i scale")
+    ap.add_argument("-b", "--builtin", default="tpcb-like",
+                    help="pgbench built-in script (tpcb-like, simple-update, select-only)")
+    ap.add_argument("--modes", default=",".join(MODES), help="which runs, comma-separated")
+    ap.add_argument("--pydyn-opt", action="append", default=[],
+                    help="an extra pydyn option (repeatable), e.g. --pydyn-opt=-v")
+    opts = ap.parse_args()
+    modes = [m for m in opts.modes.split(",") if m]
+    if not POSTGRES.exists() or shutil.which("pgbench") is None:
+        print(f"pgbench: unavailable: PostgreSQL 15 and pgbench are not installed ({POSTGRES})")
+        return 0
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        print("pgbench: unavailable: no postgres user")
+        return 0
+    os.environ["PGDATABASE"] = "postgres"     # pgbench and pg_isready connect to it
+    load0 = os.getloadavg()[0]
+    rounds: list[dict[str, tuple[float, float]]] = []   # mode -> (tps, CPU s a transaction)
+    why: dict[str, str] = {}
+    root = Path(tempfile.mkdtemp(prefix="pydyn-pgbench-"))
+    try:
+        root.chmod(0o755)
+        cluster = Cluster(root, 55432 + os.getpid() % 1000)
+        try:
+            cluster.create(opts.scale)
+        except Unavailable as exc:
+            print(f"pgbench: unavailable: {exc}")
+            return 0
+        script = root / "count.stp"
+        script.write_text(SCRIPT.format(pg=POSTGRES))
+        env = dict(os.environ, PYDYN_CACHE_DIR=str(root / "cache"))
+        # the module built once before timing (a cached module, as on a second run)
+        subprocess.run([*PYDYN, "-p4", str(script)], env=env, capture_output=True)
+        load = ("-T", opts.duration) if opts.transactions is None else ("-t", opts.transactions)
+        print(f"pgbench -b {opts.builtin} -c {opts.clients} -j {opts.clients} "
+              f"{load[0]} {load[1]}, scale {opts.scale}, {opts.rounds} round(s); "
+              f"marks counted: {', '.join(MARKS)}")
+        for rnd in range(opts.rounds):
+            rounds.append({})
+            for mode in modes:
+                if mode in why:
+                    continue
+                try:
+                    if mode == "untraced":
+                        v, note = run_untraced(cluster, opts)
+                    elif mode == "pydyn":
+                        v, note = run_pydyn(cluster, opts, script, env)
+                    else:
+                        v, note = run_bpftrace(cluster, opts)
+                except Unavailable as exc:
+                    why[mode] = str(exc)
+                    print(f"round {rnd + 1} {mode:9} unavailable: {exc}")
+                    continue
+                rounds[-1][mode] = (v, CPU_PER_XACT[-1])
+                print(f"round {rnd + 1} {mode:9} tps {v:9.1f}  server CPU "
+                      f"{CPU_PER_XACT[-1] * 1e6:6.1f} us/xact  {note}  "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for mode in modes:
+        if mode == "untraced":
+            continue
+        pairs = [(r[mode], r["untraced"]) for r in rounds if mode in r and "untraced" in r]
+        if not pairs:
+            print(f"pgbench ratio {mode}: unavailable: "
+                  f"{why.get(mode) or why.get('untraced') or 'no untraced runs'}")
+            continue
+        ratios = [t[0] / u[0] for t, u in pairs]
+        cpu_ratios = [u[1] / t[1] for t, u in pairs]
+        print(f"pgbench ratio {mode}: {statistics.median(ratios):.3f} "
+              f"(median of {len(ratios)}; rounds {' '.join(f'{r:.3f}' for r in ratios)}); "
+              f"tps median {statistics.median(t[0] for t, _ in pairs):.1f} vs untraced "
+              f"{statistics.median(u[0] for _, u in pairs):.1f}")
+        print(f"pgbench cpu ratio {mode}: {statistics.median(cpu_ratios):.3f} "
+              f"(untraced server CPU a transaction / {mode}'s, median of {len(cpu_ratios)}; "
+              f"rounds {' '.join(f'{r:.3f}' for r in cpu_ratios)})")
+    print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
+          f"{os.cpu_count()} CPU(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
