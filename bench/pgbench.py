@@ -32,6 +32,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -192,19 +193,76 @@ def run_untraced(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str
     return tps, ""
 
 
+def children(cluster: Cluster) -> list[int]:
+    pm = int((cluster.data / "postmaster.pid").read_text().split()[0])
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                if int(_stat(int(d))[1]) == pm:
+                    out.append(int(d))
+            except OSError:
+                continue
+    return out
+
+
+class Profile:
+    """`perf record` of the whole machine while pgbench runs, reported for the server's
+    processes alone: where their CPU goes (pydyn's module, its trampolines -- perf's
+    `[JIT]`: executable anonymous memory -- and the rest)."""
+
+    def __init__(self, cluster: Cluster, root: Path) -> None:
+        self.data = root / "perf.data"
+        self.cluster = cluster
+        self.pids: list[int] = []
+        self.perf = subprocess.Popen(["perf", "record", "-q", "-e", "cpu-clock", "-F", "999",
+                                      "-a", "-o", str(self.data)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # the backends pgbench connects, once connected
+        self.timer = threading.Timer(1.0, lambda: self.pids.extend(children(cluster)))
+        self.timer.start()
+
+    def report(self) -> str:
+        self.timer.join()
+        self.perf.send_signal(signal.SIGINT)
+        self.perf.wait(timeout=120)
+        if not self.pids:
+            return "profile: no server process seen"
+        r = subprocess.run(["perf", "report", "-i", str(self.data), "--pid",
+                            ",".join(map(str, self.pids)), "--sort", "dso", "--stdio"],
+                           capture_output=True, text=True, timeout=600)
+        shares = {m.group(2): float(m.group(1)) for m in
+                  re.finditer(r"^\s+([0-9.]+)%\s+(.+?)\s*$", r.stdout, re.M)}
+        total = sum(shares.values())
+        if total == 0:
+            return f"profile: no samples ({_first_line(r.stderr)})"
+        mod = sum(v for k, v in shares.items() if k.startswith("pydyn_"))
+        jit = sum(v for k, v in shares.items() if k.startswith("[JIT]"))
+        return (f"profile: pydyn {100 * (mod + jit) / total:.2f}% of the server's CPU samples "
+                f"(module {100 * mod / total:.2f}%, trampolines {100 * jit / total:.2f}%)")
+
+
+def _first_line(text: str) -> str:
+    return (text.strip().splitlines() or ["no output"])[0]
+
+
 def run_pydyn(cluster: Cluster, opts: argparse.Namespace, script: Path,
-              env: dict[str, str]) -> tuple[float, str]:
+              env: dict[str, str], profiled: bool = False) -> tuple[float, str]:
     srv = cluster.start([*PYDYN, *opts.pydyn_opt, str(script), "-c"], env)
+    prof = ""
     try:
         cluster.wait_ready(srv)
+        profile = Profile(cluster, cluster.data.parent) if profiled else None
         tps, xacts = pgbench(cluster, opts)
+        if profile is not None:
+            prof = "  " + profile.report()
     finally:
         out = cluster.stop(srv)
     if srv.returncode != 0:
         raise Unavailable(f"pydyn exited with {srv.returncode}: see {cluster.log}")
     got = counts(out, "=")
     check("pydyn", got, xacts)
-    return tps, f"acquire={got['acquire']} commit={got['commit']}"
+    return tps, f"acquire={got['acquire']} commit={got['commit']}{prof}"
 
 
 def run_bpftrace(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str]:
@@ -248,7 +306,12 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="which runs, comma-separated")
     ap.add_argument("--pydyn-opt", action="append", default=[],
                     help="an extra pydyn option (repeatable), e.g. --pydyn-opt=-v")
+    ap.add_argument("--profile", action="store_true",
+                    help="then one more pydyn run under `perf record`: the share of the "
+                    "server's CPU spent in pydyn's module and trampolines")
     opts = ap.parse_args()
+    if opts.profile and shutil.which("perf") is None:
+        raise SystemExit("--profile: perf is not installed (Debian package linux-perf)")
     modes = [m for m in opts.modes.split(",") if m]
     if not POSTGRES.exists() or shutil.which("pgbench") is None:
         print(f"pgbench: unavailable: PostgreSQL 15 and pgbench are not installed ({POSTGRES})")
@@ -300,6 +363,13 @@ def main() -> int:
                 print(f"round {rnd + 1} {mode:9} tps {v:9.1f}  server CPU "
                       f"{CPU_PER_XACT[-1] * 1e6:6.1f} us/xact  {note}  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
+        if opts.profile and "pydyn" in modes and "pydyn" not in why:
+            # one more run, not in the ratios (perf's own sampling costs the server too)
+            try:
+                _v, note = run_pydyn(cluster, opts, script, env, profiled=True)
+                print(f"pgbench profile pydyn: {note.split('profile: ', 1)[-1]}")
+            except Unavailable as exc:
+                print(f"pgbench profile pydyn: unavailable: {exc}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for mode in modes:

@@ -11,6 +11,7 @@ written with the command that made it, the machine, the load average and the dat
     bench/coldstart.py  a new script on postgres, python3.11, libjvm; 5,000 points;
                         the 2,048-statement map_hash probe
     bench/pgbench.py    PostgreSQL 15 throughput under pgbench, pydyn and bpftrace
+    bench/dwarf_read.py reading libc's separate debug information (libc6-dbg)
 
 `--quick` runs each with small counts and one round (a smoke run: its figures are
 not worth publishing, and the page says it was quick).  `--out -` prints the page
@@ -64,7 +65,9 @@ def steps() -> list[Step]:
         Step("func_bench", ["-r", "5"], ["-n", "200000", "-r", "1"], 1800),
         Step("startup", [], ["-n", "3", "--fresh-rounds", "1"], 1800),
         Step("coldstart", ["--rounds", "3"], ["--rounds", "1"], 1800),
-        Step("pgbench", ["-T", "10", "--rounds", "5"], ["-T", "3", "--rounds", "1"], 1800),
+        Step("pgbench", ["-T", "10", "--rounds", "5", "--profile"],
+             ["-T", "3", "--rounds", "1", "--profile"], 1800),
+        Step("dwarf_read", [], [], 600),
     ]
 
 
@@ -180,9 +183,14 @@ def parse_coldstart(text: str) -> ColdOut:
 
 
 def parse_pgbench(text: str) -> dict[str, tuple[float, float | None] | str]:
-    """bench/pgbench.py: tool -> (tps ratio, CPU-per-transaction ratio) or why not."""
+    """bench/pgbench.py: tool -> (tps ratio, CPU-per-transaction ratio) or why not;
+    "profile" -> the share of the server's CPU in pydyn's code."""
     out: dict[str, tuple[float, float | None] | str] = {}
     for line in text.splitlines():
+        m = re.match(r"^pgbench profile pydyn: pydyn ([0-9.]+%) ", line)
+        if m:
+            out["profile"] = m.group(1)
+            continue
         m = re.match(r"^pgbench ratio (\w+): ([0-9.]+) ", line)
         if m:
             out[m.group(1)] = (float(m.group(2)), None)
@@ -360,7 +368,36 @@ def pgbench_rows(step: Step, quick: bool) -> list[Row]:
         if isinstance(v, str):
             return f"not measured: {_short(v)}"
         return f"{v[0]:.3f}" + (f" (CPU a transaction: {v[1]:.3f})" if v[1] is not None else "")
-    return [(what, cell("pydyn"), cell("bpftrace"), "", "", step.how(quick))]
+    pyd = cell("pydyn")
+    if isinstance(r.get("profile"), str) and not pyd.startswith("not measured"):
+        pyd += f"; pydyn's code {r['profile']} of the server's CPU (perf)"
+    return [(what, pyd, cell("bpftrace"), "", "", step.how(quick))]
+
+
+def parse_dwarf(text: str) -> list[tuple[str, str]]:
+    """bench/dwarf_read.py: (what, seconds) in the order it printed them."""
+    out: list[tuple[str, str]] = []
+    for line in text.splitlines():
+        m = re.match(r"^debug file (\S+): found in ([0-9.]+) s", line)
+        if m:
+            out.append((f"finding the debug file ({m.group(1)}, build-id path)", m.group(2)))
+        m = re.match(r"^open \(.*\): ([0-9.]+) s", line)
+        if m:
+            out.append(("opening it (sections decompressed)", m.group(1)))
+        m = re.match(r"^(\w+): ([0-9.]+) s  \(", line)
+        if m:
+            out.append((f"then the parameters of `{m.group(1)}` (its unit only)", m.group(2)))
+        m = re.match(r"^total from the start: ([0-9.]+) s", line)
+        if m:
+            out.append(("all of the above", m.group(1)))
+    return out
+
+
+def dwarf_rows(step: Step, quick: bool) -> list[Row]:
+    if step.failed:
+        return [_failed(step, "DWARF of libc's debug file (bench/dwarf_read.py)")]
+    return [(f"DWARF of libc's debug file: {what}", f"{sec} s", "", "", "", step.how(quick))
+            for what, sec in parse_dwarf(step.out)]
 
 
 def machine() -> str:
@@ -380,7 +417,8 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
     rows: list[Row] = []
     by = {s.name: s for s in steps}
     for name, fn in (("run", run_rows), ("func_bench", func_rows), ("startup", startup_rows),
-                     ("coldstart", cold_rows), ("pgbench", pgbench_rows)):
+                     ("coldstart", cold_rows), ("pgbench", pgbench_rows),
+                     ("dwarf_read", dwarf_rows)):
         if name in by:
             rows += fn(by[name], quick)
     lines = [
@@ -405,8 +443,9 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "",
         "Elsewhere: SystemTap's testsuite figures are in "
         "[differences-from-stap.md](differences-from-stap.md#systemtaps-testsuite), "
-        "aarch64 under qemu in [platforms.md](platforms.md#aarch64), DWARF reading in "
-        "[architecture.md](architecture.md#dwarf).",
+        "aarch64 under qemu in [platforms.md](platforms.md#aarch64-under-qemu-user), "
+        "which sites get trampolines in "
+        "[architecture.md](architecture.md#probe-mechanisms-runtime).",
         "",
     ]
     return "\n".join(lines)

@@ -63,7 +63,8 @@ load average 5.0 on 2 CPU(s) while measuring
 COLD_OUT = """\
 new script, -p4: wall s, CPU s (pydyn and its compilers) and peak RSS MB (median of 1)
                    first s   cpu   MB after s   cpu   MB bpftrace s  goals (wall)
-postgres mark         1.92  0.49   43    1.42  0.39   43     0.52  NOT met (first <= 1.0 s, <= 150 MB; after <= 0.5 s)
+postgres mark         1.92  0.49   43    1.42  0.39   43     0.52  NOT met (first <= 1.0 s, \
+<= 150 MB; after <= 0.5 s)
 libjvm mark        unavailable: /usr/lib/jvm/libjvm.so is not installed
 5000 probe points -p3: resolve+translate 2.92 s, whole run 4.97 s (cpu 1.57 s)  goal: met
 one probe of 2,048 statements -p4: 31.10 s (cpu 9.32 s, m64 and m32 compiled in parallel)
@@ -73,7 +74,15 @@ PGBENCH_OUT = """\
 pgbench ratio pydyn: 0.962 (median of 5; rounds 0.95 0.96 0.962 0.97 0.98); tps x
 pgbench cpu ratio pydyn: 0.981 (untraced server CPU a transaction / pydyn's, median of 5)
 pgbench ratio bpftrace: unavailable: bpftrace did not attach: ERROR: no BTF
+pgbench profile pydyn: pydyn 1.74% of the server's CPU samples (module 1.07%, trampolines 0.67%)
 load average 3.0 at the start, 4.0 at the end, 2 CPU(s)
+"""
+
+DWARF_OUT = """\
+debug file /usr/lib/debug/.build-id/ab/cdef.debug: found in 0.004 s
+open (sections decompressed, DWARF set up): 0.470 s
+fopen: 0.090 s  (filename:const char * mode:const char *)
+total from the start: 0.320 s
 """
 
 
@@ -89,7 +98,7 @@ def report() -> ModuleType:
 
 def _page(report: ModuleType, failed: str = "") -> str:
     outs = {"run": RUN_OUT, "func_bench": FUNC_OUT, "startup": STARTUP_OUT,
-            "coldstart": COLD_OUT, "pgbench": PGBENCH_OUT}
+            "coldstart": COLD_OUT, "pgbench": PGBENCH_OUT, "dwarf_read": DWARF_OUT}
     steps = report.steps()
     for s in steps:
         s.out = outs[s.name]
@@ -147,8 +156,11 @@ def test_func_bench_startup_coldstart_and_pgbench_rows(report: ModuleType) -> No
     assert next(v for k, v in rows.items() if k.startswith("map_hash"))[0] == \
         "9.32 s CPU".join(["31.10 s (", ")"])
     pg = next(v for k, v in rows.items() if k.startswith("PostgreSQL 15 pgbench"))
-    assert pg[0] == "0.962 (CPU a transaction: 0.981)"
+    assert pg[0] == ("0.962 (CPU a transaction: 0.981); pydyn's code 1.74% of the server's "
+                     "CPU (perf)")
     assert pg[1] == "not measured: bpftrace did not attach: ERROR: no BTF"
+    assert rows["DWARF of libc's debug file: then the parameters of `fopen` (its unit only)"][0] \
+        == "0.090 s"
 
 
 def test_a_failed_script_leaves_its_row_saying_so(report: ModuleType) -> None:
