@@ -120,38 +120,13 @@ class Cluster:
         return out or ""
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def _stat(pid: int) -> list[str]:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()
 
 
-def server_cpu(cluster: Cluster) -> tuple[float, int]:
-    """(CPU seconds of the server so far, its live children): the postmaster's own and
-    reaped children's time, plus every live child's (backends, background workers)."""
-    pm = int((cluster.data / "postmaster.pid").read_text().split()[0])
-    f = _stat(pm)
-    ticks = sum(int(x) for x in f[11:15])      # utime stime cutime cstime
-    kids = 0
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                k = _stat(int(d))
-            except OSError:
-                continue
-            if int(k[1]) == pm:
-                kids += 1
-                ticks += int(k[11]) + int(k[12])
-    return ticks / TICK, kids
-
-
 def pgbench(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, int]:
-    """(tps, transactions) of one pgbench run; the server's CPU seconds per transaction
-    go to CPU_PER_XACT (steadier than tps on a shared machine: another job's load
-    lowers tps but not the work a transaction costs)."""
-    cpu0, kids0 = server_cpu(cluster)
+    """(tps, transactions) of one pgbench run."""
     load = ["-T", str(opts.duration)] if opts.transactions is None else \
         ["-t", str(opts.transactions)]
     r = subprocess.run(["pgbench", *cluster.conn(), "-n", "-c", str(opts.clients),
@@ -161,17 +136,7 @@ def pgbench(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, int]:
     done = re.search(r"number of transactions actually processed: (\d+)", r.stdout)
     if r.returncode != 0 or not tps or not done:
         raise Unavailable(f"pgbench failed: {(r.stderr or r.stdout).strip()[-300:]}")
-    deadline = time.monotonic() + 10
-    while True:     # pgbench's backends have exited once the postmaster has reaped them
-        cpu1, kids1 = server_cpu(cluster)
-        if kids1 <= kids0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    CPU_PER_XACT.append((cpu1 - cpu0) / int(done.group(1)))
     return float(tps.group(1)), int(done.group(1))
-
-
-CPU_PER_XACT: list[float] = []
 
 
 def counts(text: str, sep: str) -> dict[str, int]:
@@ -323,7 +288,7 @@ def main() -> int:
         return 0
     os.environ["PGDATABASE"] = "postgres"     # pgbench and pg_isready connect to it
     load0 = os.getloadavg()[0]
-    rounds: list[dict[str, tuple[float, float]]] = []   # mode -> (tps, CPU s a transaction)
+    rounds: list[dict[str, float]] = []   # mode -> tps
     why: dict[str, str] = {}
     root = Path(tempfile.mkdtemp(prefix="pydyn-pgbench-"))
     try:
@@ -339,6 +304,11 @@ def main() -> int:
         env = dict(os.environ, PYDYN_CACHE_DIR=str(root / "cache"))
         # the module built once before timing (a cached module, as on a second run)
         subprocess.run([*PYDYN, "-p4", str(script)], env=env, capture_output=True)
+        # how each site is patched: a trap would cost microseconds a hit, a trampoline ns
+        listing = subprocess.run([*PYDYN, "-p2", str(script)], env=env, capture_output=True,
+                                 text=True).stdout
+        for mark, plan in re.findall(r'mark\("(\w+)"\).*\n\s+plan: ([^:\n]+)', listing):
+            print(f"site {mark}: {plan}")
         load = ("-T", opts.duration) if opts.transactions is None else ("-t", opts.transactions)
         print(f"pgbench -b {opts.builtin} -c {opts.clients} -j {opts.clients} "
               f"{load[0]} {load[1]}, scale {opts.scale}, {opts.rounds} round(s); "
@@ -359,9 +329,8 @@ def main() -> int:
                     why[mode] = str(exc)
                     print(f"round {rnd + 1} {mode:9} unavailable: {exc}")
                     continue
-                rounds[-1][mode] = (v, CPU_PER_XACT[-1])
-                print(f"round {rnd + 1} {mode:9} tps {v:9.1f}  server CPU "
-                      f"{CPU_PER_XACT[-1] * 1e6:6.1f} us/xact  {note}  "
+                rounds[-1][mode] = v
+                print(f"round {rnd + 1} {mode:9} tps {v:9.1f}  {note}  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
         if opts.profile and "pydyn" in modes and "pydyn" not in why:
             # one more run, not in the ratios (perf's own sampling costs the server too)
@@ -380,15 +349,11 @@ def main() -> int:
             print(f"pgbench ratio {mode}: unavailable: "
                   f"{why.get(mode) or why.get('untraced') or 'no untraced runs'}")
             continue
-        ratios = [t[0] / u[0] for t, u in pairs]
-        cpu_ratios = [u[1] / t[1] for t, u in pairs]
+        ratios = [t / u for t, u in pairs]
         print(f"pgbench ratio {mode}: {statistics.median(ratios):.3f} "
               f"(median of {len(ratios)}; rounds {' '.join(f'{r:.3f}' for r in ratios)}); "
-              f"tps median {statistics.median(t[0] for t, _ in pairs):.1f} vs untraced "
-              f"{statistics.median(u[0] for _, u in pairs):.1f}")
-        print(f"pgbench cpu ratio {mode}: {statistics.median(cpu_ratios):.3f} "
-              f"(untraced server CPU a transaction / {mode}'s, median of {len(cpu_ratios)}; "
-              f"rounds {' '.join(f'{r:.3f}' for r in cpu_ratios)})")
+              f"tps median {statistics.median(t for t, _ in pairs):.1f} vs untraced "
+              f"{statistics.median(u for _, u in pairs):.1f}")
     print(f"load average {load0:.1f} at the start, {os.getloadavg()[0]:.1f} at the end, "
           f"{os.cpu_count()} CPU(s)")
     return 0

@@ -55,15 +55,16 @@ class Step:
         return shlex.join([f"bench/{self.name}.py", *(self.quick if quick else self.args)])
 
     def how(self, quick: bool) -> str:
-        return f"`{self.command(quick)}`, load {self.load[0]:.1f}-{self.load[1]:.1f}"
+        return f"{self.name}.py, load {self.load[0]:.1f}-{self.load[1]:.1f}"
 
 
 def steps() -> list[Step]:
     return [
-        Step("run", ["-r", "5"], ["-n", "200000", "--trap-n", "20000", "--printf-n", "100000",
+        Step("run", ["-r", "3"], ["-n", "200000", "--trap-n", "20000", "--printf-n", "100000",
                                   "--peer-n", "20000", "-r", "1"], 3600),
         Step("func_bench", ["-r", "5"], ["-n", "200000", "-r", "1"], 1800),
-        Step("startup", [], ["-n", "3", "--fresh-rounds", "1"], 1800),
+        Step("startup", ["-n", "7", "--fresh-rounds", "2"], ["-n", "3", "--fresh-rounds", "1"],
+             1800),
         Step("coldstart", ["--rounds", "3"], ["--rounds", "1"], 1800),
         Step("pgbench", ["-T", "10", "--rounds", "5", "--profile"],
              ["-T", "3", "--rounds", "1", "--profile"], 1800),
@@ -182,10 +183,10 @@ def parse_coldstart(text: str) -> ColdOut:
     return out
 
 
-def parse_pgbench(text: str) -> dict[str, tuple[float, float | None] | str]:
-    """bench/pgbench.py: tool -> (tps ratio, CPU-per-transaction ratio) or why not;
-    "profile" -> the share of the server's CPU in pydyn's code."""
-    out: dict[str, tuple[float, float | None] | str] = {}
+def parse_pgbench(text: str) -> dict[str, float | str]:
+    """bench/pgbench.py: tool -> traced / untraced tps ratio or why not; "profile" ->
+    the share of the server's CPU in pydyn's code."""
+    out: dict[str, float | str] = {}
     for line in text.splitlines():
         m = re.match(r"^pgbench profile pydyn: pydyn ([0-9.]+%) ", line)
         if m:
@@ -193,13 +194,7 @@ def parse_pgbench(text: str) -> dict[str, tuple[float, float | None] | str]:
             continue
         m = re.match(r"^pgbench ratio (\w+): ([0-9.]+) ", line)
         if m:
-            out[m.group(1)] = (float(m.group(2)), None)
-            continue
-        m = re.match(r"^pgbench cpu ratio (\w+): ([0-9.]+) ", line)
-        if m and isinstance(out.get(m.group(1)), tuple):
-            tps = out[m.group(1)]
-            assert isinstance(tps, tuple)
-            out[m.group(1)] = (tps[0], float(m.group(2)))
+            out[m.group(1)] = float(m.group(2))
             continue
         m = re.match(r"^pgbench(?: ratio (\w+))?: unavailable: (.*)$", line)
         if m:
@@ -343,7 +338,7 @@ def cold_rows(step: Step, quick: bool) -> list[Row]:
         bcell = f"{b:.2f} s to attach" if isinstance(b, float) else f"not measured: {_short(b)}"
         rows.append((f"a new script on {what}, `-p4`, first time the binary is seen",
                      f"{f:.2f} s ({fc:.2f} s CPU, {fm:.0f} MB)", bcell, "", "", how))
-        rows.append(("the same, another new script after", f"{a:.2f} s ({ac:.2f} s CPU, "
+        rows.append((f"a new script on {what} after that", f"{a:.2f} s ({ac:.2f} s CPU, "
                      f"{am:.0f} MB)", "", "", "", how))
     for n, (work, wall, cpu) in sorted(c.points.items()):
         rows.append((f"{n:,} probe points on postgres: resolve + translate",
@@ -367,7 +362,7 @@ def pgbench_rows(step: Step, quick: bool) -> list[Row]:
             return "not measured: no result"
         if isinstance(v, str):
             return f"not measured: {_short(v)}"
-        return f"{v[0]:.3f}" + (f" (CPU a transaction: {v[1]:.3f})" if v[1] is not None else "")
+        return f"{v:.3f}"
     pyd = cell("pydyn")
     if isinstance(r.get("profile"), str) and not pyd.startswith("not measured"):
         pyd += f"; pydyn's code {r['profile']} of the server's CPU (perf)"
@@ -435,7 +430,9 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "is followed by its multiple of pydyn's; pgbench is traced throughput over untraced "
         "(median of the rounds' ratios)",
         "",
-        "| what | pydyn | bpftrace | Frida | uftrace | command, load |",
+        "- the scripts it ran: " + ", ".join(f"`{s.command(quick)}`" for s in steps),
+        "",
+        "| what | pydyn | bpftrace | Frida | uftrace | script, load |",
         "|---|---|---|---|---|---|",
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows]

@@ -72,7 +72,6 @@ one probe of 2,048 statements -p4: 31.10 s (cpu 9.32 s, m64 and m32 compiled in 
 
 PGBENCH_OUT = """\
 pgbench ratio pydyn: 0.962 (median of 5; rounds 0.95 0.96 0.962 0.97 0.98); tps x
-pgbench cpu ratio pydyn: 0.981 (untraced server CPU a transaction / pydyn's, median of 5)
 pgbench ratio bpftrace: unavailable: bpftrace did not attach: ERROR: no BTF
 pgbench profile pydyn: pydyn 1.74% of the server's CPU samples (module 1.07%, trampolines 0.67%)
 load average 3.0 at the start, 4.0 at the end, 2 CPU(s)
@@ -112,7 +111,7 @@ def _page(report: ModuleType, failed: str = "") -> str:
 def _rows(page: str) -> dict[str, list[str]]:
     rows = [[c.strip() for c in ln[1:-1].split(" | ")] for ln in page.splitlines()
             if ln.startswith("| ")]
-    assert rows[0] == ["what", "pydyn", "bpftrace", "Frida", "uftrace", "command, load"]
+    assert rows[0] == ["what", "pydyn", "bpftrace", "Frida", "uftrace", "script, load"]
     assert all(len(r) == 6 for r in rows), [r for r in rows if len(r) != 6]
     return {r[0]: r[1:] for r in rows[1:]}
 
@@ -123,6 +122,7 @@ def test_one_table_with_command_machine_load_and_date(report: ModuleType) -> Non
     assert "- machine: Some CPU, 2 CPU(s)" in page
     assert "2026-12-02 16:00 UTC; load average 4.5 at the start, 5.5 at the end" in page
     assert sum(1 for ln in page.splitlines() if ln.startswith("|---")) == 1
+    assert "`bench/run.py -r 3`, `bench/func_bench.py -r 5`" in page
 
 
 def test_probe_costs_with_peers_beside_them(report: ModuleType) -> None:
@@ -130,7 +130,7 @@ def test_probe_costs_with_peers_beside_them(report: ModuleType) -> None:
     count64 = rows["counting a USDT mark, `n++` (x86-64), over bare 2.0 ns"]
     assert count64[:3] == ["+5.6 ns", "+2,749.7 ns (488x)", "+2,218.3 ns (393x)"]
     assert count64[3] == "not measured: lost 49996 of 50000 events"
-    assert count64[4] == "`bench/run.py -r 5`, load 4.5-5.5"
+    assert count64[4] == "run.py, load 4.5-5.5"
     count32 = rows["counting a USDT mark, `n++` (i386), over bare 2.1 ns"]
     assert count32[:2] == ["+9.0 ns", "+4,012.4 ns (446x)"]
     ret = rows["entry + return pair, the return reading `$return` (x86-64), over bare 2.0 ns"]
@@ -156,8 +156,7 @@ def test_func_bench_startup_coldstart_and_pgbench_rows(report: ModuleType) -> No
     assert next(v for k, v in rows.items() if k.startswith("map_hash"))[0] == \
         "9.32 s CPU".join(["31.10 s (", ")"])
     pg = next(v for k, v in rows.items() if k.startswith("PostgreSQL 15 pgbench"))
-    assert pg[0] == ("0.962 (CPU a transaction: 0.981); pydyn's code 1.74% of the server's "
-                     "CPU (perf)")
+    assert pg[0] == "0.962; pydyn's code 1.74% of the server's CPU (perf)"
     assert pg[1] == "not measured: bpftrace did not attach: ERROR: no BTF"
     assert rows["DWARF of libc's debug file: then the parameters of `fopen` (its unit only)"][0] \
         == "0.090 s"
