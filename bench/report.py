@@ -429,7 +429,6 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "- a probe's cost is ns per hit over the same program without probes; a peer's cost "
         "is followed by its multiple of pydyn's; pgbench is traced throughput over untraced "
         "(median of the rounds' ratios)",
-        "",
         "- the scripts it ran: " + ", ".join(f"`{s.command(quick)}`" for s in steps),
         "",
         "| what | pydyn | bpftrace | Frida | uftrace | script, load |",
