@@ -182,6 +182,16 @@ static void pd_fire_process_probes(uint32_t kind)
     }
 }
 
+/* process.thread.begin/.end, from the start routine pd_altstack.c wraps: in the new
+ * thread before its own start routine, and as it ends (returned, pthread_exit or
+ * cancelled: a cleanup handler, which runs before the thread's TLS destructors). */
+void pd_fire_thread_probes(uint32_t kind)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert)
+        return;
+    pd_fire_process_probes(kind);
+}
+
 static void pd_atfork_child(void)
 {
     if (!pd_seg || pd_is_launcher || pd_inert)
