@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .elf.functions import function_sites
+from .elf.inlines import inline_sites
 from .elf.libraries import find_library
 from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
@@ -279,6 +280,8 @@ class Resolver:
                 finder = statement_sites
             elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "label":
                 finder = label_sites
+            elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "inline":
+                finder = inline_sites
             elif rest[0].name == "function":
                 finder = function_sites
         if finder is not None:
