@@ -4,7 +4,7 @@
 `postgres` user through runuser, as tests/test_real_programs.py starts it).
 
 One cluster is made (initdb, `pgbench -i`) in a temporary directory; then each
-round starts the server afresh three times, in turn:
+round starts the server afresh for each of these, in turn:
 
 - untraced: the postmaster alone;
 - pydyn: `pydyn -e SCRIPT -c 'runuser -u postgres -- postgres ...'`, SCRIPT counting
@@ -13,11 +13,18 @@ round starts the server afresh three times, in turn:
 
 and runs the same pgbench load against it for -T seconds.  The rounds alternate the
 three so that a change of load on the machine hits them alike; the figure kept is the
-median of each round's ratio to that round's untraced run.  Every traced run's counts
-are checked: the commits counted must be at least the transactions pgbench reports.
-The server runs with fsync and synchronous commit off so the load is CPU, where a
-probe's cost shows (a disk-bound load would hide it).  A tool that cannot run here
-prints why, never a number.
+median of each round's ratio to that round's untraced run.  On a shared machine the
+load moves between two runs more than a probe costs, so each round also runs
+side by side (mode `side`) two copies of the cluster at once, one untraced, one under
+pydyn, each with its own pgbench, and takes the ratio of their tps: what loads the
+machine loads both (the copies swap roles every round).  bpftrace cannot be measured
+that way: its uprobes are on the binary's inode, so they would trap in both servers.
+Every traced run's counts are checked: the commits counted must be at least the
+transactions pgbench reports.  The server runs with fsync and synchronous commit off
+so the load is CPU, where a probe's cost shows (a disk-bound load would hide it).
+`--profile` then runs pydyn once more under `perf record`, for the share of the
+server's CPU spent in pydyn's code.  A tool that cannot run here prints why, never a
+number.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ SCRIPT = ("global acquire, commit\n"
           'probe end {{ printf("acquire=%d commit=%d\\n", acquire, commit) }}\n')
 BPFTRACE = ("usdt:{pg}:postgresql:lwlock__acquire {{ @acquire = count(); }} "
             "usdt:{pg}:postgresql:transaction__commit {{ @commit = count(); }}")
-MODES = ("untraced", "pydyn", "bpftrace")
+MODES = ("untraced", "pydyn", "bpftrace", "side")
 _SCRIPT = Path(sys.executable).with_name("pydyn")
 PYDYN = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "pydyn"]
 
@@ -84,6 +91,17 @@ class Cluster:
                 raise Unavailable(f"pgbench -i failed: {r.stderr.strip()[-300:]}")
         finally:
             self.stop(srv)
+
+    def clone(self, root: Path, port: int) -> Cluster:
+        """A second cluster, a copy of this stopped one's data, on its own port."""
+        other = Cluster(root, port)
+        pw = pwd.getpwnam("postgres")
+        root.mkdir()
+        root.chmod(0o755)
+        subprocess.run(["cp", "-a", str(self.data), str(other.data)], check=True)
+        other.sock.mkdir()
+        os.chown(other.sock, pw.pw_uid, pw.pw_gid)
+        return other
 
     def server_cmd(self) -> str:
         return (f"runuser -u postgres -- {POSTGRES} -D {self.data} -k {self.sock} "
@@ -230,6 +248,44 @@ def run_pydyn(cluster: Cluster, opts: argparse.Namespace, script: Path,
     return tps, f"acquire={got['acquire']} commit={got['commit']}{prof}"
 
 
+def run_side_by_side(plain: Cluster, traced: Cluster, opts: argparse.Namespace,
+                     script: Path, env: dict[str, str]) -> tuple[float, str]:
+    """pydyn's tps over untraced tps, the two servers running at once (each with its
+    pgbench): whatever else loads the machine loads both alike."""
+    srv_p = plain.start([])
+    srv_t = traced.start([*PYDYN, *opts.pydyn_opt, str(script), "-c"], env)
+    res: dict[str, tuple[float, int] | Exception] = {}
+
+    def bench(name: str, c: Cluster) -> None:
+        try:
+            res[name] = pgbench(c, opts)
+        except Exception as exc:     # reported by the caller, from the main thread
+            res[name] = exc
+    try:
+        plain.wait_ready(srv_p)
+        traced.wait_ready(srv_t)
+        threads = [threading.Thread(target=bench, args=a) for a in
+                   (("plain", plain), ("traced", traced))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        plain.stop(srv_p)
+        out = traced.stop(srv_t)
+    for v in res.values():
+        if isinstance(v, Exception):
+            raise Unavailable(str(v))
+    p, t = res["plain"], res["traced"]
+    assert isinstance(p, tuple) and isinstance(t, tuple)
+    if srv_t.returncode != 0:
+        raise Unavailable(f"pydyn exited with {srv_t.returncode}: see {traced.log}")
+    got = counts(out, "=")
+    check("pydyn", got, t[1])
+    return t[0] / p[0], (f"tps {t[0]:.1f} traced, {p[0]:.1f} untraced at once; "
+                         f"acquire={got['acquire']} commit={got['commit']}")
+
+
 def run_bpftrace(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str]:
     exe = shutil.which("bpftrace")
     if exe is None:
@@ -263,7 +319,7 @@ def main() -> int:
     ap.add_argument("-T", "--duration", type=int, default=10, help="seconds per pgbench run")
     ap.add_argument("-t", "--transactions", type=int,
                     help="transactions per client instead of a duration")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of the three runs")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of the runs (--modes)")
     ap.add_argument("-c", "--clients", type=int, default=2, help="pgbench clients (and threads)")
     ap.add_argument("-s", "--scale", type=int, default=1, help="pgbench -i scale")
     ap.add_argument("-b", "--builtin", default="tpcb-like",
@@ -299,6 +355,7 @@ def main() -> int:
         except Unavailable as exc:
             print(f"pgbench: unavailable: {exc}")
             return 0
+        other = cluster.clone(root / "b", cluster.port + 1) if "side" in modes else None
         script = root / "count.stp"
         script.write_text(SCRIPT.format(pg=POSTGRES))
         env = dict(os.environ, PYDYN_CACHE_DIR=str(root / "cache"))
@@ -323,6 +380,10 @@ def main() -> int:
                         v, note = run_untraced(cluster, opts)
                     elif mode == "pydyn":
                         v, note = run_pydyn(cluster, opts, script, env)
+                    elif mode == "side":
+                        assert other is not None   # each cluster traced every other round
+                        pair = (cluster, other) if rnd % 2 == 0 else (other, cluster)
+                        v, note = run_side_by_side(*pair, opts, script, env)
                     else:
                         v, note = run_bpftrace(cluster, opts)
                 except Unavailable as exc:
@@ -330,7 +391,8 @@ def main() -> int:
                     print(f"round {rnd + 1} {mode:9} unavailable: {exc}")
                     continue
                 rounds[-1][mode] = v
-                print(f"round {rnd + 1} {mode:9} tps {v:9.1f}  {note}  "
+                what = f"ratio {v:7.3f}" if mode == "side" else f"tps {v:9.1f}"
+                print(f"round {rnd + 1} {mode:9} {what}  {note}  "
                       f"load {os.getloadavg()[0]:.1f}", flush=True)
         if opts.profile and "pydyn" in modes and "pydyn" not in why:
             # one more run, not in the ratios (perf's own sampling costs the server too)
@@ -342,7 +404,13 @@ def main() -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     for mode in modes:
-        if mode == "untraced":
+        if mode == "side":
+            side = [r["side"] for r in rounds if "side" in r]
+            print("pgbench side-by-side ratio pydyn: " + (
+                f"{statistics.median(side):.3f} (median of {len(side)}; rounds "
+                f"{' '.join(f'{r:.3f}' for r in side)})" if side else
+                f"unavailable: {why.get('side', 'no runs')}"))
+        if mode in ("untraced", "side"):
             continue
         pairs = [(r[mode], r["untraced"]) for r in rounds if mode in r and "untraced" in r]
         if not pairs:

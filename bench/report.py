@@ -192,6 +192,10 @@ def parse_pgbench(text: str) -> dict[str, float | str]:
         if m:
             out["profile"] = m.group(1)
             continue
+        m = re.match(r"^pgbench side-by-side ratio pydyn: ([0-9.]+) ", line)
+        if m:
+            out["side"] = float(m.group(1))
+            continue
         m = re.match(r"^pgbench ratio (\w+): ([0-9.]+) ", line)
         if m:
             out[m.group(1)] = float(m.group(2))
@@ -364,6 +368,9 @@ def pgbench_rows(step: Step, quick: bool) -> list[Row]:
             return f"not measured: {_short(v)}"
         return f"{v:.3f}"
     pyd = cell("pydyn")
+    side = r.get("side")
+    if isinstance(side, float):
+        pyd += f"; side by side with an untraced copy: {side:.3f}"
     if isinstance(r.get("profile"), str) and not pyd.startswith("not measured"):
         pyd += f"; pydyn's code {r['profile']} of the server's CPU (perf)"
     return [(what, pyd, cell("bpftrace"), "", "", step.how(quick))]
@@ -428,7 +435,7 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "(the machine is shared: figures move with the load)",
         "- a probe's cost is ns per hit over the same program without probes; a peer's cost "
         "is followed by its multiple of pydyn's; pgbench is traced throughput over untraced "
-        "(median of the rounds' ratios)",
+        "(median of the rounds' ratios; side by side: both servers at once)",
         "- the scripts it ran: " + ", ".join(f"`{s.command(quick)}`" for s in steps),
         "",
         "| what | pydyn | bpftrace | Frida | uftrace | script, load |",
