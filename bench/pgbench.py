@@ -53,6 +53,7 @@ SCRIPT = ("global acquire, commit\n"
 BPFTRACE = ("usdt:{pg}:postgresql:lwlock__acquire {{ @acquire = count(); }} "
             "usdt:{pg}:postgresql:transaction__commit {{ @commit = count(); }}")
 MODES = ("untraced", "pydyn", "bpftrace", "side")
+CUSTOM: list[Path] = []   # --script: pydyn runs it instead of SCRIPT, its counts unchecked
 _SCRIPT = Path(sys.executable).with_name("pydyn")
 PYDYN = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "pydyn"]
 
@@ -162,6 +163,8 @@ def counts(text: str, sep: str) -> dict[str, int]:
 
 
 def check(mode: str, got: dict[str, int], xacts: int) -> None:
+    if CUSTOM:        # --script: its output is its own
+        return
     if got.get("commit", 0) < xacts or got.get("acquire", 0) <= got.get("commit", 0):
         raise Unavailable(f"{mode} counted {got} for {xacts} transactions")
 
@@ -245,7 +248,7 @@ def run_pydyn(cluster: Cluster, opts: argparse.Namespace, script: Path,
         raise Unavailable(f"pydyn exited with {srv.returncode}: see {cluster.log}")
     got = counts(out, "=")
     check("pydyn", got, xacts)
-    return tps, f"acquire={got['acquire']} commit={got['commit']}{prof}"
+    return tps, " ".join(f"{k}={v}" for k, v in got.items()) + prof
 
 
 def run_side_by_side(plain: Cluster, traced: Cluster, opts: argparse.Namespace,
@@ -283,7 +286,7 @@ def run_side_by_side(plain: Cluster, traced: Cluster, opts: argparse.Namespace,
     got = counts(out, "=")
     check("pydyn", got, t[1])
     return t[0] / p[0], (f"tps {t[0]:.1f} traced, {p[0]:.1f} untraced at once; "
-                         f"acquire={got['acquire']} commit={got['commit']}")
+                         + " ".join(f"{k}={v}" for k, v in got.items()))
 
 
 def run_bpftrace(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, str]:
@@ -327,6 +330,9 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="which runs, comma-separated")
     ap.add_argument("--pydyn-opt", action="append", default=[],
                     help="an extra pydyn option (repeatable), e.g. --pydyn-opt=-v")
+    ap.add_argument("--script", type=Path,
+                    help="pydyn runs this script instead (to find where a cost goes: e.g. one "
+                    "mark only); its counts are not checked")
     ap.add_argument("--profile", action="store_true",
                     help="then one more pydyn run under `perf record`: the share of the "
                     "server's CPU spent in pydyn's module and trampolines")
@@ -358,6 +364,9 @@ def main() -> int:
         other = cluster.clone(root / "b", cluster.port + 1) if "side" in modes else None
         script = root / "count.stp"
         script.write_text(SCRIPT.format(pg=POSTGRES))
+        if opts.script:
+            CUSTOM.append(script)
+            script = opts.script.resolve()
         env = dict(os.environ, PYDYN_CACHE_DIR=str(root / "cache"))
         # the module built once before timing (a cached module, as on a second run)
         subprocess.run([*PYDYN, "-p4", str(script)], env=env, capture_output=True)
