@@ -161,7 +161,9 @@ def _parser() -> argparse.ArgumentParser:
                         metavar="MODULE",
                         help="taken; symbols are read from every probed object anyway")
     compat.add_argument("--ldd", action="store_true",
-                        help="taken; shared libraries are found as the target loads them")
+                        help="backtraces and symbol functions also name frames in the shared "
+                             "libraries (and dynamic linker) the probed programs and the -c "
+                             "target need, as ldd lists them")
     return p
 
 
@@ -338,7 +340,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .cache import build_private
     from .elf.functions import FunctionSite
     from .plan import coverage, describe_returns, plan_sites, prepare
-    from .resolve import Resolver
+    from .resolve import Resolver, add_ldd_objects
     from .script import recursion_headroom
     from .session import check_command_target
     from .translate import translate
@@ -360,6 +362,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
+    if opts.ldd:
+        add_ldd_objects(resolution, target_path)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     define_map = dict(d.split("=", 1) for d in defines)
@@ -411,7 +415,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
                    "modules ..."):
         if cache is not None:
-            deps = list(resolution.objects)   # the target only if a probe resolved in it
+            # the target only if a probe resolved in it; --ldd's libraries: their symbols
+            deps = [*resolution.objects, *resolution.symbol_objects]
             modules = cache.build(lookup, deps, program, required, defines, warnings,
                                   verbose_lines, keep=opts.pass_ == 4)
         else:
@@ -543,6 +548,9 @@ def run(argv: Sequence[str]) -> int:
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
+                                           # the libraries of the -c target join the tables
+                                           *((("--ldd", target_path or ""),)
+                                             if opts.ldd else ()),
                                            *(("tapset -I", f"{p}\0{t}")
                                              for t, p in _tapsets(opts.tapset_dirs))],
                                     ) if cache else (None, None)

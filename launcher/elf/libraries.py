@@ -143,3 +143,31 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
             if os.path.isfile(cand) and _matches(cand, info):
                 return os.path.realpath(cand)
     raise TargetError(name, f"library not found for {_describe(info)} target {info.path}")
+
+
+def iter_ldd(info: ElfInfo, env_library_path: str | None = None) -> Iterator[ElfInfo]:
+    """What ldd lists for `info`: the libraries it needs, theirs in turn, and its dynamic
+    linker, each once (realpath), each found as find_library finds it for the object that
+    needs it.  A library ld.so would not find is left out, as ldd prints it "not found"."""
+    seen = {info.path}
+    todo = [info]
+    while todo:
+        obj = todo.pop(0)
+        paths: list[str] = []
+        for name in obj.needed:
+            try:
+                paths.append(find_library(name, obj, env_library_path))
+            except TargetError:
+                continue
+        if obj.interpreter:
+            paths.append(os.path.realpath(obj.interpreter))
+        for path in paths:
+            if path in seen:
+                continue
+            seen.add(path)
+            try:
+                lib = get_elf_info(path)
+            except TargetError:
+                continue
+            todo.append(lib)
+            yield lib

@@ -76,6 +76,10 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
     for site, oi, entries, returns in b.functions.values():
         b.add_function(site, oi, entries, returns)
     b.share_addresses()
+    if unit.usym:   # objects without sites, for backtraces and symbol functions to name
+        for path, info in resolution.symbol_objects.items():
+            if info.machine in ABI_OF_MACHINE:
+                b.object_index(path, ABI_OF_MACHINE[info.machine])
     if report:   # the exit report: globals written but never read, after `end`
         b.probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
     return Tables(b.render(), len(b.probe_rows), len(b.site_rows), len(b.object_rows),
