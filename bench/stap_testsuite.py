@@ -770,7 +770,7 @@ class Interp:
                 raise Unsupported(f"expect pattern {w}")
         argv = self.spawned
         name = self.vars.get("testname", "")
-        script = next((a for a in argv if a.endswith(".stp")), "")
+        script = next((a for a in argv if a.endswith(".stp")), argv[0])
         label = f"{self.group}/{self.exp.name}: {Path(script).stem}-{name}"
         scripts = [Path(a).read_text(errors="replace") for a in argv
                    if a.endswith(".stp") and os.path.isfile(a)]
