@@ -19,6 +19,10 @@ this checkout's .venv/bin/pydyn:
   `stap_run2`, `stap_run3`, `stap_run_exact` and `stap_run_batch`; each stap_run* call is
   one test and compares the output with the .exp's result_string as those procedures do.
   An .exp needing more of Tcl/expect than that is out of scope, and says which command.
+- systemtap.exelib: its .exp files are read with more of Tcl (FULL_TCL_DIRS: procs,
+  switch, source, objcopy): exelib.exp builds its program/library variants and sources
+  every subtest's .tcl for each (the runner enables all of them); a .tcl's spawned stap
+  is judged as expect would count its patterns, then by the .tcl's own pass/fail checks.
 
 In scope for a user-space tool: tests whose probe points are all begin, end, error, never,
 oneshot, timer.{s,ms,us,ns,hz,sec,msec,usec,nsec}, process... or aliases the script itself
