@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .elf.functions import function_sites
-from .elf.libraries import find_library, iter_ldd
+from .elf.libraries import find_library
 from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
@@ -66,9 +66,6 @@ class Resolution:
     points: list[list[ResolvedPoint]] = field(default_factory=list)  # by probe, script order
     objects: dict[str, ElfInfo] = field(default_factory=dict)              # path -> info
     skipped_notes: int = 0
-    # objects whose symbols and unwind rules the backtraces and symbol functions read
-    # besides the probed ones (--ldd: the libraries those need), path -> info
-    symbol_objects: dict[str, ElfInfo] = field(default_factory=dict)
 
     def iter_sites(self) -> Iterable[ProbeSite]:
         for pts in self.points:
@@ -314,20 +311,3 @@ class Resolver:
                     f"{binary} has no usable USDT marks")
             raise _pp_error(point, f"probe point '{format_point(point)}' matches no mark", hint)
         return sites
-
-
-def add_ldd_objects(resolution: Resolution, target_path: str | None) -> None:
-    """--ldd: the shared libraries (and dynamic linker) of every probed object and of
-    the -c target join the symbol objects, as stap's --ldd adds what ldd lists, so a
-    backtrace names the frames it walks through them."""
-    roots = list(resolution.objects.values())
-    if target_path is not None:
-        try:
-            roots.append(get_elf_info(target_path))
-        except TargetError:
-            pass   # a -c target that is no ELF file (a script) has no libraries of its own
-    env_path = os.environ.get("LD_LIBRARY_PATH")
-    for root in roots:
-        for lib in iter_ldd(root, env_path):
-            if lib.path not in resolution.objects:
-                resolution.symbol_objects.setdefault(lib.path, lib)

@@ -15,7 +15,7 @@ import glob
 import os
 import platform
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..errors import TargetError
 from .reader import ElfInfo, get_elf_info, missing_reason
@@ -145,29 +145,36 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
     raise TargetError(name, f"library not found for {_describe(info)} target {info.path}")
 
 
-def iter_ldd(info: ElfInfo, env_library_path: str | None = None) -> Iterator[ElfInfo]:
-    """What ldd lists for `info`: the libraries it needs, theirs in turn, and its dynamic
-    linker, each once (realpath), each found as find_library finds it for the object that
-    needs it.  A library ld.so would not find is left out, as ldd prints it "not found"."""
-    seen = {info.path}
-    todo = [info]
+def symbol_objects(named: Sequence[str], probed: Iterable[ElfInfo], ldd: bool,
+                   warn: Callable[[str], None]) -> list[tuple[str, str]]:
+    """(realpath, ABI) of the objects stap's `-d PATH` and `--ldd` add to the symbol and
+    unwind tables: each `named` file (TargetError if it is no ELF file), and with `ldd`
+    every library the probed and named objects need, as ld.so would find it for each
+    (one it cannot find is warned about, not an error: stap's --ldd skips it too)."""
+    out: dict[str, str] = {}
+    todo: list[ElfInfo] = []
+    for path in named:
+        if not os.path.exists(path):
+            raise TargetError(path, "no such file (named by -d)")
+        info = get_elf_info(path)
+        out.setdefault(info.path, info.abi)
+        todo.append(info)
+    if not ldd:
+        return list(out.items())
+    seen: set[str] = set()
+    todo.extend(probed)
     while todo:
-        obj = todo.pop(0)
-        paths: list[str] = []
-        for name in obj.needed:
+        info = todo.pop(0)
+        if info.path in seen:
+            continue
+        seen.add(info.path)
+        for name in info.needed:
             try:
-                paths.append(find_library(name, obj, env_library_path))
-            except TargetError:
+                lib = find_library(name, info)
+            except TargetError as exc:
+                warn(f"--ldd: {exc}")
                 continue
-        if obj.interpreter:
-            paths.append(os.path.realpath(obj.interpreter))
-        for path in paths:
-            if path in seen:
-                continue
-            seen.add(path)
-            try:
-                lib = get_elf_info(path)
-            except TargetError:
-                continue
-            todo.append(lib)
-            yield lib
+            if lib not in seen:
+                out.setdefault(lib, info.abi)
+                todo.append(get_elf_info(lib))
+    return list(out.items())
