@@ -3,7 +3,7 @@ libraries (and the dynamic linker) of the probed programs and of the -c target t
 the tables `print_ubacktrace()` reads, as stap's --ldd adds what ldd lists.  A
 comparator called back by libc's bsearch is probed: with --ldd its caller is named
 `bsearch` in libc and the walk goes on through libc into `main`; without it the
-walk ends at libc's first, nameless pc.  m64 and m32 (-O0: at -O2 glibc's header
+walk ends at libc's first pc, which has no name.  m64 and m32 (-O0: at -O2 glibc's header
 inlines bsearch)."""
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ def test_ldd_names_frames_in_unprobed_libc(tmp_path: Path, b: Build, cache: Path
     assert [n for n, _ in named[:3]] == ["by_value", "bsearch", "main"], named
     assert Path(named[1][1]).name == "libc.so.6" and named[0][1] == named[2][1] == str(exe)
 
-    # without --ldd libc has no tables: its pc ends the walk, reported bare
+    # without --ldd libc has no tables: its pc ends the walk, reported without a name
     bare = _backtrace(cache, exe)
-    assert len(bare) == 2 and FRAME.match(bare[0]) and re.fullmatch(r" 0x[0-9a-f]+", bare[1]), \
-        bare
+    assert len(bare) == 2 and FRAME.match(bare[0]) and not FRAME.match(bare[1]), bare
