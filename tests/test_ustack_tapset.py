@@ -40,7 +40,9 @@ probe process(@1).function("probed") {
   printf("sprint_usyms\n%s", sprint_usyms(ucallers(1)))
   printf("print_ustack\n") print_ustack(ucallers(0))
 }
-probe process(@1).function("probed").return { printf("probed.return %d\n", is_return()) }
+probe process(@1).function("probed").return {
+  printf("probed.return %d %x %s\n", is_return(), uaddr(), usymname(uaddr()))
+}
 probe process(@1).function("cb"), process(@1).function("cb").return {
   printf("cb is_return=%d\n", is_return())
 }
@@ -160,7 +162,8 @@ def test_tapset_with_ldd(progs: Path, cache: Path, b: Build) -> None:
     assert _section(lines, "sprint_usyms") == full[:2], out
     assert _section(lines, "print_ustack") == full[:1], out
 
-    assert "probed.return 1" in lines, out
+    # a return probe is where the function returns to, as stap's uretprobes have it
+    assert f"probed.return 1 {a['ra_probed']:x} cb" in lines, out
     assert lines.count("cb is_return=0") == 1 and lines.count("cb is_return=1") == 1, out
     assert "in_regs -11 12 -13" in lines, out
     assert "in_regs2 -11 12 -13" in lines, out
