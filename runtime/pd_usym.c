@@ -175,6 +175,13 @@ static int pd_umod_of(struct dl_phdr_info *info, size_t size, void *data)
         } else if (realpath(name, resolved)) {
             name = resolved;
         }
+        /* the launcher's path of a file it has a table of (a qemu-user guest names
+         * sysroot libraries by guest paths) */
+        for (uint32_t t = 0; &pd_unwind_ntables && t < pd_unwind_ntables; t++)
+            if (pd_arch_same_file(name, pd_unwind_tables[t].path)) {
+                name = pd_unwind_tables[t].path;
+                break;
+            }
         snprintf(m->dst, m->cap, "%s", name);
         m->lo = lo;
         m->hi = hi;
