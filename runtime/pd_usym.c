@@ -473,9 +473,18 @@ char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n)
     return dst;
 }
 
-/* One output record per frame, " 0xADDR : NAME+0xOFF/0xSIZE [PATH]" (fmt_id: "%s"). */
+/* One output record per frame, " 0xADDR : NAME+0xOFF/0xSIZE [PATH]" (fmt_id: "%s");
+ * "<no user backtrace at PP>" without a register context, as stap has it. */
 void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id)
 {
+    if (!c->regs) {
+        char line[MAXSTRINGLEN];
+        snprintf(line, sizeof line, "<no user backtrace at %s>\n", c->probe->pp);
+        pd_rec_open(c, PD_REC_PRINTF, fmt_id, 1);
+        pd_rec_str(c, line);
+        pd_rec_close(c);
+        return;
+    }
     uintptr_t pcs[PD_MAXBACKTRACE];
     unsigned n = pd_frames(c, pcs);
     for (unsigned i = 0; i < n; i++) {

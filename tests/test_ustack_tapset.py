@@ -54,6 +54,7 @@ probe process(@1).function("in_regs") {
   if (uarch_bytes() == 4) regparm(3)
   printf("in_regs2 %d %d %d\n", int_arg(1), int_arg(2), int_arg(3))
 }
+probe end { print_ubacktrace() printf("%s%d\n", sprint_ubacktrace(), uaddr()) }
 """
 
 X86_64_REGS = r"""
@@ -167,6 +168,7 @@ def test_tapset_with_ldd(progs: Path, cache: Path, b: Build) -> None:
     assert lines.count("cb is_return=0") == 1 and lines.count("cb is_return=1") == 1, out
     assert "in_regs -11 12 -13" in lines, out
     assert "in_regs2 -11 12 -13" in lines, out
+    assert lines[-3:] == ["<no user backtrace at end>"] * 2 + ["0"], out
 
 
 @pytest.mark.parametrize("b", [b for b in BUILDS if not b.m32], ids=lambda b: b.id)
