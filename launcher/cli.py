@@ -159,9 +159,11 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
     compat.add_argument("-d", dest="symbol_modules", action="append", default=[],
                         metavar="MODULE",
-                        help="taken; symbols are read from every probed object anyway")
+                        help="add the symbols and unwind data of the ELF file MODULE (a library "
+                             "or program with no probe) for backtraces and symbol names")
     compat.add_argument("--ldd", action="store_true",
-                        help="taken; shared libraries are found as the target loads them")
+                        help="add the symbols and unwind data of every library the probed and -d "
+                             "objects need, as ld.so finds them")
     return p
 
 
@@ -361,6 +363,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     t0 = time.monotonic()
     resolution = Resolver(target_path, warn=warn).resolve(script)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
+    from .elf.libraries import symbol_objects
+    symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     define_map = dict(d.split("=", 1) for d in defines)
     if opts.pass_ == 2:
@@ -372,7 +376,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars)
+                      skip_badvars=opts.skip_badvars, symbols=symbols)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -390,7 +394,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         plans = plan_sites(script, resolution, define_map)
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), warn=report,
-                            optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars)
+                            optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars,
+                            symbols=symbols)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -411,7 +416,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
                    "modules ..."):
         if cache is not None:
-            deps = list(resolution.objects)   # the target only if a probe resolved in it
+            # the target only if a probe resolved in it; -d and --ldd objects
+            deps = [*resolution.objects, *(path for path, _abi in symbols)]
             modules = cache.build(lookup, deps, program, required, defines, warnings,
                                   verbose_lines, keep=opts.pass_ == 4)
         else:
@@ -543,6 +549,9 @@ def run(argv: Sequence[str]) -> int:
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
+                                           *(("-d", os.path.realpath(d))
+                                             for d in opts.symbol_modules),
+                                           *((("--ldd", "1"),) if opts.ldd else ()),
                                            *(("tapset -I", f"{p}\0{t}")
                                              for t, p in _tapsets(opts.tapset_dirs))],
                                     ) if cache else (None, None)

@@ -117,6 +117,19 @@ enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_
 int pd_map_segment(const char *name);
 void pd_unmap(void);
 
+/* ---- register names and argument registers (arch/<arch>/<arch>_regnames.c) -------- */
+
+/* A name register()/u_register() knows: DWARF register `reg` (or PD_RN_*), `bits` wide
+ * from bit `shift` (ah: 8 bits from bit 8). */
+enum { PD_RN_FLAGS = -1, PD_RN_ORIG = -2, PD_RN_CS = -3, PD_RN_SS = -4, PD_RN_DS = -5,
+       PD_RN_ES = -6, PD_RN_FS = -7, PD_RN_GS = -8 };
+struct pd_regname {
+    const char *name;
+    int8_t reg;
+    uint8_t bits;
+    uint8_t shift;
+};
+
 #pragma GCC visibility pop
 
 #endif

@@ -105,6 +105,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->cslot = ((struct pd_fast_tls *)(void *)guard)->cslot;
     c->outlen = 0;
     c->errmsg[0] = 0;
+    c->regparm = 0;
     pd_rec_open_at = 0;
 
     if (p->locks & PD_PROBE_LOCKS) {

@@ -208,6 +208,9 @@ struct pd_module_info {
 extern const struct pd_probe pd_probes[];
 extern const struct pd_site pd_sites[];
 extern const struct pd_object pd_objects[];
+/* Per probe row, 1 for a .return point: emitted when a script calls is_return() where
+ * its probe point does not tell. */
+extern const uint8_t pd_probe_is_return[];
 extern const struct pd_module_info pd_module;
 /* Sets globals' initial values; run once by the launcher before `begin`. */
 extern void pd_init_globals(uint8_t *globals);
@@ -227,6 +230,7 @@ struct pd_ctx {
     int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
     uint32_t outlen;
     char errmsg[160];
+    int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
 };
 
@@ -390,9 +394,9 @@ uintptr_t pd_ret_tramp_addr(void);
 uintptr_t pd_shadow_ret(uintptr_t at);
 void pd_note_altstack(uintptr_t lo, uintptr_t size); /* this thread's sigaltstack */
 
-/* usymname/ubacktrace (pd_usym.c): per probed object, its function symbols and
- * .eh_frame CFA rules, emitted by the translator as pd_unwind_tables[] (indexed like
- * pd_objects) when a script uses them.  kind 0: CFA = sp + cfa_off, 1: fp + cfa_off,
+/* usymname/ubacktrace (pd_usym.c): per probed object (and -d, --ldd object), its
+ * function symbols and .eh_frame CFA rules, emitted by the translator as
+ * pd_unwind_tables[] when a script uses them.  kind 0: CFA = sp + cfa_off, 1: fp + cfa_off,
  * 2: stop; fp_off: where the caller's frame pointer is saved, from the CFA (0: not). */
 struct pd_usym {
     uint64_t addr;
@@ -416,8 +420,25 @@ struct pd_unwind {
     const struct pd_usym *data;
     uint32_t ndata;
     uint64_t mlo, mhi;
+    const char *path; /* the object's realpath */
+    uint32_t abi;     /* PD_ABI_*: only a module of that ABI looks for it */
+    int32_t object;   /* its pd_objects row; -1: no probe in it (-d, --ldd) */
 };
 char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr);
+char *pd_umodname(struct pd_ctx *c, char *dst, int64_t addr);
+int64_t pd_ustack(struct pd_ctx *c, int64_t n);
+char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n);
+char *pd_sprint_ubacktrace(struct pd_ctx *c, char *dst);
+char *pd_sprint_usyms(struct pd_ctx *c, char *dst, const char *stk);
+void pd_print_usyms(struct pd_ctx *c, uint32_t fmt_id, const char *stk);
+
+/* register(), u_register(), uaddr(), *_arg(), regparm() (pd_uregs.c) */
+#define PD_REGPARM_SET 0x100
+int64_t pd_uregister(struct pd_ctx *c, const char *name, int sign_extend);
+int64_t pd_uaddr(struct pd_ctx *c);
+void pd_regparm(struct pd_ctx *c, int64_t n);
+int64_t pd_uarg(struct pd_ctx *c, int64_t argnum, int sign_extend, int truncate);
+int64_t pd_uarg64(struct pd_ctx *c, int64_t argnum);
 char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr);
 char *pd_ubacktrace(struct pd_ctx *c, char *dst);
 void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id);

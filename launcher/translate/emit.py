@@ -42,10 +42,15 @@ from .fast import is_fast, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
 from .regex import compile_regex, regex_c
-from .types import PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
+from .types import ARG_FUNCS, PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
             "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
+USYM_FUNCS = frozenset({"usymname", "usymdata", "ubacktrace", "print_ubacktrace", "umodname",
+                        "ustack", "ucallers", "sprint_ubacktrace", "print_usyms",
+                        "print_ustack", "sprint_usyms", "sprint_ustack"})
+REGISTER_FUNCS = frozenset({"register", "u_register", "uaddr", "regparm", "asmlinkage",
+                            "fastcall", *ARG_FUNCS})
 
 
 class Unit:
@@ -67,6 +72,7 @@ class Unit:
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
+        self.is_return = False  # is_return() used: pd_probe_is_return[] is emitted
         self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
 
     def format_id(self, fmt: Format) -> int:
@@ -527,15 +533,51 @@ class Emitter:
         return tvars.by_site(cases, "const char *")
 
     def usym_call(self, name: str, args: list[str]) -> str:
+        """The symbol and backtrace built-ins (runtime/pd_usym.c)."""
         self.tr.usym = True
+        if name in ("usymdata", "print_usyms", "print_ustack", "sprint_usyms",
+                    "sprint_ustack"):
+            self.tr.usymdata = True   # the tables carry data symbols and extents
         if name == "print_ubacktrace":
-            fid = self.tr.format_id(parse_format("%s\n"))
-            return f"(pd_print_ubacktrace(c, {fid}), 0)"
+            return f"(pd_print_ubacktrace(c, {self.tr.format_id(parse_format('%s'))}), 0)"
+        if name in ("print_usyms", "print_ustack"):
+            fid = self.tr.format_id(parse_format("%s"))
+            return f"(pd_print_usyms(c, {fid}, {args[0]}), 0)"
+        if name == "ustack":
+            return f"pd_ustack(c, {args[0]})"
         t = self.strtemp()
-        if name == "usymdata":
-            self.tr.usymdata = True
-            return f"pd_usymdata(c, {t}, {args[0]})"
-        return f"pd_usymname(c, {t}, {args[0]})" if args else f"pd_ubacktrace(c, {t})"
+        if name in ("sprint_usyms", "sprint_ustack"):
+            return f"pd_sprint_usyms(c, {t}, {args[0]})"
+        if name == "ubacktrace":
+            return f"pd_ubacktrace(c, {t})"
+        return f"pd_{name}(c, {t}{''.join(', ' + a for a in args)})"
+
+    def is_return(self) -> str:
+        """1 in a `.return` probe: a constant where every point of the probe says, else
+        (a function called from probes, a probe on entries and returns) its row's."""
+        if self.scope.kind == "probe" and self.sites:
+            kinds = {isinstance(s, FunctionSite) and s.is_return for s in self.sites}
+            if len(kinds) == 1:
+                return "INT64_C(1)" if kinds.pop() else "INT64_C(0)"
+        self.tr.is_return = True
+        return "(int64_t)pd_probe_is_return[c->probe - pd_probes]"
+
+    def register_call(self, name: str, args: list[str]) -> str:
+        """The register and argument built-ins (runtime/pd_uregs.c)."""
+        if name in ("register", "u_register"):
+            return f"pd_uregister(c, {args[0]}, {int(name == 'register')})"
+        if name == "uaddr":
+            return "pd_uaddr(c)"
+        if name == "regparm":
+            return f"(pd_regparm(c, {args[0]}), 0)"
+        if name == "asmlinkage":   # no argument in a register: i386's default already
+            return "(sizeof(long) == 4 ? (c->regparm = PD_REGPARM_SET) : 0, 0)"
+        if name == "fastcall":     # i386: three in registers
+            return "(sizeof(long) == 4 ? (c->regparm = PD_REGPARM_SET | 3) : 0, 0)"
+        how = ARG_FUNCS[name]
+        if how is None:
+            return f"pd_uarg64(c, {args[0]})"
+        return f"pd_uarg(c, {args[0]}, {how[0]}, {how[1]})"
 
     def call(self, e: ast.Call) -> str:
         name = e.name
@@ -560,8 +602,12 @@ class Emitter:
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"
-        if name in ("usymname", "usymdata", "ubacktrace", "print_ubacktrace"):
+        if name in USYM_FUNCS:
             return self.usym_call(name, args)
+        if name in REGISTER_FUNCS:
+            return self.register_call(name, args)
+        if name == "is_return":
+            return self.is_return()
         if name == "log":
             fid = self.tr.format_id(parse_format("%s\n"))
             tmp = self.strtemp()

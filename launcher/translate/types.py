@@ -96,8 +96,24 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "abs": ((LONG,), LONG),
     # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
-    "usymdata": ((LONG,), STRING),
+    "usymdata": ((LONG,), STRING), "umodname": ((LONG,), STRING), "ustack": ((LONG,), LONG),
+    "ucallers": ((LONG,), STRING), "sprint_ubacktrace": ((), STRING),
+    "print_usyms": ((STRING,), None), "print_ustack": ((STRING,), None),
+    "sprint_usyms": ((STRING,), STRING), "sprint_ustack": ((STRING,), STRING),
+    # the probe's registers (runtime/pd_uregs.c, stap's registers.stp of each arch)
+    "uaddr": ((), LONG), "register": ((STRING,), LONG), "u_register": ((STRING,), LONG),
+    "int_arg": ((LONG,), LONG), "uint_arg": ((LONG,), LONG), "long_arg": ((LONG,), LONG),
+    "ulong_arg": ((LONG,), LONG), "longlong_arg": ((LONG,), LONG),
+    "ulonglong_arg": ((LONG,), LONG), "pointer_arg": ((LONG,), LONG),
+    "s32_arg": ((LONG,), LONG), "u32_arg": ((LONG,), LONG), "s64_arg": ((LONG,), LONG),
+    "u64_arg": ((LONG,), LONG), "asmlinkage": ((), None), "fastcall": ((), None),
+    "regparm": ((LONG,), None), "is_return": ((), LONG),
 }
+# *_arg(n): stap's _stp_arg(n, sign_extend, truncate); None: longlong_arg's
+ARG_FUNCS: dict[str, tuple[int, int] | None] = {
+    "int_arg": (1, 1), "s32_arg": (1, 1), "uint_arg": (0, 1), "u32_arg": (0, 1),
+    "long_arg": (1, 0), "ulong_arg": (0, 0), "pointer_arg": (0, 0),
+    "longlong_arg": None, "ulonglong_arg": None, "s64_arg": None, "u64_arg": None}
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),

@@ -154,9 +154,17 @@ static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site 
         pd_run_probe(&pd_probes[site->probe], site, regs, bias);
 }
 
+/* The arithmetic flags from the stub's word: lahf in bits 8-15, seto in bit 0. */
+static inline void pd_stub_flags(struct pd_regs *regs)
+{
+    pd_ureg raw = *(const pd_ureg *)(regs + 1);
+    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+}
+
 PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) { /* a function entry: nothing there reads flags */
+    if (site->nentry + site->nreturn) { /* a function entry (register("eflags") reads them) */
+        pd_stub_flags(regs);
         pd_func_fire(regs, site, bias);
         return;
     }
@@ -165,8 +173,7 @@ PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site,
         pd_fast_mark(p, &pd_fenv); /* reads no register: flags left unconverted */
         return;
     }
-    pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
-    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+    pd_stub_flags(regs);
     pd_tramp_fire(regs, site, bias);
 }
 
