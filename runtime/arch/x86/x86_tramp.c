@@ -155,7 +155,7 @@ static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site 
 }
 
 /* The arithmetic flags from the stub's word: lahf in bits 8-15, seto in bit 0. */
-static inline void pd_stub_flags(struct pd_regs *regs)
+static inline __attribute__((always_inline)) PD_FAST_FN void pd_stub_flags(struct pd_regs *regs)
 {
     pd_ureg raw = *(const pd_ureg *)(regs + 1);
     regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
