@@ -359,7 +359,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         _warning(opts, warning)
 
     t0 = time.monotonic()
-    resolution = Resolver(target_path, warn=warn).resolve(script)
+    script, resolution = Resolver(target_path, warn=warn).resolve_script(script)
+    if verbose:
+        for line in resolution.dropped:
+            print(line, file=sys.stderr)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     define_map = dict(d.split("=", 1) for d in defines)
