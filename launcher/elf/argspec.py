@@ -208,10 +208,28 @@ def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
     out = []
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        arg = text[m.start():end].strip()
-        operand = text[m.end():end].strip()
+        # Only aarch64's `[x0, 152]` has blanks, inside its brackets: a word after the
+        # operand is a size-less one (a hand-written note may mix the two forms, as
+        # stap, which splits at every blank, reads it).
+        operand, *legacy = _top_level_words(text[m.end():end])
+        arg = f"{text[m.start():m.end()].lstrip()}{operand}"
         out.append((int(m.group(2)), m.group(1) == "-", m.group(3) == "f", operand, arg))
+        out += [(0, False, False, op, op) for op in legacy]
     return out
+
+
+def _top_level_words(text: str) -> list[str]:
+    """`text` split at the blanks outside brackets and parentheses."""
+    words, cur, depth = [], "", 0
+    for ch in text.strip():
+        depth += (ch in "[(") - (ch in "])")
+        if ch == " " and depth <= 0:
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*words, cur] if cur or not words else words
 
 
 class ArgParser:
