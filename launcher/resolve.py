@@ -131,7 +131,8 @@ class Resolver:
         if "/" not in path:
             found = find_program(path)
             if found is None:
-                raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH")
+                raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH "
+                                "or the current directory")
             path = found
         missing = missing_reason(path)
         if missing is not None:
