@@ -133,6 +133,10 @@ def test_narrow_register_descriptors() -> None:
     assert (neg_al.size, neg_al.signed, neg_al.note_size) == (1, True, 4)
     assert (legacy.size, legacy.signed, legacy.note_size) == (2, False, 8)
     assert pair.kind is ArgKind.REG and pair.size == 4
+    # stap splits at every blank: sized and size-less operands mix in either order
+    assert [(a.size, a.signed, a.note_size) for a in
+            parse_sdt_args("%ah -2@%ax %al", "x86_64")] == [(1, False, 8), (2, True, 0),
+                                                            (1, False, 8)]
     (i386_pair, sil) = parse_sdt_args("-8@%eax %sil", "i386")
     # the low half of an i386 register pair: the high half is not recorded
     assert i386_pair.kind is ArgKind.UNSUPPORTED, i386_pair

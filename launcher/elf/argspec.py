@@ -203,9 +203,8 @@ def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
     if not text:
         return []
     starts = list(_ARG_START.finditer(text))
-    if not starts or starts[0].start() != 0:
-        return [(0, False, False, op, op) for op in text.split()]
-    out = []
+    head = text[:starts[0].start()] if starts else text
+    out = [(0, False, False, op, op) for op in _top_level_words(head) if op]
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
         # Only aarch64's `[x0, 152]` has blanks, inside its brackets: a word after the
