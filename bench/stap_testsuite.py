@@ -91,7 +91,6 @@ class Test:
         self.first_error = ""
         self.load_secs = 0.0        # stap_run: seconds between the start line and SIGINT
         self.build: list[str] | None = None  # the target_compile command run before it
-        self.build_error = ""
         self.check_prefix = ""      # checks mode: the word before PASS:/FAIL: in each line
         self.float_exempt = False   # checks mode: FAIL lines of float/double checks pass
 
@@ -749,10 +748,8 @@ class _SdtExp:
         t.float_exempt = float_exempt
         self.tests.append(t)
 
-    def source(self, name: str) -> str:
-        return str(self.exp.parent / name)
-
-    def script(self, name: str) -> str:
+    def path(self, name: str) -> str:
+        """$srcdir/$subdir/NAME: a source or script beside the .exp."""
         return str(self.exp.parent / name)
 
     # one method per .exp, each following that file's loops --------------------------
@@ -773,8 +770,8 @@ class _SdtExp:
                             f"{extra_flag} {peds[j]}")
                     expected = r10 + (r12 if pbtype_mssg == "uprobe" else "")
                     self.add(f"{test} {extra_mssg} {ped_mssgs[j]} {pbtype_mssg} ({_RT})",
-                             self.source("sdt.c"), prog, opts,
-                             [f"--runtime={_RT}", "-w", self.script("sdt.stp"), prog,
+                             self.path("sdt.c"), prog, opts,
+                             [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
                               "-c", f"./{prog}"], mode="run3", expected=expected)
 
     def sdt_va_args(self) -> None:
@@ -784,20 +781,20 @@ class _SdtExp:
             prog = f"{test}.c.exe.{i}"
             opts = (f"additional_flags=-g {self.includes()} additional_flags=-Wall "
                     f"additional_flags=-Wextra additional_flags=-Werror {extra_flag}")
-            self.add(f"{test} {extra_mssg} ({_RT})", self.source(f"{test}.c"), prog, opts,
-                     [f"--runtime={_RT}", "-w", self.script("sdt.stp"), prog,
+            self.add(f"{test} {extra_mssg} ({_RT})", self.path(f"{test}.c"), prog, opts,
+                     [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
                       "-c", f"./{prog}"], mode="run3", expected=self.vars["result_string"])
 
     def sdt_casm(self) -> None:
         opts = f"{self.includes()} additional_flags=-std=c99"
-        self.add(f"sdt_casm ({_RT})", self.source("sdt_casm.c"), "sdt_casm.x", opts,
-                 [self.script("sdt_casm.stp"), f"--runtime={_RT}", "-c", "sdt_casm.x"],
+        self.add(f"sdt_casm ({_RT})", self.path("sdt_casm.c"), "sdt_casm.x", opts,
+                 [self.path("sdt_casm.stp"), f"--runtime={_RT}", "-c", "sdt_casm.x"],
                  mode="run3", expected=self.vars["result_string"])
 
     def sdt_asm(self) -> None:
         opts = f"{self.includes()} additional_flags=-g"
-        self.add(f"sdt_misc asm ({_RT})", self.source("sdt_asm.S"), "sdt_asm.x", opts,
-                 [f"--runtime={_RT}", "-c", "./sdt_asm.x", self.script("sdt_asm.stp"),
+        self.add(f"sdt_misc asm ({_RT})", self.path("sdt_asm.S"), "sdt_asm.x", opts,
+                 [f"--runtime={_RT}", "-c", "./sdt_asm.x", self.path("sdt_asm.stp"),
                   "./sdt_asm.x"], mode="checks", prefix="sdt_asm")
 
     def sdt_misc(self) -> None:
@@ -820,9 +817,9 @@ class _SdtExp:
                     # stap counts FAIL lines of float and double checks as passes
                     # under dyninst (sdt_misc.exp's float_notok)
                     self.add(f"sdt_misc types {pb_mssg} ({_RT}) {tmssg} {ped_mssgs[p]}",
-                             self.source("sdt_types.c"), "sdt_types.x", opts,
+                             self.path("sdt_types.c"), "sdt_types.x", opts,
                              [f"--runtime={_RT}", "-g", "-c", "./sdt_types.x",
-                              self.script("sdt_types.stp"), "./sdt_types.x"],
+                              self.path("sdt_types.stp"), "./sdt_types.x"],
                              mode="checks", prefix="sdt_types", float_exempt=True)
 
 
