@@ -23,6 +23,11 @@ this checkout's .venv/bin/pydyn:
   switch, source, objcopy): exelib.exp builds its program/library variants and sources
   every subtest's .tcl for each (the runner enables all of them); a .tcl's spawned stap
   is judged as expect would count its patterns, then by the .tcl's own pass/fail checks.
+- The SDT tests of systemtap.base (sdt, sdt_va_args, sdt_casm, sdt_asm, and the types part
+  of sdt_misc): each program is built as its .exp builds it, once per flag variant the
+  .exp iterates (-O2/-O3, c89/c99/gnu99, the C++ dialects, -pedantic, -DSTAP_SDT_V2, ...)
+  and per ABI (`--abi m64|m32|both`), and each build is one test, judged as its .exp
+  judges it: the output compared line by line, or every line `sdt_asm PASS: ...`.
 
 In scope for a user-space tool: tests whose probe points are all begin, end, error, never,
 oneshot, timer.{s,ms,us,ns,hz,sec,msec,usec,nsec}, process... or aliases the script itself
@@ -112,6 +117,9 @@ class Test:
         self.first_error = ""
         self.load_secs = 0.0        # stap_run: seconds between the start line and SIGINT
         self.expect: Expect | None = None
+        self.build: list[str] | None = None  # the target_compile command run before it
+        self.check_prefix = ""      # checks mode: the word before PASS:/FAIL: in each line
+        self.float_exempt = False   # checks mode: FAIL lines of float/double checks pass
 
 
 class Expect:
@@ -917,11 +925,18 @@ class _Return(Exception):
     pass
 
 
-def output_tests(suite: Path, work: Path) -> Iterator[Test]:
+def output_tests(suite: Path, work: Path, abis: list[str]) -> Iterator[Test]:
     for d in OUTPUT_DIRS:
         for exp in sorted((suite / d).glob("*.exp")):
             wdir = work / d / exp.stem
             wdir.mkdir(parents=True, exist_ok=True)
+            if d == "systemtap.base" and exp.name in SDT_EXPS:
+                try:
+                    yield from sdt_tests(suite, exp, wdir, abis)
+                except Unsupported as e:
+                    yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                               out_of_scope=f"needs Tcl/expect the runner does not model ({e})")
+                continue
             it = Interp(suite, exp, wdir)
             try:
                 it.run(exp.read_text(errors="replace"))
@@ -944,6 +959,208 @@ def output_tests(suite: Path, work: Path) -> Iterator[Test]:
                 yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
                            out_of_scope="runs stap in no way the runner models")
             yield from it.tests
+
+
+# ---------------------------------------------------------------------------------------
+# The SDT tests: each .exp compiles its C (or assembly) program once per variant of the
+# compiler flags it iterates, then runs stap on each build.  Their loops (for, proc, spawn
+# and expect) are more Tcl than the reader above runs, so the loops are modelled here as
+# the .exp writes them, with every flag list, message and expected output read from the
+# .exp itself; each build is run for each ABI given with --abi.
+
+SDT_EXPS = ("sdt.exp", "sdt_va_args.exp", "sdt_casm.exp", "sdt_asm.exp", "sdt_misc.exp")
+ABI_FLAGS = {"m64": ["-m64"], "m32": ["-m32", "-idirafter", "/usr/include/x86_64-linux-gnu"]}
+# the one runtime get_runtime_list gives here, as the .exp files spell it in test names
+_RT = "dyninst"
+
+
+def exp_sets(text: str) -> dict[str, str]:
+    """The literal values of the `set NAME {...}` / `set NAME "..."` commands of an .exp,
+    at any depth of its braced bodies (the first of each name)."""
+    found: dict[str, str] = {}
+
+    def walk(src: str, depth: int) -> None:
+        try:
+            cmds = tcl_commands(src)
+        except (ValueError, IndexError):
+            return
+        for words in cmds:
+            if (len(words) == 3 and words[0].text == "set" and words[2].kind != "bare"
+                    and "$" not in words[2].text and "[" not in words[2].text):
+                found.setdefault(words[1].text.lstrip(":"), words[2].text)
+            if depth < 6:
+                for w in words[1:]:
+                    if w.kind == "brace" and "\n" in w.text:
+                        walk(w.text, depth + 1)
+    walk(text, 0)
+    return found
+
+
+class _SdtExp:
+    """One SDT .exp: its variables, and the Tests of its builds for one ABI."""
+
+    def __init__(self, suite: Path, exp: Path, work: Path, abi: str) -> None:
+        self.suite = suite
+        self.exp = exp
+        self.abi = abi
+        self.work = work
+        self.it = Interp(suite, exp, work)
+        self.vars = exp_sets(exp.read_text(errors="replace"))
+        self.tests: list[Test] = []
+
+    def list(self, name: str) -> list[str]:
+        if name not in self.vars:
+            raise Unsupported(f"{self.exp.name} sets no {name}")
+        return self.it.tcl_list(self.vars[name])
+
+    def includes(self) -> str:
+        # sdt_includes: the testsuite's sys/sdt.h wrapper (STAP_SDT_V1/V2 forms) first,
+        # then the installed <sys/sdt.h> the compiler finds on its own path
+        return f"additional_flags=-isystem{self.suite}"
+
+    def add(self, name: str, source: str, prog: str, options: str, argv: list[str], *,
+            mode: str, expected: str | None = None, prefix: str = "",
+            float_exempt: bool = False) -> None:
+        """A build of `source` with target_compile's `options`, and the stap run on it."""
+        label = f"{self.exp.parent.name}/{self.exp.name}: {' '.join(name.split())} [{self.abi}]"
+        k = sum(1 for t in self.tests if t.name.startswith(label))
+        wdir = self.work / f"{self.abi}-{len(self.tests)}"
+        wdir.mkdir(parents=True, exist_ok=True)
+        compiler, flags = "gcc", []
+        for o in shlex.split(options):
+            if o == "c++":
+                compiler = "g++"
+            elif o.startswith("additional_flags="):
+                flags.append(o.split("=", 1)[1])
+        flags = [f for f in flags if f]
+        scripts = [Path(a).read_text(errors="replace") for a in argv
+                   if a.endswith(".stp") and os.path.isfile(a)]
+        t = Test(self.exp.parent.name, label + (f" #{k + 1}" if k else ""), ["stap", *argv],
+                 wdir, mode=mode, expected=expected, scripts=scripts)
+        # default_target_compile: the flags come before the sources (so `-x c++` applies)
+        t.build = [compiler, *flags, *ABI_FLAGS[self.abi], source, "-o", str(wdir / prog)]
+        t.check_prefix = prefix
+        t.float_exempt = float_exempt
+        self.tests.append(t)
+
+    def path(self, name: str) -> str:
+        """$srcdir/$subdir/NAME: a source or script beside the .exp."""
+        return str(self.exp.parent / name)
+
+    # one method per .exp, each following that file's loops --------------------------
+    def sdt(self) -> None:
+        test = "sdt"
+        extra_flags, extra_mssgs = self.list("extra_flags"), self.list("extra_mssgs")
+        ped_idx, peds = self.list("type_pedantics_idx"), self.list("type_pedantics")
+        ped_mssgs = self.list("type_pedantic_mssgs")
+        pbtype_flags, pbtype_mssgs = self.list("pbtype_flags"), self.list("pbtype_mssgs")
+        r10, r12 = self.vars["result_string10"], self.vars["result_string12"]
+        for pbtype_flag, pbtype_mssg in zip(pbtype_flags, pbtype_mssgs, strict=True):
+            for i, (extra_flag, extra_mssg) in enumerate(zip(extra_flags, extra_mssgs,
+                                                             strict=True)):
+                prog = f"sdt.c.exe.{i}"
+                for j in range(int(ped_idx[i])):
+                    opts = (f"additional_flags=-g {self.includes()} additional_flags=-Wall "
+                            f"additional_flags=-Wextra additional_flags=-Werror {pbtype_flag} "
+                            f"{extra_flag} {peds[j]}")
+                    expected = r10 + (r12 if pbtype_mssg == "uprobe" else "")
+                    self.add(f"{test} {extra_mssg} {ped_mssgs[j]} {pbtype_mssg} ({_RT})",
+                             self.path("sdt.c"), prog, opts,
+                             [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
+                              "-c", f"./{prog}"], mode="run3", expected=expected)
+
+    def sdt_va_args(self) -> None:
+        test = "sdt_va_args"
+        for i, (extra_flag, extra_mssg) in enumerate(zip(
+                self.list("extra_flags"), self.list("extra_mssgs"), strict=True)):
+            prog = f"{test}.c.exe.{i}"
+            opts = (f"additional_flags=-g {self.includes()} additional_flags=-Wall "
+                    f"additional_flags=-Wextra additional_flags=-Werror {extra_flag}")
+            self.add(f"{test} {extra_mssg} ({_RT})", self.path(f"{test}.c"), prog, opts,
+                     [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
+                      "-c", f"./{prog}"], mode="run3", expected=self.vars["result_string"])
+
+    def sdt_casm(self) -> None:
+        opts = f"{self.includes()} additional_flags=-std=c99"
+        self.add(f"sdt_casm ({_RT})", self.path("sdt_casm.c"), "sdt_casm.x", opts,
+                 [self.path("sdt_casm.stp"), f"--runtime={_RT}", "-c", "sdt_casm.x"],
+                 mode="run3", expected=self.vars["result_string"])
+
+    def sdt_asm(self) -> None:
+        opts = f"{self.includes()} additional_flags=-g"
+        self.add(f"sdt_misc asm ({_RT})", self.path("sdt_asm.S"), "sdt_asm.x", opts,
+                 [f"--runtime={_RT}", "-c", "./sdt_asm.x", self.path("sdt_asm.stp"),
+                  "./sdt_asm.x"], mode="checks", prefix="sdt_asm")
+
+    def sdt_misc(self) -> None:
+        """Only its types part (sdt_types.c, sdt_types.stp); the rest needs dtrace and
+        expect sessions the runner does not model."""
+        v_flags, pb_flags = self.list("v_flags"), self.list("pbtype_flags")
+        pb_mssgs = self.list("pbtype_mssgs")
+        type_flags, type_mssgs = self.list("extra_type_flags"), self.list("extra_type_mssgs")
+        long_long, ped_idx = self.list("has_long_long"), self.list("type_pedantics_idx")
+        peds, ped_mssgs = self.list("type_pedantics"), self.list("type_pedantic_mssgs")
+        for v_flag, pb_flag, pb_mssg in zip(v_flags, pb_flags, pb_mssgs, strict=True):
+            if pb_mssg != "V3_uprobe":
+                continue   # the .exp runs only V3 builds under dyninst
+            pbtype_flag = f"{pb_flag} additional_flags={v_flag}"
+            for j, (tflag, tmssg) in enumerate(zip(type_flags, type_mssgs, strict=True)):
+                for p in range(int(ped_idx[j])):
+                    opts = (f"{self.includes()} additional_flags=-Wall additional_flags=-Werror"
+                            f" additional_flags=-I. {pbtype_flag} {tflag} {peds[p]} "
+                            f"{long_long[j]}")
+                    # stap counts FAIL lines of float and double checks as passes
+                    # under dyninst (sdt_misc.exp's float_notok)
+                    self.add(f"sdt_misc types {pb_mssg} ({_RT}) {tmssg} {ped_mssgs[p]}",
+                             self.path("sdt_types.c"), "sdt_types.x", opts,
+                             [f"--runtime={_RT}", "-g", "-c", "./sdt_types.x",
+                              self.path("sdt_types.stp"), "./sdt_types.x"],
+                             mode="checks", prefix="sdt_types", float_exempt=True)
+
+
+def sdt_tests(suite: Path, exp: Path, work: Path, abis: list[str]) -> list[Test]:
+    tests: list[Test] = []
+    for abi in abis:
+        e = _SdtExp(suite, exp, work, abi)
+        getattr(e, exp.stem)()
+        tests += e.tests
+    if exp.stem == "sdt_misc":
+        tests.append(Test(exp.parent.name, f"{exp.parent.name}/{exp.name}: the rest", [],
+                          work, mode="ok", out_of_scope="needs Tcl/expect the runner does "
+                          "not model (dtrace -G builds, attach sessions)"))
+    return tests
+
+
+def build_target(t: Test) -> bool:
+    """Run the test's target_compile; a failure fails the test with the compiler's line."""
+    assert t.build is not None
+    r = subprocess.run(t.build, capture_output=True, text=True, cwd=t.cwd)
+    if r.returncode == 0:
+        return True
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    t.first_error = "target_compile failed: " + next(
+        (ln for ln in lines if "error" in ln), lines[0] if lines else f"exit {r.returncode}")
+    return False
+
+
+def judge_checks(t: Test, res: str) -> None:
+    """sdt_asm.exp / sdt_misc.exp: every line must be `PREFIX PASS: ...`, at least one.
+    With float_exempt, FAIL lines naming a float or double check do not count."""
+    ok, bad = 0, []
+    for line in res.splitlines():
+        if re.match(rf"{t.check_prefix} PASS: ", line):
+            ok += 1
+            continue
+        m = re.match(rf"{t.check_prefix} FAIL: (\S*)", line)
+        if m and t.float_exempt and re.search("float|double", m.group(1)):
+            continue
+        bad.append(line)
+    if bad:
+        t.first_error = f"{len(bad)} line(s) not PASS, first: {bad[0][:100]!r}"
+    elif not ok:
+        t.first_error = "no PASS line"
+    else:
+        t.passed = True
 
 
 # ---------------------------------------------------------------------------------------
@@ -1115,6 +1332,8 @@ def run_expected(t: Test, env: dict[str, str], timeout: float) -> None:
 def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
     if t.mode == "failed":
         return
+    if t.build is not None and not build_target(t):
+        return
     if t.mode == "interrupt":
         run_interrupted(t, env, timeout)
         return
@@ -1149,6 +1368,8 @@ def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
         t.passed = rc != 0 and bool(err.strip())
         t.first_error = ("" if t.passed else
                          "succeeded but must fail" if rc == 0 else "failed without a message")
+    elif t.mode == "checks":
+        judge_checks(t, out + err)
     else:
         res = out + err
         if t.mode == "exact" and rc != 0:
@@ -1169,11 +1390,11 @@ def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
         t.passed = True
 
 
-def collect(suite: Path, work: Path) -> list[Test]:
+def collect(suite: Path, work: Path, abis: list[str] | None = None) -> list[Test]:
     marked = dyninst_marked(suite)
     tests = list(pass_tests(suite, work / "pass", marked))
     (work / "pass").mkdir(parents=True, exist_ok=True)
-    tests += list(output_tests(suite, work))
+    tests += list(output_tests(suite, work, abis or list(ABI_FLAGS)))
     diffs = load_differences()
     for t in tests:
         key = t.name.split(":")[0]
@@ -1238,6 +1459,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="print each failing test with its first error line")
     ap.add_argument("--list-tests", action="store_true",
                     help="print each test in scope with PASS or FAIL")
+    ap.add_argument("--abi", choices=[*ABI_FLAGS, "both"], default="both",
+                    help="the ABI the SDT tests build their programs for; each build is "
+                         "one test (both)")
     ap.add_argument("--list-scope", action="store_true",
                     help="print each out-of-scope test with its reason")
     a = ap.parse_args(argv)
@@ -1248,7 +1472,7 @@ def main(argv: list[str] | None = None) -> int:
         suite = testsuite_dir(a.source.resolve(), tmp)
         work = tmp / "work"
         work.mkdir()
-        tests = collect(suite, work)
+        tests = collect(suite, work, list(ABI_FLAGS) if a.abi == "both" else [a.abi])
         if a.pattern:
             tests = [t for t in tests if a.pattern in t.name]
         env = dict(os.environ, PATH=f"{make_shim(tmp, a.pydyn)}:{os.environ['PATH']}",

@@ -361,7 +361,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         _warning(opts, warning)
 
     t0 = time.monotonic()
-    resolution = Resolver(target_path, warn=warn).resolve(script)
+    script, resolution = Resolver(target_path, warn=warn).resolve_script(script)
+    if verbose:
+        for line in resolution.dropped:
+            print(line, file=sys.stderr)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     from .elf.libraries import symbol_objects
     symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
