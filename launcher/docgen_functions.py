@@ -49,6 +49,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`"),
         "pn": ((), "the same as pp()"),
         "ppfunc": ((), "the probed function's name; \"\" outside function probes"),
+        "returnval": ((), "the register functions return their value in (rax, eax, x0) as "
+                          "the process's long: a guess except at a return; an error in "
+                          "begin, end and timer probes"),
+        "returnstr": (("format",), "returnval() as `-2 (ENOENT)` for a negated errno "
+                                   "value, else in hex (format 2), octal (3) or decimal; "
+                                   "`N/A` without registers"),
         "probefunc": ((), "the same as ppfunc()"),
     }),
     ("Time", {

@@ -607,6 +607,8 @@ int64_t pd_randint(struct pd_ctx *c, int64_t n);
 char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs);
 char *pd_errno_str(char *dst, int64_t err);
 int64_t pd_errno_p(int64_t err);
+int64_t pd_returnval(struct pd_ctx *c);
+char *pd_returnstr(struct pd_ctx *c, char *dst, int64_t format);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);

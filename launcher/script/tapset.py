@@ -62,12 +62,23 @@ _ARGV = ("global argc = $#\nglobal argv\n"
          + "probe begin(-9223372036854775807) {\n"
          + "".join(f"  argv[{i}] = argv_{i}\n" for i in range(1, 33)) + "}\n")
 
+# return_str(format, ret): a return value as stap's syscall tapset prints it
+_RETURN_STR = """
+function return_str:string(format:long, ret:long) {
+  if (ret < 0 && errno_p(ret)) return sprintf("%d (%s)", ret, errno_str(ret))
+  if (format == 2) return sprintf("0x%x", ret)
+  if (format == 3) return sprintf("%#o", ret)
+  return sprintf("%d", ret)
+}
+"""
+
 GROUPS: tuple[tuple[str, str], ...] = (
     ("<pydyn tapset: print_char>", 'function print_char(c:long) { printf("%c", c) }\n'),
     ("<pydyn tapset: arch_bytes>", f"function arch_bytes:long() {{ return {_BYTES} }}\n"),
     ("<pydyn tapset: endian>", _ENDIAN),
     ("<pydyn tapset: indent>", _INDENT),
     ("<pydyn tapset: argv>", _ARGV),
+    ("<pydyn tapset: return_str>", _RETURN_STR),
 )
 
 _DEFINES = re.compile(r"\b(?:function|global)\s+(\w+)")

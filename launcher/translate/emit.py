@@ -597,6 +597,10 @@ class Emitter:
             return f"(int64_t)((unsigned)({args[0]})[0] - '0' < 10)"
         if name == "uarch_bytes":   # the probed process's ABI (the module's)
             return "(int64_t)sizeof(long)"
+        if name == "returnval":
+            return "pd_returnval(c)"
+        if name == "returnstr":
+            return f"pd_returnstr(c, {self.strtemp()}, {args[0]})"
         if name == "errno_str":
             return f"pd_errno_str({self.strtemp()}, {args[0]})"
         if name == "string_quoted":

@@ -81,6 +81,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "randint": ((LONG,), LONG), "ctime": ((LONG,), STRING), "errno_str": ((LONG,), STRING),
     "string_quoted": ((STRING,), STRING), "errno_p": ((LONG,), LONG),
     "isdigit": ((STRING,), LONG), "uarch_bytes": ((), LONG),
+    "returnval": ((), LONG), "returnstr": ((LONG,), STRING),
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
