@@ -433,7 +433,7 @@ def run(argv: Sequence[str]) -> int:
         split_command,
     )
 
-    opts = _parser().parse_args(argv)
+    opts = _parser().parse_intermixed_args(argv)
     if opts.attach_pid is not None:
         if len(opts.attach_pid) > 1:
             pids = ", ".join(str(p) for p in opts.attach_pid)
@@ -646,6 +646,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore(signum: int, frame: object) -> None:
+    """SIGUSR2 is staprun's "switch output file" (-S), which pydyn has not: noted and
+    ignored, as staprun ignores it without -S, so a kill or a guru raise() in a begin
+    probe does not end the session.  A handler, not SIG_IGN, which a -c command would
+    inherit."""
+
+
 def _die_of_sigpipe() -> int:
     """The reader of our output went away: end as a tool killed by SIGPIPE does (the
     shell sees 141, `set -o pipefail` reports it; no message, no traceback), after
@@ -668,6 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    signal.signal(signal.SIGUSR2, _ignore)
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         return run(args)

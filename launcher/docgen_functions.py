@@ -72,6 +72,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
                             "(a `try` block catches it)"),
         "warn": (("msg",), "print `WARNING: msg` on stderr and go on"),
         "log": (("msg",), "print msg and a newline on the output"),
+        "raise": (("sig",), "send signal sig to the thread the probe ran in, once the "
+                            "handler is done (guru mode, `-g`); in begin, end and timer "
+                            "probes that is pydyn itself"),
+        "system": (("cmd",), "run cmd with `sh -c` once the handler is done, in the "
+                             "background, as the user running pydyn; its output goes "
+                             "to pydyn's stdout (stderr with `--json`)"),
     }),
     ("Strings", {
         "strlen": (("s",), "the length of s in bytes"),

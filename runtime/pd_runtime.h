@@ -430,6 +430,7 @@ int64_t pd_ppid(void);
 const char *pd_execname(void);
 int64_t pd_target(struct pd_ctx *c);
 void pd_exit(struct pd_ctx *c);
+void pd_raise(struct pd_ctx *c, int64_t sig);
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 
@@ -583,6 +584,7 @@ char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
 char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
+void pd_system(struct pd_ctx *c, const char *cmd);
 void pd_follow_init(void);
 void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
 /* pd_pstack.c: the trampolines' private per-thread stacks. */

@@ -1,6 +1,6 @@
 """SystemTap tapset functions on a real process, -m64 and -m32 (tests/progs/stap_tapset3.c):
-returnval(), returnstr(), return_str() and the user_* reads' _error/_warn forms and UTF-16
-and UTF-32 strings, each as stap's tapset documents it."""
+returnval(), returnstr(), return_str(), raise(), system(), each as stap's tapset
+documents it."""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return cbuild.build_c(PROG, out, m32=m32, extra=sdt_cflags(m32))
 
 
-def run(cache: Path, script: str, *args: str) -> tuple[int, str, str]:
-    r = cbuild.run_pydyn(cache, "-e", script, *args)
+def run(cache: Path, *args: str) -> tuple[int, str, str]:
+    r = cbuild.run_pydyn(cache, *args)
     assert "Traceback" not in r.stderr, r.stderr
     return r.returncode, r.stdout, r.stderr
 
@@ -42,7 +42,7 @@ def test_returnval_returnstr_return_str(cache: Path, target: Path) -> None:
   printf("%d|%s|%s|%s|%s|%s\\n", returnval(), returnstr(1), returnstr(2), returnstr(3),
          return_str(2, $return), return_str(3, returnval()))
 }}'''
-    rc, out, err = run(cache, script, "-c", f"{target} -2 255 -5000")
+    rc, out, err = run(cache, "-e", script, "-c", f"{target} -2 255 -5000")
     assert rc == 0, err
     neg = "0xffffec78|037777766170" if is_m32(target) else \
         "0xffffffffffffec78|01777777777777777766170"
@@ -55,7 +55,61 @@ def test_returnval_returnstr_return_str(cache: Path, target: Path) -> None:
 
 def test_returnval_without_registers_is_an_error(cache: Path) -> None:
     # a begin probe runs in the launcher: no registers; returnstr() says N/A there
-    rc, out, err = run(cache, 'probe begin { println(returnstr(1)); println(returnval()) }')
+    rc, out, err = run(cache, "-e",
+                       'probe begin { println(returnstr(1)); println(returnval()) }')
     assert rc == 1
     assert out.splitlines() == ["N/A"]
     assert "returnval() not defined in this context begin" in err
+
+
+def test_raise_signals_the_probed_thread_after_the_handler(cache: Path, target: Path) -> None:
+    # the target's own SIGUSR1 handler runs once per raise(), after the probe's handler
+    # (which still prints); guru C can name the signal, as in stap
+    script = f'''probe process("{target}").mark("text") {{
+  raise(%{{ SIGUSR1 %}}); println("raised"); raise(10)
+}}
+probe process("{target}").mark("done") {{ printf("caught=%d\\n", $arg2) }}'''
+    rc, out, err = run(cache, "-g", "-e", script, "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines() == ["raised", "caught=1"]
+    # a signal number out of range is the handler's error, as send_sig's -EINVAL
+    rc, out, err = run(cache, "-g", "-e", script.replace("raise(10)", "raise(0)"),
+                       "-c", f"{target} 1")
+    assert rc == 1 and "raise/send_sig error -22" in err
+
+
+def test_raise_needs_guru_mode_and_spares_the_launcher(cache: Path) -> None:
+    rc, out, err = run(cache, "-e", "probe begin { raise(12) }")
+    assert rc == 1 and "raise() sends a signal to the probed thread: only in guru mode" in err
+    # in a begin probe the thread is pydyn's: SIGUSR2 (staprun's -S signal) is ignored
+    rc, out, err = run(cache, "-g", "-e", 'probe begin { raise(%{ SIGUSR2 %}); '
+                       'println("begin") } probe timer.ms(100) { exit() } '
+                       'probe end { println("end") }')
+    assert rc == 0, err
+    assert out.splitlines() == ["begin", "end"]
+
+
+def test_system_runs_after_the_handler(cache: Path, target: Path) -> None:
+    # the command runs in the background once the handler's output is out; a failing
+    # command is its own business (its stderr passes through)
+    script = f'''probe process("{target}").mark("done") {{
+  system(sprintf("echo sum=%d pid=%d", $arg1, pid()))
+  printf("handler %d\\n", pid())
+  system("exit 3")
+}}
+probe end {{ system("echo at-end") }}'''
+    rc, out, err = run(cache, "-e", script, "-c", f"{target} 4 5")
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("handler ")
+    assert sorted(lines[1:]) == ["at-end", f"sum=9 pid={lines[0].split()[1]}"]
+
+
+def test_options_and_script_arguments_intermix(cache: Path, tmp_path: Path) -> None:
+    # stap's getopt permutes: options may follow the script and its arguments
+    script = tmp_path / "args.stp"
+    script.write_text('probe begin { printf("%s %s %s\\n", @1, @2, '
+                      '%( guru_mode == 1 %? "guru" %: "-" %)) exit() }\n')
+    rc, out, err = run(cache, str(script), "one", "-g", "two", "--runtime=dyninst")
+    assert rc == 0, err
+    assert out.splitlines() == ["one two guru"]

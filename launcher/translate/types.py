@@ -66,7 +66,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
     "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
     "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
-    "log": ((STRING,), None),
+    "log": ((STRING,), None), "system": ((STRING,), None), "raise": ((LONG,), None),
     "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
     "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
     "str_replace": ((STRING, STRING, STRING), STRING),
@@ -616,6 +616,9 @@ class Types:
             return STRING if name.startswith("s") else None
         user_fn = name in self.funcs
         params: tuple[str, ...]
+        if name == "raise" and not self.script.guru:
+            raise _err("raise() sends a signal to the probed thread: only in guru mode", e,
+                       "run with -g")
         if name in SET_USER and not user_fn:
             if not self.script.guru:
                 raise _err(f"{name}() writes into the target's memory: only in guru mode", e,
