@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="taken; function probes are at the entry as the patch plan has it")
     compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
                         help="tapset directory: its .stp files are parsed, the functions, "
-                             "globals and probe aliases a script uses taken")
+                             "globals and probe aliases a script uses taken; the macros of "
+                             "its .stpm files may be invoked")
     compat.add_argument("-t", dest="timing", action="store_true",
                         help="taken; probe timing is not collected")
     compat.add_argument("-k", dest="keep_tmp", action="store_true",
@@ -195,11 +196,11 @@ def _check_options(opts: argparse.Namespace) -> None:
             raise PydynError(f"-I {d}: not a directory")
 
 
-def _tapsets(dirs: Sequence[str]) -> list[tuple[str, str]]:
-    """-I DIR: every .stp under DIR (sorted), as (text, path)."""
+def _tapsets(dirs: Sequence[str], suffix: str = ".stp") -> list[tuple[str, str]]:
+    """-I DIR: every .stp (or macro library, .stpm) under DIR (sorted), as (text, path)."""
     out = []
     for d in dirs:
-        for path in sorted(Path(d).rglob("*.stp")):
+        for path in sorted(Path(d).rglob("*" + suffix)):
             try:
                 out.append((path.read_text(errors="surrogateescape"), str(path)))
             except OSError as exc:
@@ -495,7 +496,9 @@ def run(argv: Sequence[str]) -> int:
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
                               guru=opts.guru, compatible=opts.compatible,
-                              library=_tapsets(opts.tapset_dirs))
+                              library=_tapsets(opts.tapset_dirs),
+                              macro_files=_tapsets(opts.tapset_dirs, ".stpm"),
+                              warn=lambda msg: print(f"WARNING: {msg}", file=sys.stderr))
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
@@ -544,7 +547,9 @@ def run(argv: Sequence[str]) -> int:
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
                                            *(("tapset -I", f"{p}\0{t}")
-                                             for t, p in _tapsets(opts.tapset_dirs))],
+                                             for t, p in _tapsets(opts.tapset_dirs)),
+                                           *(("macros -I", f"{p}\0{t}")
+                                             for t, p in _tapsets(opts.tapset_dirs, ".stpm"))],
                                     ) if cache else (None, None)
     if hit is not None and cache is not None and argv_cmd is not None:
         # the modules do not depend on the -c program; what the session needs of it

@@ -113,3 +113,57 @@ def test_options_and_script_arguments_intermix(cache: Path, tmp_path: Path) -> N
     rc, out, err = run(cache, str(script), "one", "-g", "two", "--runtime=dyninst")
     assert rc == 0, err
     assert out.splitlines() == ["one two guru"]
+
+
+def test_tapset_macros_and_a_one_bucket_linear_histogram(cache: Path, target: Path) -> None:
+    # stap's library macros @prints/@printsN and @try_assign, and @hist_linear with
+    # lo == hi: one bucket between the underflow and overflow rows
+    script = f'''global s, a, h
+probe process("{target}").function("result") {{
+  s <<< $arg1; a[$arg1 % 2, "k"] <<< $arg1; h <<< $arg1
+}}
+probe end {{
+  @prints(s); @prints2(a)
+  @try_assign(v, 100 / (@count(s) - 4), -1); @try_assign(w, 100 / @count(s), -1)
+  printf("v=%d w=%d\\n", v, w)
+  print(@hist_linear(h, 3, 3, 1))
+}}'''
+    rc, out, err = run(cache, "-e", script, "-c", f"{target} 3 3 5 2")
+    assert rc == 0, err
+    assert out.splitlines() == [
+        "@count=4 @min=2 @max=5 @sum=13 @avg=3",
+        "[1,k] @count=3 @min=3 @max=5 @sum=11 @avg=3",
+        "[0,k] @count=1 @min=2 @max=2 @sum=2 @avg=2",
+        "v=-1 w=25",
+        "value |-------------------------------------------------- count",
+        "   <3 |@                                                  1",
+        "    3 |@@                                                 2",
+        "   >3 |@                                                  1",
+        "",
+    ]
+
+
+def test_macro_libraries_of_a_tapset_directory(cache: Path, tmp_path: Path) -> None:
+    # -I DIR: the macros of its .stpm files (after their conditionals) may be invoked,
+    # a script's own @define hides one; a file that is not only macros is skipped
+    # with a warning, as stap skips it
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "a.stpm").write_text(
+        "%( 1 == 1 %?\n@define twice(x) %( (@x * 2) %)\n%:\n@define gone %( 0 %)\n%)\n"
+        "@define three %( 3 %)\n")
+    (tmp_path / "lib" / "b.stpm").write_text("@define other %( 1 %)\nprobe\n")
+    lib = str(tmp_path / "lib")
+    rc, out, err = run(cache, "-I", lib, "-e", "@define three %( 4 %)\n"
+                       "probe begin { println(@twice(21), @three) exit() }")
+    assert rc == 0, err
+    assert out.splitlines() == ["424"]
+    assert "unexpected token in library macro file" in err and "b.stpm skipped" in err
+    for name in ("gone", "other"):
+        rc, out, err = run(cache, "-I", lib, "-p1", "-e", f"probe begin {{ println(@{name}) }}")
+        assert rc == 1 and f"'@{name}'" in err, err
+
+
+def test_sprint_of_a_histogram_is_an_error(cache: Path) -> None:
+    rc, out, err = run(cache, "-e", "global h probe begin { h <<< 1; "
+                       "println(sprint(@hist_log(h))) }")
+    assert rc == 1 and "sprint() of a histogram is not supported" in err, err

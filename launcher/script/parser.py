@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -29,8 +29,9 @@ from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
-from .preprocess import Config, Preprocessor
+from .preprocess import Config, Macro, Preprocessor, library_macros
 from .tapset import groups_for as tapset_groups_for
+from .tapset import macro_groups_for
 
 # stap's limits: a map's index tuple (PR10750 also bounds a print's values)
 _MAX_INDEXES = 9
@@ -1103,7 +1104,9 @@ def _builtin_aliases() -> list[AliasDef]:
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
                  runtime: str = "dyninst", kernel_release: str | None = None,
                  guru: bool = False, compatible: str | None = None,
-                 library: Sequence[tuple[str, str]] = ()) -> ast.Script:
+                 library: Sequence[tuple[str, str]] = (),
+                 macro_files: Sequence[tuple[str, str]] = (),
+                 warn: Callable[[str], None] | None = None) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
@@ -1111,7 +1114,11 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`;
     `guru` (-g) allows embedded C and sets `guru_mode`; `compatible` (--compatible)
     is what `systemtap_v` compares against; `library` holds the (text, path) of tapset
-    files (-I), each parsed, what the script uses of them taken (library.py).
+    files (-I), each parsed, what the script uses of them taken (library.py);
+    `macro_files` the (text, path) of macro libraries (.stpm, -I), whose macros the
+    script may invoke, after pydyn's own (tapset.py).  A macro library that does not
+    preprocess, or defines a macro another one has, is skipped with a warning (`warn`),
+    as stap skips it.
     """
     extra: dict[str, str] = {}
     if kernel_release is not None:
@@ -1119,6 +1126,20 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     if compatible is not None:
         extra["systemtap_version"] = compatible
     config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru, **extra)
+    macros: dict[str, Macro] = {}
+    for lib_text, lib_path in [*macro_groups_for(text), *macro_files]:
+        try:
+            found = library_macros(tokenize(lib_text, lib_path, split_lines(lib_text)), config)
+            twice = sorted(found.keys() & macros.keys())
+            if twice:
+                raise ScriptError(f"duplicate definition of library macro '@{twice[0]}'",
+                                  found[twice[0]].name.loc)
+        except ScriptError as exc:
+            if warn is not None:
+                warn(f"{exc.location or lib_path}: {exc.message}: macro library {lib_path} "
+                     "skipped")
+            continue
+        macros.update(found)
     with recursion_headroom():
         files = []
         for lib_text, lib_path in [*library, *tapset_groups_for(text)]:
@@ -1134,8 +1155,8 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
             files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
                                      tuple(aliases)))
         lines = split_lines(text)
-        parser = Parser(Preprocessor(tokenize(text, filename, lines), config), filename, lines,
-                        guru, files)
+        parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
+                        lines, guru, files)
         try:
             script = parser.script()
         except RecursionError:

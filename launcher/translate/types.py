@@ -372,8 +372,9 @@ class Types:
                 var.hist_log = True
             else:
                 lo, hi, step = e.params
-                if step <= 0 or hi <= lo:
-                    raise _err("@hist_linear needs lo < hi and step > 0", e)
+                # lo == hi is one bucket (and under/overflow), as stap's runtime has it
+                if step <= 0 or hi < lo:
+                    raise _err("@hist_linear needs lo <= hi and step > 0", e)
                 if (hi - lo) // step + 3 > 128:
                     raise _err("@hist_linear has too many buckets (at most 125)", e)
                 if var.hist_linear not in (None, (lo, hi, step)):
@@ -599,10 +600,10 @@ class Types:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
-                if not isinstance(a, ast.HistOp):
-                    self._infer(a, scope)
-                else:
-                    self._infer(a, scope)
+                if isinstance(a, ast.HistOp) and name.startswith("s"):
+                    raise _err(f"{name}() of a histogram is not supported: the launcher "
+                               "draws histograms", a, "print() it instead")
+                self._infer(a, scope)
             if name in ("printf", "sprintf"):
                 fmt = e.args[0]
                 assert isinstance(fmt, ast.StringLiteral)
