@@ -167,3 +167,28 @@ def test_sprint_of_a_histogram_is_an_error(cache: Path) -> None:
     rc, out, err = run(cache, "-e", "global h probe begin { h <<< 1; "
                        "println(sprint(@hist_log(h))) }")
     assert rc == 1 and "sprint() of a histogram is not supported" in err, err
+
+
+def test_compatible_1_2_pointer_format(cache: Path, target: Path) -> None:
+    # --compatible=1.2: stap's old %p, the process's unsigned long zero-padded to the
+    # pointer's digits (a width W pads to W - 2, further only left-justified); newer
+    # versions print %p as %#x
+    script = f'''probe process("{target}").function("result") {{
+  printf("%s %p|%14pX|%-14pX|%.1p\\n", "v", $arg1, $arg1, $arg1, $arg1)
+  println(sprintf("%6p", $arg1))
+}}'''
+    rc, out, err = run(cache, "--compatible=1.2", "-e", script, "-c", f"{target} 255 -2")
+    assert rc == 0, err
+    if is_m32(target):
+        assert out.splitlines() == [
+            "v 0x000000ff|    0x000000ffX|0x0000000000ffX|0x000000ff", "0x00ff",
+            "v 0xfffffffe|    0xfffffffeX|0x0000fffffffeX|0xfffffffe", "0xfffffffe"]
+    else:
+        assert out.splitlines() == [
+            "v 0x00000000000000ff|0x0000000000ffX|0x0000000000ffX|0x00000000000000ff",
+            "0x00ff",
+            "v 0xfffffffffffffffe|0xfffffffffffffffeX|0xfffffffffffffffeX|0xfffffffffffffffe",
+            "0xfffffffffffffffe"]
+    rc, out, err = run(cache, "-e", script, "-c", f"{target} 255")
+    assert rc == 0, err
+    assert out.splitlines()[0] == "v 0xff|          0xffX|0xff          X|0xff"

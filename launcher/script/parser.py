@@ -29,7 +29,7 @@ from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
-from .preprocess import Config, Macro, Preprocessor, library_macros
+from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
 from .tapset import groups_for as tapset_groups_for
 from .tapset import macro_groups_for
 
@@ -1162,4 +1162,6 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
         except RecursionError:
             raise ScriptError("script nested too deeply", parser.peek().loc) from None
     check_depth(script)
+    if compatible is not None and strverscmp(compatible, "1.3") < 0:
+        script = dataclasses.replace(script, legacy_p=True)
     return script

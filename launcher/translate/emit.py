@@ -674,7 +674,7 @@ class Emitter:
         if name in ("printf", "sprintf"):
             fmt = e.args[0]
             assert isinstance(fmt, ast.StringLiteral)
-            spec = parse_format(fmt.value, fmt.loc)
+            spec = parse_format(fmt.value, fmt.loc, legacy_p=self.tr.types.script.legacy_p)
             args = list(e.args[1:])
         else:
             args = list(e.args)
@@ -693,7 +693,8 @@ class Emitter:
             spec = parse_format(text, e.loc)
         if name.startswith("s"):
             return self.sprintf(spec, args, e)
-        if self.tr.limits.formats_in_probe(spec):
+        if self.tr.limits.formats_in_probe(spec) or \
+                any(not isinstance(p, str) and p.conv == "P" for p in spec.pieces):
             # numbers only, bounded: formatted in the handler into one TEXT record,
             # which the drain joins with its neighbours (millions a second)
             return f"({{ const char *t_ = {self.sprintf(spec, args, e)}; " \
@@ -749,7 +750,7 @@ class Emitter:
                 parts.append(f"pd_sf_str({t}, {value}, {flag}, {width}, {prec})")
             elif piece.conv == "c":
                 parts.append(f"pd_sf_chr({t}, {value}, {flag}, {width})")
-            elif piece.conv in "diuxXop":
+            elif piece.conv in "diuxXopP":
                 parts.append(f"pd_sf_num({t}, {value}, '{piece.conv}', {flag}, {width}, {prec})")
             else:
                 raise _err(f"sprintf does not support '%{piece.conv}'", e)

@@ -607,7 +607,7 @@ class Types:
             if name in ("printf", "sprintf"):
                 fmt = e.args[0]
                 assert isinstance(fmt, ast.StringLiteral)
-                spec = parse_format(fmt.value, fmt.loc)
+                spec = parse_format(fmt.value, fmt.loc, legacy_p=self.script.legacy_p)
                 args = e.args[1:]
                 if len(args) != len(spec.arg_types):
                     raise _err(f"format string expects {len(spec.arg_types)} argument(s), "
