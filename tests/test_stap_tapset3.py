@@ -192,3 +192,12 @@ def test_compatible_1_2_pointer_format(cache: Path, target: Path) -> None:
     rc, out, err = run(cache, "-e", script, "-c", f"{target} 255")
     assert rc == 0, err
     assert out.splitlines()[0] == "v 0xff|          0xffX|0xff          X|0xff"
+
+
+def test_concatenated_string_literals_fold(cache: Path) -> None:
+    # "foo" . "bar" is the literal "foobar", as stap folds it: the same C, the same module
+    script = 'probe oneshot { println($1, "x" . "y" . "z") }'
+    one = cbuild.run_pydyn(cache, "-p3", "-e", script, '"foobar"')
+    two = cbuild.run_pydyn(cache, "-p3", "-e", script, '"foo" . "bar"')
+    assert one.returncode == two.returncode == 0, one.stderr + two.stderr
+    assert one.stdout == two.stdout and '"xyz"' in one.stdout

@@ -737,7 +737,13 @@ class Parser:
             if prec is None or prec < min_prec:
                 return left
             self.advance()
-            left = ast.BinaryOp(t.text, left, self.arith(prec + 1), t.loc)
+            right = self.arith(prec + 1)
+            if t.text == "." and isinstance(left, ast.StringLiteral) and \
+                    isinstance(right, ast.StringLiteral):
+                # folded as stap's constant folding does: "foo" . "bar" is "foobar"
+                left = ast.StringLiteral(left.value + right.value, left.loc)
+                continue
+            left = ast.BinaryOp(t.text, left, right, t.loc)
 
     def unary(self) -> ast.Expr:
         ops: list[Token] = []
