@@ -201,3 +201,14 @@ def test_concatenated_string_literals_fold(cache: Path) -> None:
     two = cbuild.run_pydyn(cache, "-p3", "-e", script, '"foo" . "bar"')
     assert one.returncode == two.returncode == 0, one.stderr + two.stderr
     assert one.stdout == two.stdout and '"xyz"' in one.stdout
+
+
+def test_embedded_string_pragma_and_pure_zero_fold(cache: Path, target: Path) -> None:
+    # guru C marked /* string */ is a string; 0 * a /* pure */ one folds to 0 before
+    # any C is written, so its text never reaches the compiler
+    script = f'''probe process("{target}").function("result") {{
+  printf("%s %d\\n", %{{ /* string */ "emb" %}}, 0 * %{{ /* pure */ NOT C AT ALL %}} + $arg1)
+}}'''
+    rc, out, err = run(cache, "-g", "-e", script, "-c", f"{target} 7")
+    assert rc == 0, err
+    assert out.splitlines() == ["emb 7"]

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 from ..errors import ScriptError, SourceLocation
+from ..guru import embedded_is_pure
 from . import ast
 from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
@@ -743,6 +744,12 @@ class Parser:
                 # folded as stap's constant folding does: "foo" . "bar" is "foobar"
                 left = ast.StringLiteral(left.value + right.value, left.loc)
                 continue
+            if t.text == "*" and (_is_zero(left) and _no_effects(right) or
+                                  _is_zero(right) and _no_effects(left)):
+                # 0 * x with x free of side effects is 0, as stap folds it (x, a pure
+                # embedded C expression, is then never compiled)
+                left = ast.NumberLiteral(0, left.loc)
+                continue
             left = ast.BinaryOp(t.text, left, right, t.loc)
 
     def unary(self) -> ast.Expr:
@@ -1105,6 +1112,15 @@ def _builtin_aliases() -> list[AliasDef]:
         assert isinstance(d, AliasDef)
         out.append(d)
     return out
+
+
+def _is_zero(e: ast.Expr) -> bool:
+    return isinstance(e, ast.NumberLiteral) and e.value == 0
+
+
+def _no_effects(e: ast.Expr) -> bool:
+    return isinstance(e, ast.NumberLiteral) or \
+        isinstance(e, ast.Embedded) and embedded_is_pure(e.code)
 
 
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",

@@ -12,7 +12,7 @@ from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
 from ..format import parse_format
-from ..guru import SET_USER, set_user_params
+from ..guru import SET_USER, embedded_is_string, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
@@ -385,7 +385,9 @@ class Types:
             return "hist"
         if isinstance(e, ast.Call):
             return self._infer_call(e, scope)
-        if isinstance(e, ast.Defined | ast.Embedded):
+        if isinstance(e, ast.Embedded):
+            return STRING if embedded_is_string(e.code) else LONG
+        if isinstance(e, ast.Defined):
             return LONG
         if isinstance(e, ast.Entry):
             return self._entry_type(e, scope)
