@@ -502,8 +502,8 @@ def run(argv: Sequence[str]) -> int:
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
-            from .script.elide import elide_unused_functions
-            script = elide_unused_functions(script)
+            from .script.elide import elide_pure_calls, elide_unused_functions
+            script = elide_unused_functions(elide_pure_calls(script))
         step(1, "parsed user script", t0)
         return script
 

@@ -212,3 +212,22 @@ def test_embedded_string_pragma_and_pure_zero_fold(cache: Path, target: Path) ->
     rc, out, err = run(cache, "-g", "-e", script, "-c", f"{target} 7")
     assert rc == 0, err
     assert out.splitlines() == ["emb 7"]
+
+
+def test_statement_calling_a_pure_embedded_function_is_elided(cache: Path, target: Path) -> None:
+    # a statement that only calls a /* pure */ guru function is dropped, and then the
+    # function (whose C would not compile) with it; one whose value is used stays;
+    # -u keeps everything, as stap's
+    script = f'''function bad() %{{ /* pure */
+#error "not elided"
+%}}
+function twice:long(x:long) %{{ /* pure */ STAP_RETVALUE = STAP_ARG_x * 2; %}}
+probe process("{target}").function("result") {{
+  bad(); twice(1); if ($arg1 > 0) {{ bad() }}
+  println(twice($arg1))
+}}'''
+    rc, out, err = run(cache, "-g", "-e", script, "-c", f"{target} 21")
+    assert rc == 0, err
+    assert out.splitlines() == ["42"]
+    rc, out, err = run(cache, "-g", "-u", "-p4", "-e", script)
+    assert rc == 1 and "not elided" in err
