@@ -333,7 +333,7 @@ class _Progress:
 def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              argv_cmd: list[str] | None, target_path: str | None, cache: ModuleCache | None,
              lookup: Lookup | None, step: Callable[[int, str, float], None],
-             ) -> tuple[Program, ModuleSet] | None:
+             parse_warnings: Sequence[str] = ()) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
     from .build import runtime_digest
     from .cache import build_private
@@ -350,7 +350,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         if cache is not None:
             from .build import which
             cache.remember_target(target_path or which(argv_cmd[0]) or argv_cmd[0])
-    warnings: list[ScriptWarning | str] = []   # replayed on a cache hit
+    # replayed on a cache hit; pass 1's (tapsets skipped) were given already
+    warnings: list[ScriptWarning | str] = list(parse_warnings)
 
     def warn(message: str) -> None:
         report(f"pydyn: warning: {message}")
@@ -490,6 +491,13 @@ def run(argv: Sequence[str]) -> int:
             ms = (time.monotonic() - start) * 1000
             print(f"Pass {n}: {what} in {ms:.0f}ms", file=sys.stderr)
 
+    parse_warnings: list[str] = []   # kept with the modules: replayed on a cache hit
+
+    def library_warning(msg: str) -> None:
+        """A tapset or macro library skipped: a warning (-w: none; -W: the error)."""
+        parse_warnings.append(f"pydyn: warning: {msg}")
+        _warning(opts, parse_warnings[-1])
+
     def parse() -> Any:
         # Only on a cache miss: the parser and the AST cost ~100 ms of imports alone.
         from .script import parse_script
@@ -498,7 +506,7 @@ def run(argv: Sequence[str]) -> int:
                               guru=opts.guru, compatible=opts.compatible,
                               library=_tapsets(opts.tapset_dirs),
                               macro_files=_tapsets(opts.tapset_dirs, ".stpm"),
-                              warn=lambda msg: print(f"WARNING: {msg}", file=sys.stderr))
+                              warn=library_warning)
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
@@ -582,7 +590,8 @@ def run(argv: Sequence[str]) -> int:
             facts_root = cache.root
         from .plan.objfacts import set_cache_root
         set_cache_root(facts_root)
-        compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
+        compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step,
+                            parse_warnings)
         if compiled is None:
             return 0   # -p2, -p3
         program, modules = compiled

@@ -231,3 +231,23 @@ probe process("{target}").function("result") {{
     assert out.splitlines() == ["42"]
     rc, out, err = run(cache, "-g", "-u", "-p4", "-e", script)
     assert rc == 1 and "not elided" in err
+
+
+def test_a_tapset_that_does_not_parse_is_skipped_with_a_warning(cache: Path,
+                                                                 tmp_path: Path) -> None:
+    # as stap: a broken -I tapset file is a warning (-W: the error, -w: silent) and
+    # the others still serve; tapset files may invoke library macros
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "bad.stp").write_text("probe foo = .bar {}\n")
+    (lib / "good.stp").write_text("function plus_one(x) { return @one + x }\n")
+    (lib / "one.stpm").write_text("@define one %( 1 %)\n")
+    script = "probe begin { println(plus_one(41)) exit() }"
+    rc, out, err = run(cache, "-I", str(lib), "-e", script)
+    assert rc == 0, err
+    assert out.splitlines() == ["42"]
+    assert "bad.stp:1:13: expected a probe point but found '.': tapset" in err
+    rc, out, err = run(cache, "-I", str(lib), "-W", "-e", script)
+    assert rc == 1 and "bad.stp skipped" in err and out == ""
+    rc, out, err = run(cache, "-I", str(lib), "-w", "-e", script)
+    assert rc == 0 and "WARNING" not in err and out.splitlines() == ["42"]

@@ -1138,9 +1138,9 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     is what `systemtap_v` compares against; `library` holds the (text, path) of tapset
     files (-I), each parsed, what the script uses of them taken (library.py);
     `macro_files` the (text, path) of macro libraries (.stpm, -I), whose macros the
-    script may invoke, after pydyn's own (tapset.py).  A macro library that does not
-    preprocess, or defines a macro another one has, is skipped with a warning (`warn`),
-    as stap skips it.
+    script and the tapsets may invoke, after pydyn's own (tapset.py).  A tapset that
+    does not parse, a macro library that does not preprocess or defines a macro another
+    one has, is skipped with a warning (`warn`), as stap skips it.
     """
     extra: dict[str, str] = {}
     if kernel_release is not None:
@@ -1164,16 +1164,27 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
         macros.update(found)
     with recursion_headroom():
         files = []
-        for lib_text, lib_path in [*library, *tapset_groups_for(text)]:
+        own = tapset_groups_for(text)
+        for lib_text, lib_path in [*library, *own]:
             # tapsets may hold embedded C without -g, as stap's own do
             lib_lines = split_lines(lib_text)
-            lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
-                                     dataclasses.replace(config, guru=True)),
-                        lib_path, lib_lines, True)
             try:
-                probes, funcs, globs, _, aliases = lp.parts()
-            except RecursionError:
-                raise ScriptError("script nested too deeply", lp.peek().loc) from None
+                lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
+                                         dataclasses.replace(config, guru=True), macros),
+                            lib_path, lib_lines, True)
+                try:
+                    probes, funcs, globs, _, aliases = lp.parts()
+                except RecursionError:
+                    raise ScriptError("script nested too deeply", lp.peek().loc) from None
+            except ScriptError as exc:
+                if (lib_text, lib_path) in own:
+                    raise
+                # a -I tapset that does not parse is skipped with a warning, as stap
+                # skips one (-W makes it the error)
+                if warn is not None:
+                    warn(f"{exc.location or lib_path}: {exc.message}: tapset {lib_path} "
+                         "skipped")
+                continue
             files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
                                      tuple(aliases)))
         lines = split_lines(text)
