@@ -49,6 +49,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`"),
         "pn": ((), "the same as pp()"),
         "ppfunc": ((), "the probed function's name; \"\" outside function probes"),
+        "returnval": ((), "the register functions return their value in (rax, eax, x0) as "
+                          "the process's long: a guess except at a return; an error in "
+                          "begin, end and timer probes"),
+        "returnstr": (("format",), "returnval() as `-2 (ENOENT)` for a negated errno "
+                                   "value, else in hex (format 2), octal (3) or decimal; "
+                                   "`N/A` without registers"),
         "probefunc": ((), "the same as ppfunc()"),
     }),
     ("Time", {
@@ -66,6 +72,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
                             "(a `try` block catches it)"),
         "warn": (("msg",), "print `WARNING: msg` on stderr and go on"),
         "log": (("msg",), "print msg and a newline on the output"),
+        "raise": (("sig",), "send signal sig to the thread the probe ran in, once the "
+                            "handler is done (guru mode, `-g`); in begin, end and timer "
+                            "probes that is pydyn itself"),
+        "system": (("cmd",), "run cmd with `sh -c` once the handler is done, in the "
+                             "background, as the user running pydyn; its output goes "
+                             "to pydyn's stdout (stderr with `--json`)"),
     }),
     ("Strings", {
         "strlen": (("s",), "the length of s in bytes"),

@@ -50,6 +50,8 @@ void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg);
 /* Set by exit() in this thread's handler: the request waits until the handler's
  * records are in the ring (pd_run.c's pd_run_finish). */
 extern __thread int pd_exit_pending;
+extern __thread int pd_raise_pending;   /* raise(): the signal, sent by pd_raise_now */
+void pd_raise_now(void);
 void pd_request_exit(void);
 
 /* ---- running a handler (pd_run.c) ------------------------------------------ */

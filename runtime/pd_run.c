@@ -131,8 +131,10 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     pd_run_finish(c);
     if (inside)
         pd_quiesce_leave(tls);
-    errno = saved_errno;
     *guard = 0;
+    if (pd_raise_pending)
+        pd_raise_now();
+    errno = saved_errno;
 }
 
 /* A FAST handler failed: the rest of its context, then pd_run_finish. */

@@ -451,6 +451,7 @@ int64_t pd_ppid(void);
 const char *pd_execname(void);
 int64_t pd_target(struct pd_ctx *c);
 void pd_exit(struct pd_ctx *c);
+void pd_raise(struct pd_ctx *c, int64_t sig);
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 
@@ -604,6 +605,7 @@ char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
 char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
+void pd_system(struct pd_ctx *c, const char *cmd);
 void pd_follow_init(void);
 void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
 void pd_fire_thread_probes(uint32_t kind);  /* pd_registry.c: PD_PROBE_THREAD_* in this thread */
@@ -629,6 +631,8 @@ int64_t pd_randint(struct pd_ctx *c, int64_t n);
 char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs);
 char *pd_errno_str(char *dst, int64_t err);
 int64_t pd_errno_p(int64_t err);
+int64_t pd_returnval(struct pd_ctx *c);
+char *pd_returnstr(struct pd_ctx *c, char *dst, int64_t format);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);
