@@ -101,6 +101,8 @@ int pd_install_trap_handler(void);
 extern uint8_t *pd_obj_armed;
 extern uintptr_t *pd_obj_bias;
 extern uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never armed */
+/* The entry row (PD_FX_ALT) whose stub jumps to PD_FX_IN_ENTRY exit row s, or -1. */
+long pd_in_entry_row(uint32_t s);
 /* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
 int pd_object_matches(const char *path, const char *loaded_name);

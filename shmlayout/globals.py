@@ -72,6 +72,7 @@ PD_PROBE_PROCESS_END: Final = 6
 PD_PROBE_TIMER: Final = 7
 PD_PROBE_LOCKS: Final = 1
 PD_PROBE_FAST: Final = 2
+PD_PROBE_REGS: Final = 4
 
 GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
     ConstGroup("globals", "statistics, arrays, per-thread slots in the globals area", (
@@ -94,6 +95,8 @@ GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_PROBE_LOCKS", PD_PROBE_LOCKS, "locks: run under the globals lock"),
         Const("PD_PROBE_FAST", PD_PROBE_FAST,
               "locks: only counter adds, compiled general-regs-only (translate/fast.py)"),
+        Const("PD_PROBE_REGS", PD_PROBE_REGS,
+              "locks: a FAST handler that reads the register context ($argN, $return)"),
     )),
 )
 GLOBAL_CONSTANTS: Final[tuple[Const, ...]] = tuple(

@@ -49,6 +49,9 @@ class Exit:
     kind: str                # "ret" | "tail call"
     site: FunctionSite       # pc: where its window starts
     plan: PatchPlan
+    # the `ret` that ends the entry's own window (a function too small for two patches):
+    # no patch of its own, the entry's stub jumps to this exit's stub for it
+    in_entry: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,8 @@ class ReturnPlan:
     def __str__(self) -> str:
         if self.mechanism == "hijack":
             return f"hijack: {self.reason}"
-        where = ", ".join(f"{e.kind} at {e.addr:#x}" for e in self.exits)
+        where = ", ".join(f"{e.kind} at {e.addr:#x}"
+                          + (" in the entry's window" if e.in_entry else "") for e in self.exits)
         return f"exits patched ({len(self.exits)}: {where})"
 
 
@@ -160,7 +164,9 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
                             "the return value to the callee")
         entry = plan_function(site)
         ent_lo, ent_hi = site.pc, site.pc + max(entry.length, 1)
-        exits = tuple(_plan_exit(obj, site, addr, kind, insns, i, (ent_lo, ent_hi))
+        exits = tuple(_in_entry_exit(site, entry, addr, insns[i])
+                      if ent_lo <= addr < ent_hi and kind == "ret" else
+                      _plan_exit(obj, site, addr, kind, insns, i, (ent_lo, ent_hi))
                       for addr, kind, insns, i in found)
     except _Fallback as exc:
         return hijack(str(exc))
@@ -258,6 +264,21 @@ def _jump_table(obj: Any, img: _Image, insns: list[Any], i: int,
             e = img.word((img.got + m.disp) & 0xFFFFFFFF, 4)
             return e is not None and _inside((img.got + e) & 0xFFFFFFFF, ranges)
     return False
+
+
+def _in_entry_exit(site: FunctionSite, entry: PatchPlan, addr: int, insn: Any) -> Exit:
+    """The `ret` at `addr` inside the entry's window: relocation ends a window at its
+    first `ret`, so it is the last instruction of the entry's relocated code.  The entry's
+    stub then jumps to this exit's stub (its plan: that `ret`, nothing patched), which
+    runs the return probes with the registers at the `ret` and returns.  Needs the entry's
+    own stub: without one (no entry probe, a trap) the runtime keeps the hijack."""
+    raw = bytes(insn.bytes)
+    if entry.tactic != "displace" or not entry.code.endswith(raw) or \
+            addr + len(raw) > entry.resume:
+        raise _Fallback(f"the ret at {addr:#x} is too close to the entry's patch")
+    plan = PatchPlan("displace", "the ret ending the entry's window: the entry's stub "
+                     "jumps here for it", 0, b"", raw, (), addr + len(raw))
+    return Exit(addr, "ret", dataclasses.replace(site, pc=addr, nop_len=0), plan, True)
 
 
 def _plan_exit(obj: Any, site: FunctionSite, addr: int, kind: str, insns: list[Any], i: int,

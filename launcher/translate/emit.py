@@ -16,6 +16,7 @@ from ...shmlayout.globals import (
     PD_HIST_LOG_BUCKETS,
     PD_HIST_MAX_BUCKETS,
     PD_PROBE_FAST,
+    PD_PROBE_REGS,
 )
 from .. import kstat
 from ..elf import dwarf
@@ -38,7 +39,7 @@ from ..script.walk import entry_values, is_param_name, iter_nodes
 from . import tvars
 from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
-from .fast import is_fast, where_table
+from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
 from .regex import compile_regex, regex_c
@@ -90,6 +91,7 @@ class Emitter:
                  fast: bool = False) -> None:
         self.tr = tr
         self.wheres: list[str] | None = [] if fast else None   # FAST: its statements' wheres
+        self.fast = fast
         self.scope = scope
         self.sites = sites
         self.lines: list[str] = []
@@ -361,14 +363,15 @@ class Emitter:
             if isinstance(target, ast.Symbol) and target.name in self.tr.plan.pstats:
                 # the thread's own slot: no globals lock (pd_pstat.c)
                 off = self.tr.layout.offset(target.name)
-                return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_pstat_add(c, c->globals + "
+                add = "pd_fast_pstat_add" if self.fast else "pd_pstat_add"
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; {add}(c, c->globals + "
                         f"{off}, v_, {self.statdesc_of(target)}); v_; }})")
             if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol) and \
                     target.base.name in self.tr.plan.kstats:
                 # the thread's own table, under its slot lock only (pd_kstat.c)
                 var = self.tr.globals[target.base.name]
                 return (f"({{ int64_t v_ = {self.expr(e.value)}; c->where = {_where(target)}; "
-                        f"pd_kstat_add(c, c->globals + {self.tr.layout.offset(var.name)}, "
+                        f"{self.kstat_add()}(c, c->globals + {self.tr.layout.offset(var.name)}, "
                         f"&kd_{var.name}, "
                         f"{self.key_blob(var, target.indexes)}, v_); v_; }})")
             if isinstance(target, ast.Symbol):
@@ -426,7 +429,7 @@ class Emitter:
         if name == "$$provider":
             return "c->site->provider"
         if name == "$return":
-            return "pd_func_return(c)"
+            return "pd_fast_return(c)" if self.fast else "pd_func_return(c)"
         if name == "$$return":
             return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
                    "(unsigned long long)pd_func_return(c))"
@@ -441,7 +444,7 @@ class Emitter:
             if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
                                           for s in self.sites):
                 return self.target_access(e)
-            return f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
+            return f"{self.fetch_arg()}(c, {self.tr.types.param_slot(name[1:])})"
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
             n = min(len(s.args) for s in self.sites) if self.sites else 0
@@ -450,7 +453,26 @@ class Emitter:
             fmt = " ".join(f"$arg{i + 1}=%#llx" for i in range(n))
             args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
-        return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+        return f"{self.fetch_arg()}(c, {int(name[4:]) - 1})"
+
+    def fetch_arg(self) -> str:
+        """The runtime's argument read: FAST handlers' reads loads where they can
+        (runtime/pd_fastval.c)."""
+        return "pd_fast_arg" if self.fast else "pd_fetch_arg"
+
+    def fast_context(self, e: ast.TargetSymbol) -> bool:
+        """Whether a FAST handler may read `e` (fast.py): `$return`, or at sites that are
+        no return `$argN` and a plain parameter (what target() reads with pd_fetch_arg)."""
+        if id(e) in self.tr.types.badvars or e.components or e.addressof:
+            return False
+        if e.name == "$return":
+            return True
+        if any(isinstance(s, FunctionSite) and s.is_return for s in self.sites):
+            return False
+        if is_param_name(e.name):
+            return id(e) not in self.tr.entry_index and not any(
+                isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in self.sites)
+        return e.name.startswith("$arg") and e.name[4:].isdigit()
 
     def target_access(self, e: ast.TargetSymbol,
                       sites: tuple[ProbeSite, ...] | None = None) -> str:
@@ -773,7 +795,7 @@ class Emitter:
                 isinstance(kcount.base, ast.Symbol) and kcount.base.name in self.tr.plan.kcounts:
             # the thread's own table, under its slot lock only (pd_kstat.c)
             var = self.tr.globals[kcount.base.name]
-            self.line(f"c->where = {_where(kcount)}; pd_kstat_add(c, c->globals + "
+            self.line(f"c->where = {_where(kcount)}; {self.kstat_add()}(c, c->globals + "
                       f"{self.tr.layout.offset(var.name)}, "
                       f"&kd_{var.name}, {self.key_blob(var, kcount.indexes)}, "
                       f"{self.update_delta(s.expr)});")
@@ -856,6 +878,11 @@ class Emitter:
             self.check()
         else:
             raise _err(f"{type(s).__name__} is not supported", s)
+
+    def kstat_add(self) -> str:
+        """A keyed statistic's or counter's add: a FAST handler's saves the vector
+        registers around it (runtime/pd_fastval.c)."""
+        return "pd_fast_kstat_add" if self.fast else "pd_kstat_add"
 
     def update_delta(self, e: ast.Expr) -> str:
         """What the counter update `e` (`x++`, `x -= v`, ...) adds, as C."""
@@ -1140,13 +1167,16 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
-        fast = not entries_of[pi] and is_fast(probe.body, unit.plan)
+        check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
+        fast = not entries_of[pi] and check.is_fast(probe.body)
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
         local_decls = [*em.local_decls(set()), *em.decls]
-        assert not fast or not local_decls, "a FAST handler has no local"
-        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0))
+        assert not fast or all(d.lstrip().startswith("uint8_t t") for d in local_decls), \
+            "a FAST handler has no local but key buffers"
+        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
+                     | (PD_PROBE_REGS if fast and check.reads_context else 0))
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]

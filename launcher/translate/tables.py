@@ -225,7 +225,7 @@ class _Builder:
                 f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
                 f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
                 f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
-                "PD_FX_ALT | PD_FX_EXIT},")
+                f"PD_FX_ALT | PD_FX_EXIT{' | PD_FX_IN_ENTRY' if ex.in_entry else ''}}},")
             self.sites.append(dataclasses.replace(ex.site, is_return=True))
             self.plans.append(ex.plan)
 
