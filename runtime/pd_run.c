@@ -243,6 +243,14 @@ pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
     pd_fast_run(p, env, NULL, NULL, 0, 0);
 }
 
+/* A full stub's call for a row whose one probe is FAST and reads registers (x86_tramp.c):
+ * the probe with the stub's pd_regs. */
+__attribute__((noipa)) PD_FAST_FN void pd_fast_regs(struct pd_regs *regs,
+                                                   const struct pd_site *site, uintptr_t bias)
+{
+    pd_fast_run(&pd_probes[site->probe], &pd_fenv, site, regs, bias, 1);
+}
+
 static __attribute__((noinline)) PD_FAST_FN void
 pd_run_fast(const struct pd_probe *p, const struct pd_site *site, const struct pd_regs *regs,
             uintptr_t bias)

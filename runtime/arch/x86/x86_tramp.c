@@ -306,7 +306,14 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
     struct pd_emit em = {at, at + PD_STUB_PRE}, *e = &em;
     const struct pd_plan *plan = &site->plan;
     const int ps = pd_stub_private_stack();
-    uint8_t *body = pd_stub_frame(e, at, site, bias, ps);
+    /* a row run as a mark's whose probe is FAST and reads registers: straight to its
+     * runner, which needs no flags and no dispatch (pd_tramp_entry's) */
+    const struct pd_probe *one = site->nentry + site->nreturn + site->nshared
+        ? NULL : &pd_probes[site->probe];
+    const uint32_t fr = PD_PROBE_FAST | PD_PROBE_REGS;
+    uintptr_t target = one && (one->locks & fr) == fr ? (uintptr_t)pd_fast_regs
+                                                     : (uintptr_t)pd_tramp_entry;
+    uint8_t *body = pd_stub_frame(e, at, site, bias, ps, target);
     /* the displaced instructions, relocated (a function exit's: those from the exit on) */
     uint8_t *code = e->p;
     pd_stub_code_off = (unsigned)(code - at);
