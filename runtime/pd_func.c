@@ -285,11 +285,11 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         return;
     }
     const struct pd_probe *p = &pd_probes[site->fprobes[0]]; /* fprobes is never empty */
-    if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST))) {
+    if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST) &&
+                  !((site->fx & PD_FX_EXIT) && (p->locks & PD_PROBE_REGS)))) {
         /* hooked first (a FAST probe reads at most argument registers, $return and
          * stack words above the return address): after its handler nothing but its
-         * context is live.  At an exit its regs are the exit's (ip, sp unadjusted): all
-         * a FAST handler reads there is $return. */
+         * context is live.  At an exit one reads no register. */
         if (site->nreturn)
             pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
         pd_func_fast(t, p, globals, site, regs, bias);

@@ -243,11 +243,22 @@ pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
     pd_fast_run(p, env, NULL, NULL, 0, 0);
 }
 
+/* A function exit's registers as a return probe sees them (as pd_func_fire and the
+ * hijack show them): after the `ret`, ip in the caller, so that @entry's pop finds the
+ * return-address slot one word below sp (launcher/entry.py). */
+static inline PD_FAST_FN void pd_exit_regs(struct pd_regs *regs)
+{
+    regs->r[PD_DWARF_IP] = *(const pd_ureg *)(uintptr_t)regs->r[PD_DWARF_SP];
+    regs->r[PD_DWARF_SP] += sizeof(pd_ureg);
+}
+
 /* A full stub's call for a row whose one probe is FAST and reads registers (x86_tramp.c):
- * the probe with the stub's pd_regs. */
+ * the probe with the stub's pd_regs (whose ip and sp the stub never loads back). */
 __attribute__((noipa)) PD_FAST_FN void pd_fast_regs(struct pd_regs *regs,
                                                    const struct pd_site *site, uintptr_t bias)
 {
+    if (site->fx & PD_FX_EXIT)
+        pd_exit_regs(regs);
     pd_fast_run(&pd_probes[site->probe], &pd_fenv, site, regs, bias, 1);
 }
 
@@ -255,9 +266,15 @@ static __attribute__((noinline)) PD_FAST_FN void
 pd_run_fast(const struct pd_probe *p, const struct pd_site *site, const struct pd_regs *regs,
             uintptr_t bias)
 {
-    if (p->locks & PD_PROBE_REGS)
+    if (p->locks & PD_PROBE_REGS) {
+        struct pd_regs at_ret;
+        if (site && regs && (site->fx & PD_FX_EXIT)) { /* a trapped exit row (stub fault) */
+            at_ret = *regs;
+            pd_exit_regs(&at_ret);
+            regs = &at_ret;
+        }
         pd_fast_run(p, &pd_fenv, site, regs, bias, 1);
-    else
+    } else
         pd_fast_mark(p, &pd_fenv);
 }
 

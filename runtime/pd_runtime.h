@@ -373,6 +373,7 @@ struct pd_statdesc;
 struct pd_kstatdesc;
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_arg(struct pd_ctx *c, unsigned index);
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_return(struct pd_ctx *c);
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime);
 PD_HIDDEN PD_FAST_FN void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v,
                                             const struct pd_statdesc *d);
 PD_HIDDEN PD_FAST_FN void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area,

@@ -15,8 +15,10 @@ longjmp, C++ exceptions and backtraces through the frame are the program's own.
 with the reason, when the function has an indirect jump that is not a jump table into
 itself, a jump or branch out of it that is no function entry (a `.cold` part), a
 conditional tail call, an exit that the displace machinery cannot patch (or whose
-window would overlap the entry's), no exit at all, an `@entry` use (values saved per
-frame at the entry), `-D PD_RETURN_HIJACK=1`, and on aarch64.  The runtime also keeps
+window would overlap the entry's but for a `ret` that ends it), no exit at all,
+`-D PD_RETURN_HIJACK=1`, and on aarch64.  `@entry` values work either way: the entry
+pushes them keyed by the return-address slot (launcher/entry.py), which an exit's
+registers name as well as the hijack's.  The runtime also keeps
 the hijack when the process is attached with `-x` (a thread may already be inside the
 function), with `--probe-mode=trap`, and when any exit's stub cannot be written.
 """
@@ -128,7 +130,7 @@ class _Fallback(Exception):
 
 
 def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
-                 entry_values: bool = False, return_value: bool = False,
+                 return_value: bool = False,
                  forced: bool = False, mark_at_entry: bool = False) -> ReturnPlan:
     """The return mechanism of the function at [func_addr, +func_size) whose entry site
     is `site`."""
@@ -138,9 +140,6 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
         return hijack("-D PD_RETURN_HIJACK=1")
     if mark_at_entry:
         return hijack("a mark is at the entry: the one row there runs its probes too")
-    if entry_values:
-        return hijack("a return probe uses @entry or a parameter (saved per frame at the "
-                      "entry)")
     if func_size <= 0:
         return hijack("the function's size is unknown")
     try:
@@ -327,6 +326,6 @@ def describe_returns(rp: ReturnPlan) -> str:
     its own."""
     if rp.mechanism == "hijack":
         return str(rp)
-    return "\n".join([f"{rp} (the hijack instead if a probe reads @entry, or $return "
-                      "at a tail call, under -x or --probe-mode=trap)",
+    return "\n".join([f"{rp} (the hijack instead if a probe reads $return at a tail "
+                      "call, under -x or --probe-mode=trap)",
                       *(f"      exit {e.kind} at {e.addr:#x}: {e.plan}" for e in rp.exits)])

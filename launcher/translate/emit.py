@@ -564,6 +564,7 @@ class Emitter:
         if name in PRINT_FUNCS:
             return self.print_call(e)
         args = [self.expr(a) for a in e.args]
+        now = "pd_fast_gettime_ns" if self.fast else "pd_gettime_ns"
         simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
@@ -572,11 +573,11 @@ class Emitter:
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
-                  "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
-                  "gettimeofday_ms": "(pd_gettime_ns(1) / 1000000)",
-                  "gettimeofday_us": "(pd_gettime_ns(1) / 1000)",
-                  "gettimeofday_ns": "pd_gettime_ns(1)",
-                  "local_clock_ns": "pd_gettime_ns(0)",
+                  "gettimeofday_s": f"({now}(1) / 1000000000)",
+                  "gettimeofday_ms": f"({now}(1) / 1000000)",
+                  "gettimeofday_us": f"({now}(1) / 1000)",
+                  "gettimeofday_ns": f"{now}(1)",
+                  "local_clock_ns": f"{now}(0)",
                   "get_cycles": "(int64_t)__builtin_ia32_rdtsc()"}
         if name in simple:
             return simple[name]
@@ -1039,22 +1040,30 @@ def outline_statements(body: ast.Stmt) -> bool:
 
 
 def _entry_handler(tr: Unit, pi: int, scope: Scope,
-                   nodes: list[ast.Expr]) -> tuple[list[str], bool]:
-    """The hidden entry handler of a .return probe using @entry (entry.py), and
-    whether it takes the globals lock."""
-    em = Emitter(tr, scope, scope.sites)
+                   nodes: list[ast.Expr]) -> tuple[list[str], int]:
+    """The hidden entry handler of a .return probe using @entry (entry.py), and its
+    pd_probes.locks: the globals lock, or FAST (fast.py) and PD_PROBE_REGS (the push
+    reads sp) when every value is a FAST value."""
+    operands = [n.operand if isinstance(n, ast.Entry) else n for n in nodes]
     scope.in_entry = True
     try:
+        check = FastCheck(tr.plan, Emitter(tr, scope, scope.sites).fast_context)
+        fast = all(check.value(o) for o in operands)
+        em = Emitter(tr, scope, scope.sites, fast=fast)
         em.line("int64_t v_[PD_ENTRY_VALS] = {0};")
-        for k, n in enumerate(nodes):
-            em.line(f"v_[{k}] = {em.expr(n.operand if isinstance(n, ast.Entry) else n)};")
+        for k, o in enumerate(operands):
+            if fast:    # a statement of a FAST handler: its number against MAXACTION
+                em.action(o)
+            em.line(f"v_[{k}] = {em.expr(o)};")
             em.check()
         em.line(f"pd_entry_push(c, {pi}, v_);")
     finally:
         scope.in_entry = False
-    return (["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
-             *em.local_decls(set()), *em.decls, *em.lines,
-             "out:", "    return;", "}"], em.needs_lock)
+    locks = PD_PROBE_FAST | PD_PROBE_REGS if fast else int(em.needs_lock)
+    return (["", *(where_table(pi, em.wheres, "_entry") if em.wheres is not None else []),
+             f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}_entry(struct pd_ctx *c)",
+             "{", *em.local_decls(set()), *em.decls, *em.lines,
+             "out:", "    return;", "}"], locks)
 
 
 def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
@@ -1126,7 +1135,7 @@ class Handlers(NamedTuple):
 
     c_lines: list[str]
     locks: list[int]                 # PD_PROBE_LOCKS | PD_PROBE_FAST
-    entry_locks: dict[int, bool]     # probes with an entry handler: does it lock
+    entry_locks: dict[int, int]      # probes with an entry handler: its pd_probes.locks
 
 
 def emit(script: ast.Script, unit: Unit) -> Handlers:
@@ -1158,7 +1167,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     for f in script.functions:
         out.extend(_emit_function(unit, f))
     locks: list[int] = []
-    entry_locks: dict[int, bool] = {}
+    entry_locks: dict[int, int] = {}
     entries_of = [entry_values(p, _returns_only(scope))
                   for p, scope in zip(script.probes, unit.types.probe_scopes, strict=True)]
     if any(entries_of):
@@ -1168,7 +1177,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
         check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
-        fast = not entries_of[pi] and check.is_fast(probe.body)
+        fast = check.is_fast(probe.body)
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
@@ -1176,7 +1185,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         assert not fast or all(d.lstrip().startswith("uint8_t t") for d in local_decls), \
             "a FAST handler has no local but key buffers"
         locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
-                     | (PD_PROBE_REGS if fast and check.reads_context else 0))
+                     | (PD_PROBE_REGS if fast and (check.reads_context or entries_of[pi]) else 0))
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]

@@ -9,14 +9,17 @@ aside) is nothing but statement-level updates whose targets leave the globals lo
 - `c[k...]++`, `c[k...] += v` on a keyed counter (`kcounts`), `s[k...] <<< v` on a keyed
   statistic (`kstats`), every key a FAST value;
 
-and it reads no entry value.  A FAST value is an integer built from constants,
-`$argN`, plain DWARF parameters (`$fd`: no member, subscript, `&` or pretty-printing)
-and `$return` with the operators that compile to plain C (no division: its error
-path formats a message).  Such a handler compiles to statement counts, pd_counter_add
-and the pd_fast_* helpers (runtime/pd_fastval.c): no string, no libc call, so gcc
-compiles it `general-regs-only` (PD_FAST_FN).  A handler that reads a context value
-is PD_PROBE_REGS: its trampoline keeps the register context for it.  Anything else
-keeps the ordinary path.
+A FAST value is an integer built from constants, `$argN`, plain DWARF parameters
+(`$fd`: no member, subscript, `&` or pretty-printing), `$return`, `@entry(...)` values
+and the clocks (`gettimeofday_ns()`...) with the operators that compile to plain C (no
+`/` or `%`: their error path formats a message).  A `.return` probe's hidden entry
+handler (launcher/entry.py) is FAST when every `@entry` operand is a FAST value.
+Such a handler compiles to statement counts, pd_counter_add and the pd_fast_* helpers
+(runtime/pd_fastval.c; what may fault, claim or call libc they do with the vector
+registers saved): no string, no libc call of its own, so gcc compiles it
+`general-regs-only` (PD_FAST_FN).  A handler that reads a context value (or pops
+`@entry` values) is PD_PROBE_REGS: its trampoline keeps the register context for it.
+Anything else keeps the ordinary path.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from .analysis import GlobalPlan, counter_update, kcount_update
 # operators whose C (emit.py) is a plain expression of general registers
 _BINARY = frozenset(("+", "-", "*", "<<", ">>", ">>>", "&", "|", "^"))
 _UNARY = frozenset(("-", "+", "!", "~"))
+# built-ins of no argument whose C a FAST handler has (emit.py: pd_fast_gettime_ns, rdtsc)
+FAST_CALLS = frozenset(("gettimeofday_ns", "gettimeofday_us", "gettimeofday_ms",
+                        "gettimeofday_s", "local_clock_ns", "get_cycles"))
 
 
 class FastCheck:
@@ -94,6 +100,12 @@ class FastCheck:
             return self.value(e.left) and self.value(e.right)
         if isinstance(e, ast.Ternary):
             return self.value(e.cond) and self.value(e.then) and self.value(e.else_)
+        if isinstance(e, ast.Call):
+            return e.name in FAST_CALLS and not e.args
+        # the value popped before the body (its frame is found by the registers' sp)
+        if isinstance(e, ast.Entry):
+            self.reads_context = True
+            return True
         return False
 
 
@@ -107,9 +119,10 @@ def _updates(s: ast.Stmt) -> list[ast.Expr | None]:
     return [s.expr if isinstance(s, ast.ExprStatement) else None]
 
 
-def where_table(pi: int, wheres: list[str]) -> list[str]:
-    """The table of a FAST handler's statements' `where` strings (`probe_<pi>_where`,
-    named by its pd_probes row): each statement compares its number with the MAXACTION
-    budget (no loop: the numbers are static) and only a failing one stores its `where`,
-    found through c->probe."""
-    return [f"static const char *const probe_{pi}_where[] = {{{', '.join(wheres) or 'NULL'}}};"]
+def where_table(pi: int, wheres: list[str], suffix: str = "") -> list[str]:
+    """The table of a FAST handler's statements' `where` strings (`probe_<pi><suffix>_where`,
+    named by its pd_probes row; suffix `_entry`: a hidden entry handler's): each statement
+    compares its number with the MAXACTION budget (no loop: the numbers are static) and
+    only a failing one stores its `where`, found through c->probe."""
+    return [f"static const char *const probe_{pi}{suffix}_where[] = "
+            f"{{{', '.join(wheres) or 'NULL'}}};"]

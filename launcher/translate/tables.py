@@ -121,8 +121,12 @@ class _Builder:
         if (pi, ri) not in self.hidden:
             self.hidden[(pi, ri)] = len(self.probe_rows)
             self.probe_rows.append(
-                f"    {{PD_PROBE_MARK, {int(self.entry_locks[pi])}, probe_{pi}_entry, "
-                f"{_c_string(format_point(rp.point))}, -1, 0}},")
+                f"    {{PD_PROBE_MARK, {self.entry_locks[pi]}, probe_{pi}_entry, "
+                f"{_c_string(format_point(rp.point))}, -1, 0"
+                f"{f', probe_{pi}_entry_where' if self.entry_locks[pi] & PD_PROBE_FAST else ''}"
+                "},")
+            if self.entry_locks[pi] & PD_PROBE_FAST:
+                self.fast_rows.add(self.hidden[(pi, ri)])
         return self.hidden[(pi, ri)]
 
     def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
