@@ -62,7 +62,6 @@ static int pd_key_equal(const struct pd_mapdesc *d, const uint8_t *a, const uint
     return 1;
 }
 
-void pd_key_i64(uint8_t *slot, int64_t v) { memcpy(slot, &v, 8); }
 
 void pd_key_str(uint8_t *slot, const char *s)
 {

@@ -492,7 +492,8 @@ struct pd_statdesc {
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
 
-void pd_key_i64(uint8_t *slot, int64_t v);
+/* A long key's bytes: inline and general-regs-only, as FAST keyed adds build keys too. */
+static inline PD_FAST_FN void pd_key_i64(uint8_t *slot, int64_t v) { __builtin_memcpy(slot, &v, 8); }
 void pd_key_str(uint8_t *slot, const char *s);
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);

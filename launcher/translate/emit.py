@@ -462,13 +462,15 @@ class Emitter:
 
     def fast_context(self, e: ast.TargetSymbol) -> bool:
         """Whether a FAST handler may read `e` (fast.py): `$return`, or at sites that are
-        no return `$argN` and a plain parameter (what target() reads with pd_fetch_arg)."""
+        no return (or in an @entry operand) `$argN` and a plain parameter (what target()
+        reads with pd_fetch_arg)."""
         if id(e) in self.tr.types.badvars or e.components or e.addressof:
             return False
         if e.name == "$return":
             return True
-        if any(isinstance(s, FunctionSite) and s.is_return for s in self.sites):
-            return False
+        if not self.scope.in_entry and any(isinstance(s, FunctionSite) and s.is_return
+                                           for s in self.sites):
+            return False    # (an @entry operand is read at the entry)
         if is_param_name(e.name):
             return id(e) not in self.tr.entry_index and not any(
                 isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in self.sites)
