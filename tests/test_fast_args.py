@@ -32,7 +32,8 @@ probe process("{b}").function("ident") {{ ic++; isum += $x }}
 probe process("{b}").function("ident").return {{ ir += $return }}
 probe process("{b}").function("wide") {{ wp += $a + $g; kk[$b & 3]++; st <<< $d }}
 probe process("{b}").function("wide").return {{ wr += $return }}
-probe process("{b}").mark("hit") {{ ma += $arg1 + $arg2; mk[$arg1 & 1] += $arg2; ms[$arg2 & 3] <<< $arg1 }}
+probe process("{b}").mark("hit") {{
+  ma += $arg1 + $arg2; mk[$arg1 & 1] += $arg2; ms[$arg2 & 3] <<< $arg1 }}
 probe end {{
   printf("tiny %d %d %d %d %d\\n", tc, tr, ta, @count(d), @sum(d))
   printf("ident %d %d %d\\n", ic, isum, ir)
