@@ -153,34 +153,36 @@ def _bpftrace_kstats(binary: Path, mark: str, n: int) -> Result:
     return Result(ns, int(m.group(1)) if m else 0, n, "usdt probe, @s[tid] = stats(arg0)")
 
 
-def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
-    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); }} "
-                         f"uretprobe:{binary}:{func} {{ @r = count(); }}",
-                         "bpftrace uprobe+uretprobe")
+def _bpftrace_calls(binary: Path, func: str, n: int, entry: str, ret: str, what: str,
+                    note: str, argv: tuple[str, ...] = ()) -> Result:
+    """A uprobe and a uretprobe on `func`, each counting (@e, @r) besides `entry`/`ret`
+    (`ret` may start with a predicate); hits: the fewer of the two counts."""
+    pred, _, body = ret.rpartition("{")
+    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); {entry} }} "
+                         f"uretprobe:{binary}:{func} {pred}{{ @r = count(); {body} }}",
+                         what, argv)
     e = re.search(r"@e: (\d+)", text)
     r = re.search(r"@r: (\d+)", text)
     hits = min(int(e.group(1)) if e else 0, int(r.group(1)) if r else 0)
-    return Result(ns, hits, n, "uprobe + uretprobe, count() each")
+    return Result(ns, hits, n, note)
+
+
+def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
+    return _bpftrace_calls(binary, func, n, "", "", "bpftrace uprobe+uretprobe",
+                           "uprobe + uretprobe, count() each")
 
 
 def _bpftrace_args(binary: Path, func: str, n: int, argv: tuple[str, ...]) -> Result:
-    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @c = count(); }} "
-                         f"uretprobe:{binary}:{func} {{ @r = sum(retval); @n = count(); }}",
-                         "bpftrace uprobe count + uretprobe sum(retval)", argv)
-    c = re.search(r"@c: (\d+)", text)
-    r = re.search(r"@n: (\d+)", text)
-    hits = min(int(c.group(1)) if c else 0, int(r.group(1)) if r else 0)
-    return Result(ns, hits, n, "uprobe count(), uretprobe sum(retval)")
+    return _bpftrace_calls(binary, func, n, "", "@s = sum(retval);",
+                           "bpftrace uprobe count + uretprobe sum(retval)",
+                           "uprobe count(), uretprobe sum(retval)", argv)
 
 
 def _bpftrace_latency(binary: Path, func: str, n: int, argv: tuple[str, ...]) -> Result:
-    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @t[tid] = nsecs; }} "
-                         f"uretprobe:{binary}:{func} /@t[tid]/ {{ @lat = hist(nsecs - @t[tid]); "
-                         "@n = count(); delete(@t[tid]); }",
-                         "bpftrace entry-to-return hist", argv)
-    m = re.search(r"@n: (\d+)", text)
-    return Result(ns, int(m.group(1)) if m else 0, n,
-                  "uprobe @t[tid] = nsecs, uretprobe hist(nsecs - @t[tid])")
+    return _bpftrace_calls(binary, func, n, "@t[tid] = nsecs;",
+                           "/@t[tid]/ { @lat = hist(nsecs - @t[tid]); delete(@t[tid]);",
+                           "bpftrace entry-to-return hist",
+                           "uprobe @t[tid] = nsecs, uretprobe hist(nsecs - @t[tid])", argv)
 
 
 def _bpftrace_startup(binary: Path, mark: str, n: int) -> Result:

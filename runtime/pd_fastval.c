@@ -13,18 +13,6 @@ PD_FAST_UNIT
 
 #define PD_PAGE 4096u /* the smallest page: a word in sp's page is as mapped as sp's */
 
-static inline int64_t pd_fast_extend(uint64_t raw, unsigned size, int is_signed)
-{
-    if (size >= 8)
-        return (int64_t)raw;
-    unsigned bits = size * 8;
-    uint64_t mask = (1ull << bits) - 1;
-    raw &= mask;
-    if (is_signed && (raw >> (bits - 1)))
-        raw |= ~mask;
-    return (int64_t)raw;
-}
-
 static uintptr_t pd_fetch_arg_full(struct pd_ctx *full, uintptr_t index, uintptr_t out)
 {
     *(int64_t *)out = full->regs ? pd_fetch_arg(full, (unsigned)index)
@@ -44,7 +32,7 @@ int64_t pd_fast_arg(struct pd_ctx *c, unsigned index)
     if (PD_LIKELY(regs && site && index < site->nargs)) {
         const struct pd_argdesc *a = &site->args[index];
         if (a->kind == PD_ARG_REG && (unsigned)a->reg < PD_NREGS)
-            return pd_fast_extend((uint64_t)regs->r[a->reg] >> a->shift, a->size, a->is_signed);
+            return pd_extend((uint64_t)regs->r[a->reg] >> a->shift, a->size, a->is_signed);
         if (a->kind == PD_ARG_CONST)
             return a->rel ? (int64_t)((uint64_t)a->value + c->bias) : a->value;
         if (a->kind == PD_ARG_MEM && a->reg == PD_DWARF_SP && a->index < 0 && !a->rel &&
@@ -60,7 +48,7 @@ int64_t pd_fast_arg(struct pd_ctx *c, unsigned index)
                 case 4: raw = *(const volatile uint32_t *)at; break;
                 default: raw = *(const volatile uint64_t *)at; break;
                 }
-                return pd_fast_extend(raw, a->size, a->is_signed);
+                return pd_extend(raw, a->size, a->is_signed);
             }
         }
     }
