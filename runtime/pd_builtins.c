@@ -21,18 +21,6 @@ static int pd_read_user(struct pd_ctx *c, uintptr_t addr, void *dst, size_t n)
     return -1;
 }
 
-static int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
-{
-    if (size >= 8)
-        return (int64_t)raw;
-    unsigned bits = size * 8;
-    uint64_t mask = (1ull << bits) - 1;
-    raw &= mask;
-    if (is_signed && (raw >> (bits - 1)))
-        raw |= ~mask;
-    return (int64_t)raw;
-}
-
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed)
 {
     uint64_t raw = 0;

@@ -63,6 +63,9 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 #else
 #define PD_FAST_MARK_CC
 #endif
+/* What a stub may call for a row whose one probe is FAST and reads registers (the
+ * probe is site->probe), with the pd_regs it built. */
+PD_FAST_FN void pd_fast_regs(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
 /* A FAST mark's stub calls it with the probe and &pd_fenv as immediates. */
 PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
                                               const struct pd_fast_env *env);
@@ -103,6 +106,21 @@ int pd_install_trap_handler(void);
 extern uint8_t *pd_obj_armed;
 extern uintptr_t *pd_obj_bias;
 extern uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never armed */
+/* A value of `size` bytes read raw, widened to 64 bits (general registers only: the
+ * FAST path's argument reads use it too). */
+static inline PD_FAST_FN int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
+{
+    if (size >= 8)
+        return (int64_t)raw;
+    unsigned bits = size * 8;
+    uint64_t mask = (1ull << bits) - 1;
+    raw &= mask;
+    if (is_signed && (raw >> (bits - 1)))
+        raw |= ~mask;
+    return (int64_t)raw;
+}
+/* The entry row (PD_FX_ALT) whose stub jumps to PD_FX_IN_ENTRY exit row s, or -1. */
+long pd_in_entry_row(uint32_t s);
 /* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
 int pd_object_matches(const char *path, const char *loaded_name);

@@ -107,6 +107,8 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */
 #define PD_ERROR_DEFERRED 2
+/* c->error of a FAST handler whose error pd_fast_slow reported already. */
+#define PD_ERROR_REPORTED 3
 
 struct pd_probe {
     uint32_t kind;       /* PD_PROBE_* (pd_shm.h) */
@@ -194,7 +196,11 @@ struct pd_site {
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8, PD_FX_IN_ENTRY = 16 };
+/* PD_FX_IN_ENTRY: an exit row for the `ret` that ends the entry's own window (a function
+ * too small for two patches): nothing is patched for it; the entry's ALT row's stub jumps
+ * to its stub instead of running its copy of the `ret` (pd_tramp_in_entry), so it is
+ * armed only with that row's stub. */
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -284,6 +290,7 @@ struct pd_fast_tls {
     uint32_t *inflight; /* pd_quiesce.h: the thread's busy word in the segment (NULL, 1: none) */
     uint32_t epoch;     /* pd_fenv.epoch when ctx's globals and actions were set */
     uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
+    int pslot; /* pd_pstat.c: 0 not claimed yet, -1 none free (slot 0), k: owns slot k */
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
@@ -360,6 +367,27 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
     c->error = 0;
     c->where = NULL;
 }
+/* What FAST handlers read and feed beyond counter adds (pd_fastval.c): an argument, the
+ * return value, a statistic's `<<<`, a keyed add.  Each does the common case with
+ * general registers only -- a register or a stack word of the site's own page, the
+ * thread's own statistic slot -- and anything else (a memory or DWARF location that may
+ * fault, a slot to claim, a keyed table) through pd_fast_slow, with the vector
+ * registers saved and a whole context.  Hidden: i386 handlers call them with no PLT. */
+struct pd_statdesc;
+struct pd_kstatdesc;
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_arg(struct pd_ctx *c, unsigned index);
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_return(struct pd_ctx *c);
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime);
+PD_HIDDEN PD_FAST_FN void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v,
+                                            const struct pd_statdesc *d);
+PD_HIDDEN PD_FAST_FN void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area,
+                                            const struct pd_kstatdesc *kd, const uint8_t *key,
+                                            int64_t v);
+/* fn(full, a, b) on a whole context copied from the FAST context head c, with errno
+ * kept; an error fn sets is reported at once and c->error becomes PD_ERROR_REPORTED
+ * (the handler stops, nothing reports it again).  Called through pd_xmm_call. */
+typedef uintptr_t (*pd_full_fn)(struct pd_ctx *full, uintptr_t a, uintptr_t b);
+PD_HIDDEN uintptr_t pd_fast_slow(uintptr_t c, uintptr_t fn, uintptr_t a, uintptr_t b);
 /* A FAST probe's handler failed (MAXACTION): its report, from a context head (pd_func.c),
  * called as pd_xmm_call(pd_fast_failed, head, 0, 0, 0). */
 PD_HIDDEN uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d);
@@ -486,7 +514,8 @@ struct pd_statdesc {
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
 
-void pd_key_i64(uint8_t *slot, int64_t v);
+/* A long key's bytes: inline and general-regs-only, as FAST keyed adds build keys too. */
+static inline PD_FAST_FN void pd_key_i64(uint8_t *slot, int64_t v) { __builtin_memcpy(slot, &v, 8); }
 void pd_key_str(uint8_t *slot, const char *s);
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);
@@ -510,7 +539,7 @@ int pd_map_entry_matches(const struct pd_mapdesc *d, const uint8_t *entry_key,
 uint32_t pd_map_count(const uint8_t *map);
 uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t **out,
                        int column, int order);
-void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
+PD_HIDDEN PD_FAST_FN void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
 void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);

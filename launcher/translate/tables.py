@@ -133,8 +133,12 @@ class _Builder:
         if (pi, ri) not in self.hidden:
             self.hidden[(pi, ri)] = len(self.probe_rows)
             self.probe_rows.append(
-                f"    {{PD_PROBE_MARK, {int(self.entry_locks[pi])}, probe_{pi}_entry, "
-                f"{_c_string(format_point(rp.point))}, -1, 0}},")
+                f"    {{PD_PROBE_MARK, {self.entry_locks[pi]}, probe_{pi}_entry, "
+                f"{_c_string(format_point(rp.point))}, -1, 0"
+                f"{f', probe_{pi}_entry_where' if self.entry_locks[pi] & PD_PROBE_FAST else ''}"
+                "},")
+            if self.entry_locks[pi] & PD_PROBE_FAST:
+                self.fast_rows.add(self.hidden[(pi, ri)])
         return self.hidden[(pi, ri)]
 
     def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
@@ -239,7 +243,7 @@ class _Builder:
                 f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
                 f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
                 f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
-                "PD_FX_ALT | PD_FX_EXIT},")
+                f"PD_FX_ALT | PD_FX_EXIT{' | PD_FX_IN_ENTRY' if ex.in_entry else ''}}},")
             self.sites.append(dataclasses.replace(ex.site, is_return=True))
             self.plans.append(ex.plan)
 
