@@ -279,7 +279,9 @@ def run_rows(step: Step, quick: bool) -> list[Row]:
 
 
 FUNC_CASES = {"entry": "function entry, `n++`", "pair": "entry + return pair, `n++` each",
-              "hijack": "the pair through return-address replacement"}
+              "hijack": "the pair through return-address replacement",
+              "args": "entry `c++` + return `r += $return` on a leaf too small for two patches",
+              "latency": "latency statistic in the return probe, on that leaf"}
 
 
 def func_rows(step: Step, quick: bool) -> list[Row]:
@@ -287,7 +289,7 @@ def func_rows(step: Step, quick: bool) -> list[Row]:
         return [_failed(step, "function probes (bench/func_bench.py)")]
     rows: list[Row] = []
     for (abi, case), (ns, over) in parse_func_bench(step.out).items():
-        if case == "bare":
+        if case.startswith("bare"):
             continue
         what = FUNC_CASES.get(case, f"`{case}`")
         cost = f"+{over:.1f} ns" if over is not None else f"{ns:.1f} ns/call"

@@ -123,7 +123,7 @@ def peer_cells(kind: str, binary: Path, what: str, n: int,
             cells.append((tool, PEERS_MISSING))
             continue
         fn = {"count": peers.usdt_count, "printf": peers.usdt_printf, "kstats": peers.usdt_kstats,
-              "function": peers.function_pair, "return": peers.function_pair_return,
+              "function": peers.function_pair, "return": peers.function_args,
               "latency": peers.function_latency}[kind]
         try:
             results = [fn(tool, binary, what, n) for _ in range(reps)]
