@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,23 +82,23 @@ def _command_part(example: str) -> str:
     return example
 
 
-def _run_example(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """One example with this interpreter's pydyn and a cache of the test's own."""
+def _run_example(example: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """One example with this interpreter's pydyn and a module cache of the test's own."""
     words = shlex.split(_command_part(example))
     assert words[0] == "pydyn"
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cwd / "cache"))
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
     return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *words[1:]], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_first_help_example_counts(tmp_path: Path) -> None:
+def test_first_help_example_counts(tmp_path: Path, new_cache: Callable[[str], Path]) -> None:
     """The one-liner a new user copies first prints the number of hits, not 0."""
     src = tmp_path / "app.c"
     src.write_text(APP_C)
     build_c(src, tmp_path / "app")
     first = _examples()[0]
     assert "-c ./app" in first
-    res = _run_example(first, tmp_path)
+    res = _run_example(first, tmp_path, new_cache("help"))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "7", res.stdout
 
@@ -110,6 +111,6 @@ def test_listing_help_examples_run(tmp_path: Path) -> None:
         binary = shlex.split(_command_part(command))[2].split('"')[1]
         if not any(Path("/").glob(binary.lstrip("/"))):
             continue
-        res = _run_example(command, tmp_path)
+        res = _run_example(command, tmp_path, tmp_path / "cache")
         assert res.returncode == 0, (command, res.stderr)
         assert res.stdout.startswith("process("), (command, res.stdout)
