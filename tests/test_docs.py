@@ -139,7 +139,8 @@ int main(int argc, char **argv)
 """
 
 
-def test_every_other_help_example_runs(tmp_path: Path) -> None:
+def test_every_other_help_example_runs(tmp_path: Path,
+                                       new_cache: Callable[[str], Path]) -> None:
     """The script examples of --help, on a script.stp, ./app and ./server of the test's
     own: ./server N runs N ./app at once.  `-x 1234 -T 10` attaches to a real ./app and
     waits 1 second, not 10."""
@@ -153,6 +154,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
     (tmp_path / "script.stp").write_text(
         'global n\nprobe process("./app").mark("tick") { n++ }\n'
         'probe end { printf("n=%d\\n", n) }\n')
+    cache = new_cache("examples")
     scripted = [c for c in _examples() if " script.stp" in c]
     assert len(scripted) == 4, scripted
     for example in scripted:
@@ -162,7 +164,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
             try:
                 assert app.stdout is not None and app.stdout.readline() == "ready\n"
                 res = _run_example(example.replace("1234", str(app.pid))
-                                   .replace("-T 10", "-T 1"), tmp_path)
+                                   .replace("-T 10", "-T 1"), tmp_path, cache)
                 assert app.poll() is None, "the attached process did not run on"
             finally:
                 app.kill()
@@ -170,7 +172,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
             assert res.returncode == 0, (example, res.stderr)
             assert int(res.stdout.removeprefix("n=")) > 10, (example, res.stdout)
             continue
-        res = _run_example(example, tmp_path)
+        res = _run_example(example, tmp_path, cache)
         assert res.returncode == 0, (example, res.stderr)
         if "-p3" in example:
             assert "#include" in res.stdout, (example, res.stdout[:500])
