@@ -2,16 +2,17 @@
 patched, decided offline (the runtime only applies a plan).
 
 One module per architecture (x86.py: x86-64 and i386, aarch64.py), chosen by the
-site's machine here and nowhere else; returns.py decides how a function's `.return`
-probes are reached.  `plan_sites` plans every site of a resolution at once, with the
-DWARF locations of the `$name` parameters the script reads, so translation reads
-no object file.
+site's machine here and nowhere else (`_ARCHES`); returns.py decides how an x86
+function's `.return` probes are reached (aarch64 keeps the return-address swap).
+`plan_sites` plans every site of a resolution at once, with the DWARF locations of the
+`$name` parameters the script reads, so translation reads no object file.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from ..elf import dwarf
 from ..elf.argspec import ArgSpec
@@ -21,29 +22,54 @@ from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes, reads_return_value
 from . import aarch64, x86
-from .returns import ReturnPlan, describe_returns, plan_returns
-from .x86 import PatchPlan, coverage, plan_c, prepare, trap
+from .returns import ReturnPlan, describe_returns, hijack, plan_returns
+from .x86 import PatchPlan, coverage, plan_c, trap
 
 __all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
            "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
 
-_ARCHES: dict[str, tuple[Callable[[ProbeSite], PatchPlan], Callable[[ProbeSite], PatchPlan]]] = {
-    "x86_64": (x86.plan_site, x86.plan_function),
-    "i386": (x86.plan_site, x86.plan_function),
-    "aarch64": (aarch64.plan_site, aarch64.plan_function),
+class _Arch(NamedTuple):
+    """What planning does on one machine."""
+
+    plan_site: Callable[[ProbeSite], PatchPlan]
+    plan_function: Callable[[ProbeSite], PatchPlan]
+    # what the whole objects say of the sites, computed for all of them at once
+    prepare: Callable[[Iterable[ProbeSite]], None] | None
+    exits: bool   # returns.py may patch a function's exits; else the return-address swap
+
+
+_X86 = _Arch(x86.plan_site, x86.plan_function, x86.prepare, True)
+_ARCHES = {
+    "x86_64": _X86,
+    "i386": _X86,
+    "aarch64": _Arch(aarch64.plan_site, aarch64.plan_function, None, False),
 }
 
 
 def plan_site(site: ProbeSite) -> PatchPlan:
     """The plan of a USDT site, or of a function entry (`nop_len` 0)."""
     arch = _ARCHES.get(site.machine)
-    return arch[0](site) if arch else trap(f"trampolines are not implemented on {site.machine}")
+    return arch.plan_site(site) if arch else trap(
+        f"trampolines are not implemented on {site.machine}")
 
 
 def plan_function(site: ProbeSite) -> PatchPlan:
     """The plan of a function entry (the entry is no nop: see x86.plan_function)."""
     arch = _ARCHES.get(site.machine)
-    return arch[1](site) if arch else trap(f"trampolines are not implemented on {site.machine}")
+    return arch.plan_function(site) if arch else trap(
+        f"trampolines are not implemented on {site.machine}")
+
+
+def prepare(sites: Iterable[ProbeSite]) -> None:
+    """What the objects say of every site, at once per machine (x86.prepare)."""
+    by_arch: dict[_Arch, list[ProbeSite]] = {}
+    for site in sites:
+        arch = _ARCHES.get(site.machine)
+        if arch is not None and arch.prepare is not None:
+            by_arch.setdefault(arch, []).append(site)
+    for arch, some in by_arch.items():
+        assert arch.prepare is not None
+        arch.prepare(some)
 
 
 @dataclass(frozen=True)
@@ -104,8 +130,15 @@ def plan_sites(script: ast.Script, resolution: Resolution,
             funcs[key] = (site, ret or site.is_return, rv or (site.is_return and uses_return))
     functions: dict[tuple[str, int], FunctionPlan] = {}
     for key, (site, has_returns, uses_return) in funcs.items():
-        rplan = plan_returns(site, site.func_addr, site.func_size, return_value=uses_return,
-                             forced=forced, mark_at_entry=key in marks) if has_returns else None
+        arch = _ARCHES.get(site.machine)
+        if not has_returns:
+            rplan = None
+        elif arch is None or not arch.exits:
+            rplan = hijack(f"{site.machine} keeps the return-address swap")
+        else:
+            rplan = plan_returns(site, site.func_addr, site.func_size,
+                                 return_value=uses_return, forced=forced,
+                                 mark_at_entry=key in marks)
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
