@@ -41,7 +41,7 @@ from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
-from .dwarf_expr import ExprError, Frame, FrameBase, compile_expr
+from .dwarf_expr import ExprError, Frame, FrameBase, compile_expr, needs_entry
 
 _X86_64_REGS = ("%rax", "%rdx", "%rcx", "%rbx", "%rsi", "%rdi", "%rbp", "%rsp",
                 *(f"%r{i}" for i in range(8, 16)), "%rip")
@@ -860,6 +860,24 @@ def site_params(path: str, func_addr: int, pc: int | None = None) -> tuple[Dwarf
     if pc is None or pc - func_addr <= _ENTRY_SLACK:
         return func.params
     return get_dwarf(path).variables_at(func, pc)
+
+
+def entry_frame(path: str, func_addr: int, pc: int, names: frozenset[str] | None
+                ) -> tuple[int, int] | None:
+    """At a site inside a function where a variable among `names` (None: any) is read
+    from a register's value at the function's entry (`DW_OP_entry_value`): the CFA there
+    as (DWARF register, offset), which finds the values a hidden entry probe kept for the
+    call (launcher/entry.py); None where no such variable is read."""
+    try:
+        params = site_params(path, func_addr, pc)
+    except TargetError:
+        return None
+    if params is site_function(path, func_addr).params:
+        return None   # at the entry the registers themselves are read
+    if not any(needs_entry(p.location) and (names is None or p.name in names)
+               for p in params):
+        return None
+    return _cfa_rule(path, pc)
 
 
 def param_locations(path: str, func_addr: int, pc: int | None = None) -> dict[str, ArgSpec]:

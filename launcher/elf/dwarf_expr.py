@@ -11,9 +11,12 @@ place, `DW_OP_bregN off` as a value), the frame base (`DW_OP_fbreg` over a
 `DW_OP_call_frame_cfa`, register or `breg` frame base), `DW_OP_deref[_size]`,
 arithmetic, `DW_OP_lit*`/`DW_OP_const*`, `DW_OP_stack_value` (a computed
 value, not a place), `DW_OP_piece` (up to 8 bytes from register, memory or
-value pieces) and `DW_OP_entry_value` of a register at the function's entry
-(the register itself there; elsewhere the value is gone, as stap says "not
-accessible at this address").  Anything else keeps the "not supported" reason.
+value pieces) and `DW_OP_entry_value` of a register: the register itself at the
+function's entry; elsewhere in the function its value there, which a hidden
+probe on the entry keeps for the call (`needs_entry`; stap sets a global from
+an extra entry probe the same way).  Where the CFA is unknown the call's kept
+values cannot be found, and the value is "not accessible at this address", as
+stap says.  Anything else keeps the "not supported" reason.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ class Frame:
     entry: bool = False
 
 
+ENTRY_REG = "PD_DW_ENTRY_REG"   # a register's value at the function's entry
+
 _STACK = 8   # PD_DW_STACK in runtime/pd_builtins.c: the evaluator's stack
 
 _BINARY = {"DW_OP_plus": "PD_DW_PLUS", "DW_OP_minus": "PD_DW_MINUS",
@@ -57,6 +62,12 @@ _UNARY = {"DW_OP_neg": "PD_DW_NEG", "DW_OP_not": "PD_DW_NOT"}
 _CONSTS = {"DW_OP_const1u", "DW_OP_const1s", "DW_OP_const2u", "DW_OP_const2s",
            "DW_OP_const4u", "DW_OP_const4s", "DW_OP_const8u", "DW_OP_const8s",
            "DW_OP_constu", "DW_OP_consts"}
+
+
+def needs_entry(spec: ArgSpec | None) -> bool:
+    """Whether reading `spec` needs the registers kept at the function's entry."""
+    return spec is not None and spec.kind is ArgKind.EXPR and \
+        any(op == ENTRY_REG for op, _, _ in spec.ops)
 
 
 def _regnum(name: str, prefix: str) -> int | None:
@@ -126,10 +137,16 @@ def compile_expr(ops: Sequence[Any], *, machine: str, nregs: int, word: int, siz
             ir = _regnum(inner[0].op_name, "DW_OP_reg") if len(inner) == 1 else None
             if ir is None:
                 raise ExprError(f"location '{n}' of a non-register not supported")
-            if not at_entry:
+            if at_entry:
+                out.append(("PD_DW_REG", reg_ok(ir), 0))
+            elif cfa is not None:
+                # kept by a hidden probe on the function's entry, found again here by
+                # the return-address slot the CFA names (launcher/entry.py)
+                out.append((ENTRY_REG, reg_ok(ir), 0))
+            else:
                 raise ExprError(f"not accessible at this address: {pc:#x} "
-                                "(its value at the function's entry is gone here)")
-            out.append(("PD_DW_REG", reg_ok(ir), 0))
+                                "(its value at the function's entry is gone here, and "
+                                "the frame that would find it again is unknown)")
             depth += 1
         elif n == "DW_OP_deref" or n == "DW_OP_deref_size":
             need(1, n)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgSpec
-from ..elf.functions import FunctionSite
+from ..elf.functions import FunctionSite, entry_site
 from ..elf.stapsdt import ProbeSite
 from ..resolve import Resolution
 from ..script import ast
@@ -24,8 +24,8 @@ from . import aarch64, x86
 from .returns import ReturnPlan, describe_returns, plan_returns
 from .x86 import PatchPlan, coverage, plan_c, prepare, trap
 
-__all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
-           "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
+__all__ = ["EntryKeep", "FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage",
+           "plan_c", "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
 
 _ARCHES: dict[str, tuple[Callable[[ProbeSite], PatchPlan], Callable[[ProbeSite], PatchPlan]]] = {
     "x86_64": (x86.plan_site, x86.plan_function),
@@ -62,11 +62,25 @@ class FunctionPlan:
 
 
 @dataclass(frozen=True)
+class EntryKeep:
+    """A probe site inside a function whose variables are read from registers' values
+    at the function's entry: the entry, where a hidden probe keeps the registers for
+    the call, and the CFA at the site as (DWARF register, offset), which finds them
+    again (launcher/entry.py)."""
+
+    site: FunctionSite
+    entry: FunctionSite
+    cfa: tuple[int, int]
+
+
+@dataclass(frozen=True)
 class SitePlans:
-    """Every site's plan, by (object path, link-time address)."""
+    """Every site's plan, by (object path, link-time address); per probe (by index in
+    the script) its sites that read values of the function's entry."""
 
     marks: dict[tuple[str, int], PatchPlan]
     functions: dict[tuple[str, int], FunctionPlan]
+    entry_keeps: dict[int, tuple[EntryKeep, ...]] = field(default_factory=dict)
 
     def mark(self, site: ProbeSite) -> PatchPlan:
         return self.marks[(site.path, site.pc)]
@@ -92,8 +106,15 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     # per function: its entry site, whether it has return probes, reads entry values,
     # reads $return
     funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool, bool]] = {}
-    for probe, points in zip(script.probes, resolution.points, strict=True):
+    keeps: dict[int, tuple[EntryKeep, ...]] = {}
+    for pi, (probe, points) in enumerate(zip(script.probes, resolution.points, strict=True)):
         sites = [s for rp in points for s in rp.sites]
+        if params:
+            keeps_here = _entry_keeps(probe, sites)
+            if keeps_here:
+                keeps[pi] = keeps_here
+                for k in keeps_here:
+                    funcs.setdefault((k.entry.path, k.entry.pc), (k.entry, False, False, False))
         returns_only = bool(sites) and all(isinstance(s, FunctionSite) and s.is_return
                                            for s in sites)
         uses_entry = bool(entry_values(probe, returns_only))
@@ -115,4 +136,25 @@ def plan_sites(script: ast.Script, resolution: Resolution,
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
-    return SitePlans(marks, functions)
+    return SitePlans(marks, functions, keeps)
+
+
+def _entry_keeps(probe: ast.Probe, sites: list[ProbeSite]) -> tuple[EntryKeep, ...]:
+    """The probe's sites inside functions that read a variable from a register's value
+    at the function's entry (dwarf.entry_frame)."""
+    if any(isinstance(n, ast.Entry) for n in iter_nodes(probe.body)):
+        return ()   # a .return probe's hidden entry handler is the @entry one
+    symbols = [n.name for n in iter_nodes(probe.body) if isinstance(n, ast.TargetSymbol)]
+    names: frozenset[str] | None = frozenset(s[1:] for s in symbols if is_param_name(s))
+    if any(s in ("$$parms", "$$vars", "$$locals") for s in symbols):
+        names = None   # every variable in scope
+    elif not names:
+        return ()
+    out = []
+    for site in sites:
+        if not isinstance(site, FunctionSite) or site.is_return:
+            continue
+        cfa = dwarf.entry_frame(site.path, site.func_addr, site.pc, names)
+        if cfa is not None:
+            out.append(EntryKeep(site, entry_site(site), cfa))
+    return tuple(out)

@@ -22,6 +22,7 @@ from ..elf import dwarf
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
+from ..entry import peek_c as entry_peek_c
 from ..entry import pop_c as entry_pop_c
 from ..errors import ScriptError
 from ..format import FormatSpec, parse_format
@@ -32,6 +33,7 @@ from ..guru import (
     set_user_c,
     toplevel_c,
 )
+from ..plan import EntryKeep
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes
@@ -65,6 +67,8 @@ class Unit:
         self._format_ids: dict[object, int] = {}
         self.report: dict[int, ReportTag] = {}   # exit-report format id -> its tag
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
+        # per probe: its sites reading values of the function's entry (plan.EntryKeep)
+        self.entry_keeps: dict[int, tuple[EntryKeep, ...]] = {}
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
         self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
@@ -1134,8 +1138,10 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     entry_locks: dict[int, bool] = {}
     entries_of = [entry_values(p, _returns_only(scope))
                   for p, scope in zip(script.probes, unit.types.probe_scopes, strict=True)]
-    if any(entries_of):
-        out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
+    if any(entries_of) or unit.entry_keeps:
+        # a kept entry holds every register, by DWARF number (aarch64: 33)
+        out.extend(entry_helpers_c(max([len(n) for n in entries_of]
+                                       + ([33] if unit.entry_keeps else []))))
     for nodes in entries_of:
         unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
@@ -1152,11 +1158,28 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
             handler, entry_locks[pi] = _entry_handler(unit, pi, scope, entries_of[pi])
             out.extend(handler)
+        elif pi in unit.entry_keeps:
+            pop = entry_peek_c(pi, _return_slot(unit.entry_keeps[pi]))
+            out.extend(["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
+                        f"    pd_entry_keep(c, {pi});", "}"])
+            entry_locks[pi] = False
         out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
                     f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
                     "{", *local_decls, *pop, *em.lines,
                     "out:", "    return;", "}"])
     return Handlers(out, locks, entry_locks)
+
+
+def _return_slot(keeps: tuple[EntryKeep, ...]) -> str:
+    """C of the return-address slot of the running call at each site: its CFA (by the
+    `.eh_frame` rule there) less a word, where the entry found it (entry.py)."""
+    cases = {}
+    for k in keeps:
+        reg, off = k.cfa
+        word = 4 if k.site.machine == "i386" else 8
+        cases[(k.site.path, k.site.pc)] = \
+            f"(int64_t)((uint64_t)pd_reg(c->regs, {reg}) + {off - word})"
+    return tvars.by_site(cases)
 
 
 def _returns_only(scope: Scope) -> bool:
