@@ -88,7 +88,16 @@ class Bits:
         return f"bits{'s' if self.signed else 'u'}[{self.shift}:{self.width}]"
 
 
-Step = Offset | Index | Load | Bits
+@dataclass(frozen=True)
+class Float32:
+    """value = the loaded 32-bit float as a double's bits: stap reads a `float` so
+    (its fp32_to_fp64), a `double` as its bits; fp_to_string() prints either."""
+
+    def __str__(self) -> str:
+        return "fp32"
+
+
+Step = Offset | Index | Load | Bits | Float32
 
 
 @dataclass(frozen=True)
@@ -133,8 +142,8 @@ def _base_kind(t: Any, word: int) -> tuple[int, bool]:
         return type_size(t, word), False
     if t.tag == "DW_TAG_base_type":
         enc = die_attr(t, "DW_AT_encoding") or 0
-        if enc == _DW_ATE_FLOAT:
-            raise ValueError("floating point")
+        if enc == _DW_ATE_FLOAT and type_size(t, word) not in (4, 8):
+            raise ValueError(f"{type_size(t, word) * 8}-bit floating point")
         return type_size(t, word), enc in (_DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR)
     if t.tag == "DW_TAG_enumeration_type":
         under = strip_type(type_die(t))
@@ -327,7 +336,15 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
             steps.append(Bits(bit - first * 8, width, signed))
         else:
             steps.append(Load(size, signed))
+    if is_float32(t):
+        steps.append(Float32())
     return Access(root, tuple(s for s in steps if s != Offset(0)), tname, False, offset)
+
+
+def is_float32(t: Any) -> bool:
+    """Whether `t` (typedefs and qualifiers stripped) is a 4-byte `float`."""
+    return t is not None and t.tag == "DW_TAG_base_type" and \
+        die_attr(t, "DW_AT_encoding") == _DW_ATE_FLOAT and type_size(t, 8) == 4
 
 
 def _object_size(info: DwarfInfo, t: Any, word: int, i: int) -> int:

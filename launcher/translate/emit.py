@@ -445,7 +445,11 @@ class Emitter:
             if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
                                           for s in self.sites):
                 return self.target_access(e)
-            return f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
+            fetched = f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
+            return tvars.by_site({(s.path, s.pc): tvars.read_c(s, name[1:], fetched)
+                                  for s in self.sites if isinstance(s, FunctionSite)}) \
+                if self.sites and all(isinstance(s, FunctionSite) for s in self.sites) \
+                else fetched
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
             n = min(len(s.args) for s in self.sites) if self.sites else 0
@@ -514,8 +518,8 @@ class Emitter:
                     parts.append(f"{p.name}=?")
                 else:
                     parts.append(f"{p.name}=0x%llx")
-                    args.append(f"(unsigned long long)pd_fetch_arg(c, "
-                                f"{self.tr.types.param_slot(p.name)})")
+                    fetched = f"pd_fetch_arg(c, {self.tr.types.param_slot(p.name)})"
+                    args.append(f"(unsigned long long){tvars.read_c(site, p.name, fetched)}")
             for v in func.locals if func is not None and name != "$$parms" else ():
                 if inside and not v.static:
                     continue   # site_vars had it, located here

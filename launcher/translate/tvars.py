@@ -23,6 +23,7 @@ from ..elf.dwarf_types import (
     Access,
     Bits,
     DwarfAccessError,
+    Float32,
     Index,
     Load,
     Offset,
@@ -64,6 +65,17 @@ def subscripts(e: ast.TargetSymbol) -> list[ast.Expr]:
 def _site_var(site: FunctionSite, name: str) -> dwarf.DwarfParam | None:
     return next((p for p in dwarf.site_params(site.path, site.func_addr, site.pc)
                  if p.name == name), None)
+
+
+def read_c(site: FunctionSite, name: str, fetched: str) -> str:
+    """C of `$name` at `site` given `fetched`, its location's value: a `float` becomes a
+    double's bits, as stap reads one (fp32_to_fp64)."""
+    try:
+        p = _site_var(site, name)
+    except TargetError:
+        return fetched
+    return f"pd_fp32_to_fp64({fetched})" if p is not None and p.is_float and p.size == 4 \
+        else fetched
 
 
 def _type_of(info: dwarf.DwarfInfo, p: dwarf.DwarfParam) -> object:
@@ -149,6 +161,8 @@ def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str
             v = f"(int64_t)((uint64_t)({v}) + (uint64_t)({index_c(step.which)}) * {step.stride}u)"
         elif isinstance(step, Load):
             v = f"(c->where = {where}, pd_user_read(c, {v}, {step.size}, {int(step.signed)}))"
+        elif isinstance(step, Float32):
+            v = f"pd_fp32_to_fp64({v})"
         elif isinstance(step, Bits):
             if step.signed:
                 v = (f"((int64_t)((uint64_t)({v}) << {64 - step.shift - step.width}) "
