@@ -112,7 +112,8 @@ static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t 
                 return -1;
             if (o->arg < 8)
                 part &= (1ull << (8 * o->arg)) - 1;
-            acc |= part << (8 * filled);   /* x86 and aarch64: little-endian pieces */
+            if (filled < 8) /* an aggregate's later pieces: read by member (narrow()) */
+                acc |= part << (8 * filled);   /* x86 and aarch64: little-endian pieces */
             filled += (unsigned)o->arg;
             break;
         }

@@ -407,7 +407,7 @@ class _Reader:
             p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None,
                            placeholder=_placeholder(tdie),
                            type_offset=tdie.offset if tdie is not None else -1)
-            if not scalar:
+            if not scalar and not _by_value(tdie, word):
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
                 continue
@@ -523,7 +523,7 @@ class _Reader:
                 p = DwarfParam(name.decode(errors="replace"), type_name(tdie), size, signed,
                                is_float, scalar, None, placeholder=_placeholder(tdie),
                                type_offset=tdie.offset if tdie is not None else -1)
-                if not scalar:
+                if not scalar and not _by_value(tdie, word):
                     found[p.name] = replace(p, why=f"'{p.type_name}' is not a scalar")
                     continue
                 where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
@@ -767,6 +767,14 @@ def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
     return size, False, False, False
 
 
+def _by_value(tdie: Any, word: int) -> bool:
+    """Whether a variable of this type is a struct or union whose members a probe reads
+    where its location puts them (registers, pieces, memory: dwarf_expr.narrow)."""
+    t = strip_type(tdie)
+    return t is not None and t.tag in ("DW_TAG_structure_type", "DW_TAG_union_type",
+                                       "DW_TAG_class_type") and type_size(t, word) > 0
+
+
 def type_name(t: Any) -> str:
     """A type as stap spells it: `char const*`, `long int`, `struct pair`."""
     if t is None:
@@ -818,6 +826,9 @@ def readable_param(path: str, func_addr: int, name: str, pc: int | None = None
         raise TargetError(path, f"function {func.where} has no {what} '{name}' "
                                 + (f"at {pc:#x} " if inside and pc is not None else "")
                                 + f"({what}s: {have})")
+    if not p.scalar:
+        raise TargetError(path, f"'{p.type_name}' is being accessed instead of a member "
+                                f"of {'variable' if inside else 'parameter'} '{name}'")
     if p.location is None:
         where = f"at {pc:#x}" if inside and pc is not None else "at the entry"
         raise TargetError(path, f"{'variable' if inside else 'parameter'} '{name}' of "

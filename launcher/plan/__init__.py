@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgSpec
+from ..elf.dwarf_expr import ExprError, narrow, split_part
 from ..elf.functions import FunctionSite, entry_site
 from ..elf.stapsdt import ProbeSite
 from ..resolve import Resolution
@@ -58,7 +59,20 @@ class FunctionPlan:
     def param_args(self, names: list[str]) -> list[ArgSpec]:
         """The argument descriptors of the script's parameter slots `names`, in order (a
         slot this function lacks is never read: the translator checked)."""
-        return [self.params.get(n, dwarf.UNUSED_ARG) for n in names]
+        return [self._arg(n) for n in names]
+
+    def _arg(self, slot: str) -> ArgSpec:
+        part = split_part(slot)
+        if part is None:
+            return self.params.get(slot, dwarf.UNUSED_ARG)
+        name, off, size, signed = part
+        whole = self.params.get(name)
+        if whole is None:
+            return dwarf.UNUSED_ARG
+        try:
+            return narrow(whole, off, size, signed)
+        except ExprError:
+            return dwarf.UNUSED_ARG   # the translator refused it (tvars.access)
 
 
 @dataclass(frozen=True)

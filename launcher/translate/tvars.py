@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind, ArgSpec
+from ..elf.dwarf_expr import ExprError, narrow, split_part
 from ..elf.dwarf_types import (
     Access,
     Bits,
@@ -114,7 +115,15 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
             if place is not None:
                 raise _err(f"cannot take address of {place}", e)
             ptype = _type_of(info, p)
-            return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+            acc = resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+            part = split_part(acc.root.name)
+            if part is not None:   # a member of a struct passed by value
+                try:
+                    narrow(p.location, *part[1:])
+                except ExprError as exc:
+                    raise _err(f"'{e.name}': a member of '{name}' {_where_at(site)}: {exc}",
+                               e) from None
+            return acc
         var = find_variable(info, func.cu_offset, func.die_offset, name)
         if var is None:
             have = " ".join(f"${q.name}" for q in func.params) or "none"
