@@ -776,29 +776,51 @@ def _by_value(tdie: Any, word: int) -> bool:
 
 
 def type_name(t: Any) -> str:
-    """A type as stap spells it: `char const*`, `long int`, `struct pair`."""
+    """A type as stap spells it (dwarf_wrappers.cxx's dwarf_type_name): `char const*`,
+    `long int`, `struct pair`, `struct {...}`, `int (*) (int, char)`, `va_list`."""
+    sub: list[Any] = []   # the subroutine type a function pointer's modifiers wrap
+    text = _type_text(t, sub)
+    if not sub:
+        return text
+    params = []
+    for c in sub[0].iter_children():
+        if c.tag == "DW_TAG_unspecified_parameters":
+            params.append("...")
+        elif c.tag == "DW_TAG_formal_parameter":
+            params.append(type_name(type_die(c)))
+    return f"{type_name(type_die(sub[0]))} ({text}) ({', '.join(params) or 'void'})"
+
+
+def _type_text(t: Any, sub: list[Any]) -> str:
+    """`t` spelled from its innermost type out; a subroutine type is left in `sub` for
+    type_name to put its modifiers between the return and the parameter types."""
     if t is None:
         return "void"
+    if t.tag == "DW_TAG_subroutine_type":
+        sub.append(t)
+        return ""
     name = t.attributes.get("DW_AT_name")
     text = name.value.decode(errors="replace") if name is not None else None
     if t.tag in ("DW_TAG_base_type", "DW_TAG_typedef"):
         return text or "?"
-    if t.tag in _QUALIFIERS:
-        return f"{type_name(type_die(t))} {_QUALIFIERS[t.tag]}"
-    if t.tag == "DW_TAG_pointer_type":
-        target = type_die(t)
-        if target is not None and target.tag == "DW_TAG_subroutine_type":
-            params = [type_name(type_die(c)) for c in target.iter_children()
-                      if c.tag == "DW_TAG_formal_parameter"]
-            return f"{type_name(type_die(target))} (*)({', '.join(params)})"
-        return f"{type_name(target)}*"
-    if t.tag in ("DW_TAG_reference_type", "DW_TAG_rvalue_reference_type"):
-        return f"{type_name(type_die(t))}&"
     if t.tag in _AGGREGATES:
         return f"{_AGGREGATES[t.tag]} {text or '{...}'}"
-    if t.tag == "DW_TAG_array_type":
-        return f"{type_name(type_die(t))}[]"
-    return text or "?"
+    inner = type_die(t)
+    if t.tag == "DW_TAG_pointer_type" and inner is not None and \
+            inner.tag == "DW_TAG_structure_type" and \
+            die_attr(inner, "DW_AT_name") == b"__va_list_tag":
+        return "va_list"   # the builtin, as stap and gcc name it
+    under = _type_text(inner, sub)
+    if t.tag in _QUALIFIERS:
+        # a const on a reference is redundant
+        redundant = t.tag == "DW_TAG_const_type" and inner is not None and inner.tag in (
+            "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
+        return under if redundant else f"{under} {_QUALIFIERS[t.tag]}"
+    suffix = {"DW_TAG_pointer_type": "*", "DW_TAG_reference_type": "&",
+              "DW_TAG_rvalue_reference_type": "&&", "DW_TAG_array_type": "[]"}.get(t.tag)
+    if suffix is None:
+        return text or "?"
+    return under + suffix
 
 
 # -- what the translator asks of a function site ----------------------------------
