@@ -1,7 +1,8 @@
 """Target variables read with their exact values on real processes, m64 and m32 at
 -O0 and -O2: parameters that -O2 keeps only as their value at the function's entry
 (`DW_OP_entry_value`: a hidden probe on the entry keeps the registers for the call,
-recursion included) read in statement probes.
+recursion included) read in statement probes, and "not accessible at this address" for
+a call entered before `-x` attached; floating-point values; structs passed by value.
 
 tests/progs/dwarf_entry.c; each test first checks that gcc emitted the form it is about
 where it says so (`pydyn -L -v` prints each variable's location), then compares the
@@ -10,13 +11,17 @@ probe's values with what the program computes.
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import struct
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
+from cbuild import BUILDS, PROGS, Build, builder, run_pydyn, start_pydyn
 
 ENTRY_SRC = PROGS / "dwarf_entry.c"
 Progs = Callable[[Build], Path]
@@ -68,6 +73,46 @@ def test_entry_values_in_statement_probes(entry_progs: Progs, cache: Path, b: Bu
     want = [f"D level={n} tag={53 - n} level={n:#x} tag={53 - n:#x}" for n in range(4)]
     assert levels == (want if b.opt == "-O0" else want[-len(levels):]), res.stdout
     assert len(levels) >= 3 and "ERROR" not in res.stderr, res.stderr
+
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="-x is implemented for x86-64 hosts")
+@pytest.mark.parametrize("b", BUILDS[1::2], ids=IDS[1::2])
+def test_entry_value_of_a_call_entered_before_attaching(entry_progs: Progs, cache: Path,
+                                                        b: Build) -> None:
+    """-x PID while spin() runs: its entry came before the probes, so nothing kept its
+    registers and `$a` there is "not accessible at this address" (an error of the
+    handler, counted; the program runs on); the calls entered later read theirs."""
+    exe = entry_progs(b)
+    spin, later = line_of(ENTRY_SRC, "SPIN"), line_of(ENTRY_SRC, "LATER")
+    target = subprocess.Popen([str(exe), "3", "wait"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert target.stdout is not None and target.stdout.readline() == "ready\n"
+        script = (f'probe process("{exe}").statement("*@dwarf_entry.c:{spin}") '
+                  '{ printf("S %d\\n", $a) } '
+                  f'probe process("{exe}").statement("*@dwarf_entry.c:{later}") '
+                  '{ printf("L a=%d\\n", $a) }')
+        proc = start_pydyn(cache, "-v", "-D", "MAXERRORS=1000", "-e", script,
+                           "-x", str(target.pid), start_new_session=False)
+        assert proc.stderr is not None
+        err = []
+        for line in proc.stderr:
+            err.append(line)
+            if line.startswith(f"pydyn: attached to pid {target.pid} ("):
+                break
+        time.sleep(0.5)   # spin() hits its line a few times
+        target.send_signal(signal.SIGUSR1)
+        assert target.wait(timeout=60) == 0
+        out, rest = proc.communicate(timeout=60)
+    finally:
+        target.kill()
+    stderr = "".join(err) + rest
+    assert "S " not in out, out
+    assert [ln for ln in out.splitlines() if ln.startswith("L ")] == \
+        [f"L a={1000 + i}" for i in range(3)], out + stderr
+    assert "ERROR: not accessible at this address: the value at the function's entry was " \
+        "not kept for this call" in stderr, stderr
+    assert "Traceback" not in stderr
 
 
 FLOAT_SRC = PROGS / "dwarf_float.c"
