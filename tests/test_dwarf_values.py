@@ -1,7 +1,7 @@
 """Target variables read with their exact values on real processes, m64 and m32 at
 -O0 and -O2: parameters that -O2 keeps only as their value at the function's entry
 (`DW_OP_entry_value`: a hidden probe on the entry keeps the registers for the call,
-recursion included) read in statement probes, and "not accessible at this address" for
+recursion included) read in statement and label probes, and "not accessible at this address" for
 a call entered before `-x` attached; floating-point values; structs passed by value.
 
 tests/progs/dwarf_entry.c; each test first checks that gcc emitted the form it is about
@@ -59,13 +59,17 @@ def test_entry_values_in_statement_probes(entry_progs: Progs, cache: Path, b: Bu
               '{ printf("L a=%d b=%d\\n", $a, $b) } '
               f'probe process("{exe}").statement("*@dwarf_entry.c:{depth}") '
               '{ printf("D level=%d tag=%d %s\\n", $level, $tag, $$parms) } '
-              f'probe process("{exe}").function("depth") {{ printf("E\\n") }}')
+              f'probe process("{exe}").function("depth") {{ printf("E\\n") }} '
+              f'probe process("{exe}").function("later").label("here") '
+              '{ printf("H a=%d b=%d\\n", $a, $b) }')
     res = run_pydyn(cache, "-e", script, "-c", f"{exe} 3")
     assert res.returncode == 0, res.stderr
     assert "s=930" in res.stdout
     out = res.stdout.splitlines()
     assert [ln for ln in out if ln.startswith("L ")] == \
         [f"L a={1000 + i} b={7 * i}" for i in range(3)]
+    assert [ln for ln in out if ln.startswith("H ")] == \
+        [f"H a={1000 + i} b={7 * i}" for i in range(3)]
     assert out.count("E") == 4   # a function probe shares the entry with the hidden one
     # each level of the recursion reads its own call's entry; -O2 makes the deepest
     # level's path another copy of the line

@@ -24,6 +24,7 @@ __attribute__((noinline)) long churn(long v)
 __attribute__((noinline)) REGS long later(long a, long b)
 {
     long r = churn(b);
+here: __attribute__((unused));
     r += churn(r);          /* LATER */
     return r;
 }
