@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .elf.functions import function_sites
+from .elf.inlines import inline_sites
 from .elf.libraries import find_library
 from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
@@ -28,7 +29,8 @@ from .elf.statements import label_sites, statement_sites
 from .errors import PydynError, ScriptError, TargetError, point_length
 from .script import ast
 
-PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end", "timer")
+PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end",
+               "thread_begin", "thread_end", "timer")
 TIMER_UNITS_NS = {"s": 1_000_000_000, "sec": 1_000_000_000, "ms": 1_000_000, "msec": 1_000_000,
                   "us": 1_000, "usec": 1_000, "ns": 1, "nsec": 1}
 
@@ -246,11 +248,10 @@ class Resolver:
         if not rest:
             raise _pp_error(point, "incomplete process probe point")
         if rest[0].name in ("begin", "end") and len(rest) == 1:
-            if binary is None and comps[0].arg is None:
-                obj = None
-            else:
-                obj = binary
-            return [ResolvedPoint(point, f"process_{rest[0].name}", object_path=obj)]
+            return [ResolvedPoint(point, f"process_{rest[0].name}", object_path=binary)]
+        if rest[0].name == "thread" and len(rest) == 2 and rest[1].name in ("begin", "end") \
+                and rest[0].arg is None and rest[1].arg is None:
+            return [ResolvedPoint(point, f"thread_{rest[1].name}", object_path=binary)]
         if binary is None:
             binary = self._binary(point, None)
         if rest[0].name == "library":
@@ -279,6 +280,8 @@ class Resolver:
                 finder = statement_sites
             elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "label":
                 finder = label_sites
+            elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "inline":
+                finder = inline_sites
             elif rest[0].name == "function":
                 finder = function_sites
         if finder is not None:
@@ -288,7 +291,9 @@ class Resolver:
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
             raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",
                             "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "
-                            ".library(\"LIB\"), .begin, .end")
+                            ".library(\"LIB\"), .function(\"NAME\")[.return|.label(\"L\")], "
+                            ".statement(\"FUNC@FILE:LINE\"), .plt(\"NAME\"), .begin, .end, "
+                            ".thread.begin, .thread.end (docs/probe-points.md)")
         return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
                               object_path=binary)]
 

@@ -445,8 +445,10 @@ class Session:
         """Copy out the entries of processes that are gone (exited, killed, exec'd,
         refused) and free them for later processes: a long session starts far more
         processes than the table has entries.  Only the launcher writes an entry in
-        those states, and the runtime claims only free ones, so no lock is needed.
-        Returns the entries still in use."""
+        those states, and the runtime claims only free ones, so no lock is needed: each
+        state is one store (shmlayout/view.py), never a moment of 0 that a process
+        registering meanwhile would take for a free entry.  Returns the entries still
+        in use."""
         alive = 0
         for i, proc in self.view.used_procs():
             if proc.state in (PD_PROC_ALIVE, PD_PROC_FREE):

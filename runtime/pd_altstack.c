@@ -8,7 +8,7 @@
  * installed when a thread starts: the main thread in the constructor, every
  * other thread by the pthread_create below.  Threads created otherwise (glibc's
  * own SIGEV_THREAD helpers, raw clone) have none and handle signals on their
- * own stack, as without pydyn.  A thread that already has a signal stack keeps
+ * own stack, as without pydyn; nor do they fire process.thread.begin/.end.  A thread that already has a signal stack keeps
  * it; one that installs its own later replaces ours.
  */
 #define _GNU_SOURCE
@@ -90,12 +90,25 @@ struct pd_start {
     void *arg;
 };
 
+static void pd_thread_ended(void *unused)
+{
+    (void)unused;
+    pd_fire_thread_probes(PD_PROBE_THREAD_END);
+}
+
+/* Every thread pthread_create starts in a session: its stacks, then its start routine
+ * between the process.thread.begin and .end probes. */
 static void *pd_thread_start(void *p)
 {
     struct pd_start s = *(struct pd_start *)p;
     free(p);
     pd_altstack_thread();
-    return s.fn(s.arg);
+    pd_fire_thread_probes(PD_PROBE_THREAD_BEGIN);
+    void *ret;
+    pthread_cleanup_push(pd_thread_ended, NULL);
+    ret = s.fn(s.arg);
+    pthread_cleanup_pop(1);
+    return ret;
 }
 
 typedef int (*pd_pthread_create_fn)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);

@@ -108,7 +108,8 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
 
 /* This process into a free entry of the table.  The launcher copies out the entry of
  * every process that is gone and frees it (launcher/session.py), so a long session
- * recycles the table; an entry is only ever claimed here, free, under the lock.  An
+ * recycles the table; an entry is only ever claimed here, free, under the lock (the
+ * launcher stores each state with one store: shmlayout/view.py).  An
  * exec'd image re-registers under the same pid: its old entry is marked EXECED for the
  * launcher's accounting.  With no free entry (more processes alive at once than
  * entries, or the launcher behind a burst) the process waits up to PD_REGISTER_WAIT_MS
@@ -130,9 +131,14 @@ static struct pd_proc *pd_register(uint32_t state)
         struct pd_proc *slot = NULL;
         for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
             struct pd_proc *p = pd_proc_at(i);
-            if (p->state == PD_PROC_ALIVE && p->pid == pid)
-                p->state = PD_PROC_EXECED;
-            if (!slot && p->state == PD_PROC_FREE)
+            /* The launcher writes states without this lock (KILLED once it sees the
+             * process gone, then FREE): a compare-and-swap, so an entry it has marked
+             * and freed meanwhile is never turned back into a used one here. */
+            uint32_t st = __atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+            if (st == PD_PROC_ALIVE && p->pid == pid)
+                __atomic_compare_exchange_n(&p->state, &st, PD_PROC_EXECED, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+            else if (!slot && st == PD_PROC_FREE)
                 slot = p;
         }
         if (slot) {
@@ -174,6 +180,16 @@ static void pd_fire_process_probes(uint32_t kind)
             continue;
         pd_run(p, NULL, NULL, 0);
     }
+}
+
+/* process.thread.begin/.end, from the start routine pd_altstack.c wraps: in the new
+ * thread before its own start routine, and as it ends (returned, pthread_exit or
+ * cancelled: a cleanup handler, which runs before the thread's TLS destructors). */
+void pd_fire_thread_probes(uint32_t kind)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert)
+        return;
+    pd_fire_process_probes(kind);
 }
 
 static void pd_atfork_child(void)

@@ -589,6 +589,7 @@ int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signe
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_follow_init(void);
 void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
+void pd_fire_thread_probes(uint32_t kind);  /* pd_registry.c: PD_PROBE_THREAD_* in this thread */
 /* pd_pstack.c: the trampolines' private per-thread stacks. */
 void pd_pstack_init(void);
 void pd_pstack_set(uintptr_t lo, uintptr_t hi);

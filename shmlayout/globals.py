@@ -70,6 +70,8 @@ PD_PROBE_MARK: Final = 4
 PD_PROBE_PROCESS_BEGIN: Final = 5
 PD_PROBE_PROCESS_END: Final = 6
 PD_PROBE_TIMER: Final = 7
+PD_PROBE_THREAD_BEGIN: Final = 8
+PD_PROBE_THREAD_END: Final = 9
 PD_PROBE_LOCKS: Final = 1
 PD_PROBE_FAST: Final = 2
 
@@ -91,6 +93,9 @@ GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_PROBE_PROCESS_BEGIN", PD_PROBE_PROCESS_BEGIN),
         Const("PD_PROBE_PROCESS_END", PD_PROBE_PROCESS_END),
         Const("PD_PROBE_TIMER", PD_PROBE_TIMER),
+        Const("PD_PROBE_THREAD_BEGIN", PD_PROBE_THREAD_BEGIN,
+              "a new thread, before its start routine"),
+        Const("PD_PROBE_THREAD_END", PD_PROBE_THREAD_END, "a created thread ending"),
         Const("PD_PROBE_LOCKS", PD_PROBE_LOCKS, "locks: run under the globals lock"),
         Const("PD_PROBE_FAST", PD_PROBE_FAST,
               "locks: only counter adds, compiled general-regs-only (translate/fast.py)"),

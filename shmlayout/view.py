@@ -1,8 +1,12 @@
 """Python access to the shared segment, driven by the same definition as pd_shm.h.
 
-Plain loads and stores through ``struct`` are not atomic with respect to the
-probe modules; use them for set-up, for fields nothing else writes at the
-time, and for reading counters where a torn value does not matter.
+An integer field is stored with one store of its width (a memoryview cast), never
+through ``struct.pack_into``: that one zero-fills its destination before it writes,
+so a probe module reading the word meanwhile could see 0 (a state word would read
+PD_PROC_FREE, and another process would claim the entry).  Aligned stores of 1-8
+bytes are single-copy atomic on x86 and aarch64.  Read-modify-write sequences are not
+atomic: use them for set-up, for fields nothing else writes at the time, and for
+reading counters where a torn value does not matter.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ class _Access(NamedTuple):   # not a dataclass: see layout.py
     offset: int
     codec: struct.Struct | None  # None for byte arrays
     size: int
+    native: str     # the memoryview format of one store of an integer field ("" for bytes)
 
 
 _ACCESSORS: dict[int, tuple[Struct, dict[str, _Access]]] = {}
@@ -60,7 +65,7 @@ def _accessors(s: Struct) -> dict[str, _Access]:
             continue
         f = m.field
         codec = None if f.is_bytes else struct.Struct("<" + f.scalar.fmt)
-        out[m.name] = _Access(m.offset, codec, f.size)
+        out[m.name] = _Access(m.offset, codec, f.size, "" if f.is_bytes else f.scalar.fmt)
     _ACCESSORS[id(s)] = (s, out)
     return out
 
@@ -123,9 +128,14 @@ class StructView:
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"{self._struct.name}.{name} takes an int")
         try:
-            a.codec.pack_into(self._buf, at, value)
+            a.codec.pack(value)     # the range check, with struct's message
         except struct.error as e:
             raise ValueError(f"{self._struct.name}.{name} = {value}: {e}") from None
+        # (mypy knows cast's formats only as literals; this one is from layout.TYPES.
+        # The views go with `del`: an mmap with a view left on it cannot be closed.)
+        word = memoryview(self._buf)[at:at + a.size].cast(a.native)  # type: ignore[call-overload]
+        word[0] = value
+        del word
 
     def __dir__(self) -> list[str]:
         return sorted(set(super().__dir__()) | set(self._acc))

@@ -113,3 +113,67 @@ def test_listing_help_examples_run(tmp_path: Path) -> None:
         res = _run_example(command, tmp_path)
         assert res.returncode == 0, (command, res.stderr)
         assert res.stdout.startswith("process("), (command, res.stdout)
+
+
+SERVED_APP_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include <sys/sdt.h>
+#include <unistd.h>
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "wait")) {   /* for -x: ticks until killed */
+        printf("ready\n");
+        fflush(stdout);
+        for (long i = 0; i < 6000; i++) {
+            DTRACE_PROBE1(app, tick, i);
+            usleep(10000);
+        }
+        return 0;
+    }
+    for (int i = 0; i < 7; i++)
+        DTRACE_PROBE1(app, tick, i);
+    return 0;
+}
+"""
+
+
+def test_every_other_help_example_runs(tmp_path: Path) -> None:
+    """The script examples of --help, on a script.stp, ./app and ./server of the test's
+    own: ./server N runs N ./app at once.  `-x 1234 -T 10` attaches to a real ./app and
+    waits 1 second, not 10."""
+    src = tmp_path / "app.c"
+    src.write_text(SERVED_APP_C)
+    build_c(src, tmp_path / "app")
+    server = tmp_path / "server"
+    server.write_text('#!/bin/sh\ni=0\nwhile [ $i -lt "$1" ]; do ./app & i=$((i+1)); done\n'
+                      'wait\n')
+    server.chmod(0o755)
+    (tmp_path / "script.stp").write_text(
+        'global n\nprobe process("./app").mark("tick") { n++ }\n'
+        'probe end { printf("n=%d\\n", n) }\n')
+    scripted = [c for c in _examples() if " script.stp" in c]
+    assert len(scripted) == 4, scripted
+    for example in scripted:
+        if " -x 1234" in example:
+            app = subprocess.Popen(["./app", "wait"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                   text=True)
+            try:
+                assert app.stdout is not None and app.stdout.readline() == "ready\n"
+                res = _run_example(example.replace("1234", str(app.pid))
+                                   .replace("-T 10", "-T 1"), tmp_path)
+                assert app.poll() is None, "the attached process did not run on"
+            finally:
+                app.kill()
+                app.wait()
+            assert res.returncode == 0, (example, res.stderr)
+            assert int(res.stdout.removeprefix("n=")) > 10, (example, res.stdout)
+            continue
+        res = _run_example(example, tmp_path)
+        assert res.returncode == 0, (example, res.stderr)
+        if "-p3" in example:
+            assert "#include" in res.stdout, (example, res.stdout[:500])
+        elif "--json" in example:
+            assert '"n=7\\n"' in res.stdout, (example, res.stdout)
+        else:
+            assert res.stdout == "n=28\n", (example, res.stdout)

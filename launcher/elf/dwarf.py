@@ -126,7 +126,7 @@ class DwarfInfo:
         self._cus: dict[int, dict[int, DwarfFunction]] = {}   # CU offset -> low_pc -> function
         self._aranges: list[tuple[int, int, int]] | None = None   # (start, end, CU)
         self._aranges_read = False
-        self._vars: dict[tuple[int, int], tuple[DwarfParam, ...]] = {}
+        self._vars: dict[tuple[int, int, bool], tuple[DwarfParam, ...]] = {}
         self._walked = False
 
     def _cu_functions(self, cu: Any) -> dict[int, DwarfFunction]:
@@ -158,14 +158,16 @@ class DwarfInfo:
                 return funcs[pc]
         return None
 
-    def variables_at(self, func: DwarfFunction, pc: int) -> tuple[DwarfParam, ...]:
-        """`func`'s parameters and locals in scope at `pc` inside it, located there."""
-        key = (func.low_pc, pc)
+    def variables_at(self, func: DwarfFunction, pc: int, inlined_only: bool = False
+                     ) -> tuple[DwarfParam, ...]:
+        """`func`'s parameters and locals in scope at `pc` inside it, located there
+        (`inlined_only`: of the innermost inlined copy holding `pc`, none if none)."""
+        key = (func.low_pc, pc, inlined_only)
         hit = self._vars.get(key)
         if hit is None:
             cu = self.dwarf.get_CU_at(func.cu_offset)
             die = self.dwarf.get_DIE_from_refaddr(func.die_offset, cu)
-            hit = self.reader.vars_at(cu, die, pc, _cfa_rule(self.path, pc))
+            hit = self.reader.vars_at(cu, die, pc, _cfa_rule(self.path, pc), inlined_only)
             self._vars[key] = hit
         return hit
 
@@ -491,12 +493,13 @@ class _Reader:
         return tuple(out)
 
     # -- variables at a pc inside the function (statement probes) --------------------
-    def vars_at(self, cu: Any, func: Any, pc: int, cfa_rule: tuple[int, int] | None
-                ) -> tuple[DwarfParam, ...]:
+    def vars_at(self, cu: Any, func: Any, pc: int, cfa_rule: tuple[int, int] | None,
+                inlined_only: bool = False) -> tuple[DwarfParam, ...]:
         """The parameters and the locals in scope at `pc` (innermost scope wins a
         name), each with its location there: a location list's entry covering `pc`,
         or the single expression (an `fbreg` from the CFA rule at `pc`).  Statics
-        are left out: they are addressed as globals (dwarf_types.find_variable)."""
+        are left out: they are addressed as globals (dwarf_types.find_variable).
+        `inlined_only`: those of the innermost inlined copy holding `pc` alone."""
         top = cu.get_top_DIE()
         base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
             else 0
@@ -507,7 +510,9 @@ class _Reader:
 
         def scope(die: Any) -> None:
             for child in die.iter_children():
-                if child.tag == "DW_TAG_lexical_block":
+                # an inlined copy's parameters and locals are in scope inside it
+                # (`.function("f").inline`), named through its abstract origin
+                if child.tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine"):
                     if self._contains(cu, child, pc, base):
                         scope(child)
                     continue
@@ -529,8 +534,27 @@ class _Reader:
                 where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
                                             cfa_rule, frame)
                 found[p.name] = replace(p, location=where, why=why)
+        if inlined_only:
+            copy = self._innermost_copy(cu, func, pc, base)
+            if copy is None:
+                return ()
+            func = copy
         scope(func)
         return tuple(found.values())
+
+    def _innermost_copy(self, cu: Any, die: Any, pc: int, base: int) -> Any:
+        """The innermost DW_TAG_inlined_subroutine under `die` that holds `pc`."""
+        found = None
+        todo = [die]
+        while todo:
+            for child in todo.pop().iter_children():
+                if child.tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine") \
+                        and self._contains(cu, child, pc, base):
+                    if child.tag == "DW_TAG_inlined_subroutine":
+                        found = child
+                    todo.append(child)
+                    break
+        return found
 
     def _contains(self, cu: Any, die: Any, pc: int, base: int) -> bool:
         lo = die.attributes.get("DW_AT_low_pc")
@@ -578,6 +602,7 @@ class _Reader:
         parsed = self.locs.parse_from_attribute(attr, cu["version"], die)
         if not isinstance(parsed, list):
             return parsed.loc_expr, False
+        at_pc = None
         for entry in parsed:
             if isinstance(entry, BaseAddressEntry):
                 base = entry.base_address
@@ -585,7 +610,12 @@ class _Reader:
                 rel = 0 if getattr(entry, "is_absolute", False) else base
                 if entry.begin_offset + rel <= pc < entry.end_offset + rel:
                     return entry.loc_expr, True
-        return None, True
+                if entry.begin_offset == entry.end_offset and entry.begin_offset + rel == pc:
+                    # an empty range [pc, pc): gcc's location views place the value
+                    # between two views of the instruction at pc, as for the
+                    # parameters of a copy inlined there (`.inline` probes it at pc)
+                    at_pc = entry.loc_expr if at_pc is None else at_pc
+        return at_pc, True
 
     def _expr(self, code: Any, cfa_base: bool, size: int, signed: bool,
               at_entry: bool, cfa_rule: tuple[int, int] | None = None,
@@ -890,8 +920,14 @@ def site_params(path: str, func_addr: int, pc: int | None = None) -> tuple[Dwarf
     """What `$name` can be at a site: the parameters at the entry, or (a statement
     inside the function) the parameters and locals in scope there."""
     func = site_function(path, func_addr)
-    if pc is None or pc - func_addr <= _ENTRY_SLACK:
+    if pc is None:
         return func.params
+    if pc - func_addr <= _ENTRY_SLACK:
+        # at the entry: by the calling convention, unless an inlined copy starts
+        # there (`.inline`), whose variables its DWARF locates
+        copy = get_dwarf(path).variables_at(func, pc, inlined_only=True)
+        return copy + tuple(p for p in func.params
+                            if all(p.name != q.name for q in copy)) if copy else func.params
     return get_dwarf(path).variables_at(func, pc)
 
 

@@ -323,7 +323,8 @@ def function_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSi
     if tail not in ([], ["call"], ["return"]) or any(c.arg is not None for c in rest[1:]):
         raise ScriptError(f"unsupported function probe point component(s) "
                           f"'.{'.'.join(tail)}'", point.loc,
-                          "supported: .function(\"NAME\"), .call, .return, .exported")
+                          "supported: .function(\"NAME\"), .call, .return, .exported, "
+                          ".inline (no .return: an inlined copy has none)")
     is_return = tail == ["return"]
     try:
         table = get_functions(binary)

@@ -25,7 +25,11 @@ PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH
 PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
                 "mark": "PD_PROBE_MARK", "process_begin": "PD_PROBE_PROCESS_BEGIN",
                 "process_end": "PD_PROBE_PROCESS_END", "timer": "PD_PROBE_TIMER",
+                "thread_begin": "PD_PROBE_THREAD_BEGIN", "thread_end": "PD_PROBE_THREAD_END",
                 "function": "PD_PROBE_MARK"}
+# Points the runtime fires itself in the processes of the session, optionally only in
+# those running one object (pd_probe.object).
+PROCESS_EVENTS = ("process_begin", "process_end", "thread_begin", "thread_end")
 
 
 class Tables(NamedTuple):
@@ -131,7 +135,7 @@ class _Builder:
         pidx = len(self.probe_rows)
         locks = self.lock_bits[pi]
         obj = -1
-        if rp.kind in ("process_begin", "process_end") and rp.object_path:
+        if rp.kind in PROCESS_EVENTS and rp.object_path:
             info = self.resolution.objects.get(rp.object_path)
             abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
             obj = self.object_index(rp.object_path, abi)
@@ -145,7 +149,7 @@ class _Builder:
             f"{f', probe_{pi}_where' if locks & PD_PROBE_FAST else ''}}},")
         if locks & PD_PROBE_FAST:
             self.fast_rows.add(pidx)
-        if rp.kind in ("mark", "function", "timer", "process_begin", "process_end"):
+        if rp.kind in ("mark", "function", "timer", *PROCESS_EVENTS):
             self.needs_wait = True
         if rp.kind == "timer":
             self.timers.append((pidx, rp.period_ns, rp.randomize_ns))
