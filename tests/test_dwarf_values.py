@@ -80,6 +80,24 @@ def test_entry_values_in_statement_probes(entry_progs: Progs, cache: Path, b: Bu
 
 
 
+@pytest.mark.parametrize("b", BUILDS[2:], ids=IDS[2:])
+def test_i386_register_parameters_at_the_entry(entry_progs: Progs, cache: Path,
+                                               b: Build) -> None:
+    """regparm passes depth()'s parameters in eax and edx: -O2's DWARF says so at the
+    entry; -O0's names only the frame slot the prologue stores them in, where the stack
+    convention would read the caller's stack: refused, never a wrong value."""
+    exe = entry_progs(b)
+    script = f'probe process("{exe}").function("depth") {{ printf("E %d %d\\n", $level, $tag) }}'
+    res = run_pydyn(cache, "-e", script, "-c", f"{exe} 1")
+    if b.opt == "-O0":
+        assert res.returncode == 1
+        assert "parameter 'level' of depth@" in res.stderr and \
+            "passed in a register (regparm or fastcall)" in res.stderr, res.stderr
+    else:
+        assert res.returncode == 0, res.stderr
+        assert [ln for ln in res.stdout.splitlines() if ln.startswith("E ")] == \
+            [f"E {n} {53 - n}" for n in (3, 2, 1, 0)], res.stdout
+
 @pytest.mark.skipif(os.uname().machine != "x86_64", reason="-x is implemented for x86-64 hosts")
 @pytest.mark.parametrize("b", BUILDS[1::2], ids=IDS[1::2])
 def test_entry_value_of_a_call_entered_before_attaching(entry_progs: Progs, cache: Path,

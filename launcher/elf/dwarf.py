@@ -25,7 +25,9 @@ parameter's home is a stack slot the prologue has not written yet at the entry
 (optimized out) or one whose expression pydyn cannot evaluate, falls back to
 the platform ABI when its position is known (x86-64: the Nth integer-class
 parameter is in rdi, rsi, rdx, rcx, r8, r9; i386: the stack above the return
-address) — `via_abi` says so, and `-L -v` prints it.  Otherwise the parameter
+address) — `via_abi` says so, and `-L -v` prints it.  Not an i386 int or pointer
+that -O0 homes below the CFA: gcc leaves a stack-passed one in the caller's slot, so
+that one came in a register (regparm, fastcall) the DWARF does not name.  Otherwise the parameter
 has no location and `why` says why; using it is a translate-time error.
 """
 
@@ -58,6 +60,7 @@ _QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
                "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "_Atomic"}
 _AGGREGATES = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
                "DW_TAG_class_type": "class", "DW_TAG_enumeration_type": "enum"}
+_PROLOGUE_FRAME = "in the stack frame the prologue builds"
 _NO_FRAME = Frame()   # no frame base, no CFA, not the entry
 _DW_ATE_FLOAT, _DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR = 4, 5, 6
 
@@ -417,6 +420,15 @@ class _Reader:
                                       frame=self._frame(cu, func, low_pc, base, None))
             if loc is not None:
                 params.append(replace(p, location=loc))
+            elif fallback is not None and self.machine == "i386" and size == 4 and \
+                    not is_float and why.startswith(_PROLOGUE_FRAME):
+                # i386 -O0 keeps a stack-passed int or pointer in the caller's slot (above
+                # the CFA; it copies only narrower ones and 8-byte ones into its frame): one
+                # homed below it came in a register (regparm, fastcall), which the DWARF
+                # does not name and the stack convention would misread
+                params.append(replace(p, why="passed in a register (regparm or fastcall) "
+                                             "that DWARF does not name at the entry; its "
+                                             "home is written by the prologue"))
             elif fallback is not None:
                 params.append(replace(p, location=replace(fallback, size=size, signed=signed),
                                       via_abi=True, why=why))
@@ -656,7 +668,7 @@ class _Reader:
         if n == "DW_OP_fbreg" and cfa_base:
             off = cfa + int(op.args[0])
             if not at_entry and off < cfa:   # below the CFA: the callee's frame
-                return None, "in the stack frame the prologue builds, not yet at the entry"
+                return None, f"{_PROLOGUE_FRAME}, not yet at the entry"
             return ArgSpec(f"{off}({names[sp]})", size, signed, False, ArgKind.MEM,
                            base=sp, disp=off, machine=self.machine), ""
         return self._compiled(ops, size, signed, at_entry, frame, pc)
