@@ -6,6 +6,8 @@ sys.path when those scripts run):
     usdt_count(tool, binary, mark, n)    -> Result   # probe counts hits of one USDT mark
     usdt_printf(tool, binary, mark, n)   -> Result   # probe prints $arg1 on every hit
     function_pair(tool, binary, func, n) -> Result   # entry + return probe on a function
+    function_args(tool, binary, func, n, argv)    -> Result  # entry count, sum of returns
+    function_latency(tool, binary, func, n, argv) -> Result  # entry-to-return time histogram
     startup(tool, binary, mark, n)       -> Result   # wall ms of one traced run (startup.py)
 
 `tool` is "bpftrace", "uftrace" or "frida" (`TOOLS`).  `binary` follows the
@@ -109,12 +111,14 @@ def _need(program: str) -> str:
 
 # -- bpftrace: kernel uprobes, eBPF handlers --------------------------------------------
 
-def _bpftrace(binary: Path, n: int, probes: str, what: str) -> tuple[float, str]:
-    """Run `binary n` under a bpftrace program; (ns per hit, bpftrace's output)."""
+def _bpftrace(binary: Path, n: int, probes: str, what: str,
+              argv: tuple[str, ...] = ()) -> tuple[float, str]:
+    """Run `binary n ARGV...` under a bpftrace program; (ns per hit, bpftrace's output)."""
     exe = _need("bpftrace")
     with tempfile.TemporaryDirectory(prefix="pydyn-peer-") as tmp:
         out = Path(tmp, "out")
-        r = _run([exe, "-o", str(out), "-e", probes, "-c", f"{binary} {n}"], what)
+        r = _run([exe, "-o", str(out), "-e", probes, "-c", " ".join([f"{binary} {n}", *argv])],
+                 what)
         text = out.read_text(errors="replace") if out.exists() else ""
     if r.returncode != 0 or "ns_per_hit" not in r.stdout:
         raise Unavailable(f"{what}: bpftrace failed: {_first_error(r.stderr + text)}")
@@ -149,14 +153,36 @@ def _bpftrace_kstats(binary: Path, mark: str, n: int) -> Result:
     return Result(ns, int(m.group(1)) if m else 0, n, "usdt probe, @s[tid] = stats(arg0)")
 
 
-def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
-    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); }} "
-                         f"uretprobe:{binary}:{func} {{ @r = count(); }}",
-                         "bpftrace uprobe+uretprobe")
+def _bpftrace_calls(binary: Path, func: str, n: int, entry: str, ret: str, what: str,
+                    note: str, argv: tuple[str, ...] = ()) -> Result:
+    """A uprobe and a uretprobe on `func`, each counting (@e, @r) besides `entry`/`ret`
+    (`ret` may start with a predicate); hits: the fewer of the two counts."""
+    pred, _, body = ret.rpartition("{")
+    ns, text = _bpftrace(binary, n, f"uprobe:{binary}:{func} {{ @e = count(); {entry} }} "
+                         f"uretprobe:{binary}:{func} {pred}{{ @r = count(); {body} }}",
+                         what, argv)
     e = re.search(r"@e: (\d+)", text)
     r = re.search(r"@r: (\d+)", text)
     hits = min(int(e.group(1)) if e else 0, int(r.group(1)) if r else 0)
-    return Result(ns, hits, n, "uprobe + uretprobe, count() each")
+    return Result(ns, hits, n, note)
+
+
+def _bpftrace_pair(binary: Path, func: str, n: int) -> Result:
+    return _bpftrace_calls(binary, func, n, "", "", "bpftrace uprobe+uretprobe",
+                           "uprobe + uretprobe, count() each")
+
+
+def _bpftrace_args(binary: Path, func: str, n: int, argv: tuple[str, ...]) -> Result:
+    return _bpftrace_calls(binary, func, n, "", "@s = sum(retval);",
+                           "bpftrace uprobe count + uretprobe sum(retval)",
+                           "uprobe count(), uretprobe sum(retval)", argv)
+
+
+def _bpftrace_latency(binary: Path, func: str, n: int, argv: tuple[str, ...]) -> Result:
+    return _bpftrace_calls(binary, func, n, "@t[tid] = nsecs;",
+                           "/@t[tid]/ { @lat = hist(nsecs - @t[tid]); delete(@t[tid]);",
+                           "bpftrace entry-to-return hist",
+                           "uprobe @t[tid] = nsecs, uretprobe hist(nsecs - @t[tid])", argv)
 
 
 def _bpftrace_startup(binary: Path, mark: str, n: int) -> Result:
@@ -429,6 +455,31 @@ def usdt_kstats(tool: str, binary: Path, mark: str, n: int) -> Result:
 def function_pair(tool: str, binary: Path, func: str, n: int) -> Result:
     """ns per iteration while `tool` probes entry and return of `func`."""
     return _dispatch("pair", tool, binary, func, n)
+
+
+def function_args(tool: str, binary: Path, func: str, n: int,
+                  argv: tuple[str, ...] = ()) -> Result:
+    """ns per iteration of `binary n ARGV` while `tool` counts `func`'s entries and sums
+    its return values (bpftrace only: uftrace records no values, Frida is not compared)."""
+    if tool != "bpftrace":
+        raise Unavailable(f"{tool}: not compared for function arguments")
+    _dispatch_check(tool)
+    return _bpftrace_args(Path(binary).resolve(), func, n, argv)
+
+
+def function_latency(tool: str, binary: Path, func: str, n: int,
+                     argv: tuple[str, ...] = ()) -> Result:
+    """ns per iteration while `tool` keeps a histogram of `func`'s entry-to-return time."""
+    if tool != "bpftrace":
+        raise Unavailable(f"{tool}: not compared for function latency")
+    _dispatch_check(tool)
+    return _bpftrace_latency(Path(binary).resolve(), func, n, argv)
+
+
+def _dispatch_check(tool: str) -> None:
+    _need(tool)
+    if os.geteuid() != 0 and tool == "bpftrace":
+        raise Unavailable("bpftrace needs root (CAP_BPF, CAP_PERFMON)")
 
 
 def startup(tool: str, binary: Path, mark: str, n: int) -> Result:

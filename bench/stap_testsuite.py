@@ -19,6 +19,15 @@ this checkout's .venv/bin/pydyn:
   `stap_run2`, `stap_run3`, `stap_run_exact` and `stap_run_batch`; each stap_run* call is
   one test and compares the output with the .exp's result_string as those procedures do.
   An .exp needing more of Tcl/expect than that is out of scope, and says which command.
+- systemtap.exelib: its .exp files are read with more of Tcl (FULL_TCL_DIRS: procs,
+  switch, source, objcopy): exelib.exp builds its program/library variants and sources
+  every subtest's .tcl for each (the runner enables all of them); a .tcl's spawned stap
+  is judged as expect would count its patterns, then by the .tcl's own pass/fail checks.
+- The SDT tests of systemtap.base (sdt, sdt_va_args, sdt_casm, sdt_asm, and the types part
+  of sdt_misc): each program is built as its .exp builds it, once per flag variant the
+  .exp iterates (-O2/-O3, c89/c99/gnu99, the C++ dialects, -pedantic, -DSTAP_SDT_V2, ...)
+  and per ABI (`--abi m64|m32|both`), and each build is one test, judged as its .exp
+  judges it: the output compared line by line, or every line `sdt_asm PASS: ...`.
 
 In scope for a user-space tool: tests whose probe points are all begin, end, error, never,
 oneshot, timer.{s,ms,us,ns,hz,sec,msec,usec,nsec}, process... or aliases the script itself
@@ -33,7 +42,11 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import copy
+import fnmatch
+import functools
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -56,7 +69,22 @@ PASS_DIRS = {  # directory -> (pass it stops after is in the script's #! line, m
     "parseok": True, "parseko": False, "semok": True, "semko": False, "transok": True,
     "transko": False, "buildok": True, "buildko": False, "runok": True,
 }
-OUTPUT_DIRS = ("systemtap.maps", "systemtap.printf", "systemtap.string", "systemtap.base")
+OUTPUT_DIRS = ("systemtap.maps", "systemtap.printf", "systemtap.string", "systemtap.base",
+               "systemtap.exelib")
+# uprobes_p asks for the kernel's uprobes, which pydyn's process probes stand in for.  It
+# answers yes where the runner models the .exp files that guard their process probes with it.
+UPROBES_DIRS = {"systemtap.exelib"}
+# programs an .exp may `exec` while it builds its binaries (objcopy: separate debug info)
+EXEC_TOOLS = {"objcopy"}
+# Directories whose .exp files the reader runs with the rest of the Tcl and expect it
+# knows: procs, switch, source, list commands, exec of EXEC_TOOLS, `if` without `else`,
+# a spawned stap judged by its expect block, a failed build step counted as a failed
+# test.  Elsewhere these commands leave an .exp out of scope as before, so a directory
+# is added here once each of its .exp files has been checked against the reader.
+FULL_TCL_DIRS = {"systemtap.exelib"}
+FULL_TCL = {"proc", "list", "eval", "split", "lindex", "file", "incr", "switch", "continue",
+            "break", "source", "spawn", "expect", "exp_continue", "exp_pid", "kill", "close",
+            "wait", "sdt_includes", "prelink_p", "exec"}
 USER_HEADS = {"begin", "end", "error", "never", "oneshot", "process"}
 # stap_run's load functions that only let time pass (the probes' own timers need it).
 SLEEP_LOADS = {"no_load": 0.0, "": 0.0, "sleep_one_sec": 1.0, "wait_5_secs": 5.0,
@@ -78,13 +106,32 @@ class Test:
         self.name = name            # group/file, plus the subtest's name for .exp tests
         self.argv = argv
         self.cwd = cwd
-        self.mode = mode            # ok, ko (exit status), run3, exact (output compared)
+        # ok, ko (exit status), run3, exact, interrupt (output compared), expect (an
+        # expect block's patterns counted, then the .exp's own pass/fail checks), failed (a
+        # step of the .exp before any run failed)
+        self.mode = mode
         self.expected = expected
         self.scripts = scripts or []  # script texts, for the probe-point scope check
         self.out_of_scope = out_of_scope
         self.passed = False
         self.first_error = ""
         self.load_secs = 0.0        # stap_run: seconds between the start line and SIGINT
+        self.expect: Expect | None = None
+        self.build: list[str] | None = None  # the target_compile command run before it
+        self.check_prefix = ""      # checks mode: the word before PASS:/FAIL: in each line
+        self.float_exempt = False   # checks mode: FAIL lines of float/double checks pass
+
+
+class Expect:
+    """A spawned stap's expect block and the .exp commands after it that judge the run."""
+
+    def __init__(self, interp: Interp, pairs: list[tuple[str, str]], on_timeout: str,
+                 on_eof: str, after: list[list[Word]]) -> None:
+        self.interp = interp      # a copy, holding the variables as they were at the spawn
+        self.pairs = pairs        # (regular expression, action), tried in this order
+        self.on_timeout = on_timeout
+        self.on_eof = on_eof
+        self.after = after
 
 
 # ---------------------------------------------------------------------------------------
@@ -324,6 +371,52 @@ def tcl_commands(src: str) -> list[list[Word]]:
     return cmds
 
 
+def tcl_join(items: list[str]) -> str:
+    """A Tcl list of items: an item that is empty or holds blanks is braced."""
+    return " ".join("{" + x + "}" if not x or re.search(r"[\s{}\"\\]", x) else x
+                    for x in items)
+
+
+@functools.cache
+def arch_compile_flags() -> int:
+    """How many of -m64 and -m32 build a program here, as SystemTap's arch_compile_init
+    counts them."""
+    n = 0
+    with tempfile.TemporaryDirectory(prefix="stap-arch-") as d:
+        src = Path(d) / "hello.c"
+        src.write_text("int main(void) { return 0; }\n")
+        for flag in ("-m64", "-m32"):
+            r = subprocess.run(["gcc", "-g", flag, str(src), "-o", f"{d}/hello{flag}"],
+                               capture_output=True)
+            n += r.returncode == 0
+    return n
+
+
+def sdt_includes(srcdir: str) -> str:
+    """SystemTap's sdt_includes for an installed test run: the testsuite's sys/sdt.h
+    wrapper, then the installed <sys/sdt.h>.  Debian installs it in the multiarch
+    directory, which an -m32 compile may only fall back to (-idirafter): searched first,
+    its 64-bit headers would shadow the 32-bit ones."""
+    flags = f"additional_flags=-isystem{srcdir}"
+    multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True,
+                               text=True).stdout.strip()
+    d = Path("/usr/include") / multiarch
+    if multiarch and (d / "sys" / "sdt.h").is_file():
+        flags += f" additional_flags=-idirafter{d}"
+    return flags
+
+
+def exp_overrides(exp: Path) -> dict[str, str]:
+    """Variables the runner sets for an .exp in place of the .exp's own value."""
+    if exp.parent.name == "systemtap.exelib" and exp.name == "exelib.exp":
+        # exelib.exp runs its all-in-one subtest only and says to enable the single ones
+        # by hand: the runner enables them all, so each script is judged on its own, and
+        # keeps the .exp's cleanup last
+        subtests = sorted(t.stem for t in exp.parent.glob("*.tcl") if t.stem != "cleanup")
+        return {"subtestlist": " ".join([*subtests, "cleanup"])}
+    return {}
+
+
 def _group_end(src: str, j: int, opening: str = "[", closing: str = "]") -> int:
     """The index after the group opened at src[j]: `[command]` (with braced words
     inside skipped whole) or `{word}`."""
@@ -362,10 +455,19 @@ class Interp:
             "srcdir": str(suite), "subdir": exp.parent.name, "runtime": "",
             "test": exp.stem, "verbose": "0", "env(USER)": os.environ.get("USER", "root"),
             "tcl_platform(wordSize)": "8", "all_pass_string": "systemtap test success\r\n",
+            "tcl_platform(machine)": platform.machine(),
         }
+        # variables the runner sets for an .exp, which the .exp's own `set` leaves alone
+        self.fixed = exp_overrides(exp)
+        self.vars.update(self.fixed)
         self.tests: list[Test] = []
         self.pending_mark: str | None = None
         self.compiled: dict[str, str] = {}
+        self.procs: dict[str, tuple[list[str], str]] = {}
+        self.spawned: list[str] | None = None
+        self.rest: list[list[Word]] = []   # the commands after the running one, in its block
+        # while an expect block is judged: the .exp's pass/fail calls, in order
+        self.verdicts: list[tuple[bool, str]] | None = None
 
     # substitution -----------------------------------------------------------------
     def subst(self, w: Word) -> str:
@@ -415,7 +517,11 @@ class Interp:
 
     # commands ---------------------------------------------------------------------
     def run(self, script: str) -> None:
-        for words in tcl_commands(script):
+        self.run_commands(tcl_commands(script))
+
+    def run_commands(self, cmds: list[list[Word]]) -> None:
+        for i, words in enumerate(cmds):
+            self.rest = cmds[i + 1:]
             self.command(words)
 
     def command(self, words: list[Word]) -> str:
@@ -423,7 +529,8 @@ class Interp:
         args = words[1:]
         if name == "set" and len(args) == 2:
             var = self.subst(args[0]).lstrip(":")
-            self.vars[var] = self.subst(args[1])
+            if var not in self.fixed:
+                self.vars[var] = self.subst(args[1])
             return self.vars[var]
         if name == "set" and len(args) == 1:
             var = self.subst(args[0]).lstrip(":")
@@ -434,7 +541,12 @@ class Interp:
             return "1"
         if name in ("uretprobes_p",):
             return "1"
-        if name in ("uprobes_p", "utrace_p", "plt_probes_p", "bpf_p", "server_p",
+        if name in FULL_TCL and self.group not in FULL_TCL_DIRS and not (
+                name == "exec" and [self.subst(a) for a in args] == ["/usr/bin/id", "-u"]):
+            raise Unsupported(name)
+        if name == "uprobes_p":
+            return "1" if self.group in UPROBES_DIRS else "0"
+        if name in ("utrace_p", "plt_probes_p", "bpf_p", "server_p",
                     "base_microtest_skip_p"):
             return "0"
         if name == "pwd":
@@ -443,7 +555,65 @@ class Interp:
             return "dyninst"
         if name == "exec" and [self.subst(a) for a in args] == ["/usr/bin/id", "-u"]:
             return str(os.getuid())
+        if name == "exec":
+            return self.exec([self.subst(a) for a in args])
         if name == "arch_compile_flags":
+            return str(arch_compile_flags()) if self.group in FULL_TCL_DIRS else ""
+        if name == "sdt_includes":
+            return sdt_includes(self.vars["srcdir"])
+        if name == "prelink_p":
+            return "1" if Path("/usr/sbin/prelink").exists() else "0"
+        if name == "proc" and len(args) == 3:
+            self.procs[self.subst(args[0])] = (self.tcl_list(self.subst(args[1])), args[2].text)
+            return ""
+        if name in self.procs:
+            return self.call_proc(name, [self.subst(a) for a in args])
+        if name == "list":
+            return tcl_join([self.subst(a) for a in args])
+        if name == "eval":
+            return self.call(" ".join(self.subst(a) for a in args))
+        if name == "split" and len(args) in (1, 2):
+            text = self.subst(args[0])
+            seps = self.subst(args[1]) if len(args) == 2 else " \t\n\r"
+            return tcl_join(re.split("[" + re.escape(seps) + "]", text) if seps else list(text))
+        if name == "lindex" and len(args) == 2:
+            items = self.tcl_list(self.subst(args[0]))
+            k = int(self.subst(args[1]))
+            return items[k] if 0 <= k < len(items) else ""
+        if name == "file" and len(args) == 2 and self.subst(args[0]) in ("tail", "exists"):
+            path = self.subst(args[1])
+            if self.subst(args[0]) == "tail":
+                return os.path.basename(path)
+            return "1" if (self.work / path).exists() else "0"
+        if name == "incr" and len(args) in (1, 2):
+            var = self.subst(args[0]).lstrip(":")
+            step = int(self.subst(args[1])) if len(args) == 2 else 1
+            self.vars[var] = str(int(self.vars.get(var, "0")) + step)
+            return self.vars[var]
+        if name == "switch":
+            return self.cmd_switch(args)
+        if name == "continue":
+            raise _Continue()
+        if name == "break":
+            raise _Break()
+        if name == "source" and len(args) == 1:
+            try:
+                self.run(Path(self.subst(args[0])).read_text(errors="replace"))
+            except _Return:
+                pass
+            return ""
+        if name == "spawn":
+            self.spawned = [self.subst(a) for a in args]
+            return ""
+        if name == "expect" and self.verdicts is None:
+            self.expect_test(args)
+            # the rest of the file judges the run: it is run after the test has run
+            raise _Return()
+        if name == "exp_continue" and self.verdicts is not None:
+            raise _ExpContinue()
+        if name == "exp_pid":
+            return "0"
+        if name in ("kill", "close", "wait") and self.verdicts is not None:
             return ""
         if name == "if":
             return self.cmd_if(args)
@@ -451,7 +621,12 @@ class Interp:
             var = self.subst(args[0])
             for value in self.tcl_list(self.subst(args[1])):
                 self.vars[var] = value
-                self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]))
+                try:
+                    self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]))
+                except _Continue:
+                    continue
+                except _Break:
+                    break
             return ""
         if name in ("setup_kfail", "setup_xfail"):
             self.pending_mark = f"{name} {' '.join(self.subst(a) for a in args)}"
@@ -460,11 +635,25 @@ class Interp:
             raise _Untested(" ".join(self.subst(a) for a in args))
         if name == "return":
             raise _Return()
+        if name in ("pass", "fail") and self.verdicts is not None:
+            self.verdicts.append((name == "pass", " ".join(self.subst(a) for a in args)))
+            return ""
+        if name == "fail" and self.group in FULL_TCL_DIRS:
+            # a step before any run failed (a compile): counted, not dropped
+            msg = " ".join(self.subst(a) for a in args)
+            t = Test(self.group, f"{self.group}/{self.exp.name}: {msg}", [], self.work,
+                     mode="failed")
+            t.first_error = f"the .exp failed a step: {msg}"
+            self.tests.append(t)
+            return ""
         if name in ("verbose", "send_log", "pass", "fail", "catch", "lappend", "puts", "note"):
             if name == "lappend" and args:
                 var = self.subst(args[0])
-                self.vars[var] = " ".join([self.vars.get(var, "")]
-                                          + [self.subst(a) for a in args[1:]]).strip()
+                new = [self.subst(a) for a in args[1:]]
+                if self.group in FULL_TCL_DIRS:
+                    self.vars[var] = tcl_join(self.tcl_list(self.vars.get(var, "")) + new)
+                else:
+                    self.vars[var] = " ".join([self.vars.get(var, ""), *new]).strip()
             return ""
         if name == "target_compile":
             return self.target_compile([self.subst(a) for a in args])
@@ -502,8 +691,110 @@ class Interp:
             if kw == "elseif":
                 i += 1
                 continue
+            if i == len(args) - 1 and self.group in FULL_TCL_DIRS:
+                # `if {c} {a} {b}`: Tcl's else keyword is optional
+                self.run(args[i].text)
+                return ""
             raise Unsupported("if")
         return ""
+
+    def cmd_switch(self, args: list[Word]) -> str:
+        i, how = 0, "-exact"
+        while i < len(args) and args[i].kind == "bare" and args[i].text.startswith("-"):
+            if args[i].text == "--":
+                i += 1
+                break
+            if args[i].text not in ("-exact", "-glob", "-regexp"):
+                raise Unsupported(f"switch {args[i].text}")
+            how = args[i].text
+            i += 1
+        value = self.subst(args[i])
+        body = args[i + 1:]
+        items = (self.tcl_list(self.subst(body[0])) if len(body) == 1
+                 else [self.subst(w) for w in body])
+        matched = False
+        for pattern, action in zip(items[::2], items[1::2], strict=True):
+            matched = matched or pattern == "default" or (
+                re.search(pattern, value) is not None if how == "-regexp" else
+                fnmatch.fnmatchcase(value, pattern) if how == "-glob" else pattern == value)
+            if matched and action != "-":
+                self.run(action)
+                return ""
+        return ""
+
+    def call_proc(self, name: str, values: list[str]) -> str:
+        params, body = self.procs[name]
+        if len(values) != len(params):
+            raise Unsupported(f"{name} called with {len(values)} arguments")
+        # the caller's variables stay visible: enough for the helpers .exp files define,
+        # which read their arguments and their own locals only
+        saved = self.vars
+        self.vars = dict(saved, **dict(zip(params, values, strict=True)))
+        try:
+            self.run(body)
+        except _Return:
+            pass
+        finally:
+            self.vars = saved
+        return ""
+
+    def exec(self, argv: list[str]) -> str:
+        """`exec` of the build tools an .exp uses to shape its binaries."""
+        if not argv or argv[0] not in EXEC_TOOLS:
+            raise Unsupported(f"exec {argv[0] if argv else ''}")
+        r = subprocess.run(argv, capture_output=True, text=True, cwd=self.work)
+        if r.returncode != 0:
+            self.command([Word("fail", "bare"),
+                          Word(f"{' '.join(argv)}: {r.stderr.strip()}", "brace")])
+            raise _Return()
+        return r.stdout.rstrip("\n")
+
+    def expect_test(self, args: list[Word]) -> None:
+        """The spawned stap as a test: expect's patterns are counted when it has run, and
+        the commands after the block then pass or fail it."""
+        if self.spawned is None:
+            raise Unsupported("expect without spawn")
+        # one braced argument holds the pattern-action pairs over several lines, with
+        # comment lines between them, as expect reads it
+        words = ([w.text if w.kind == "brace" else self.subst(w)
+                  for cmd in tcl_commands(args[0].text) for w in cmd]
+                 if len(args) == 1 and args[0].kind == "brace" else
+                 [self.subst(a) for a in args])
+        pairs: list[tuple[str, str]] = []
+        on_timeout = on_eof = ""
+        i = 0
+        while i < len(words):
+            if i + 1 >= len(words):
+                raise Unsupported(f"expect: {words[i]} without an action")
+            w = words[i]
+            if w == "-timeout":
+                i += 2
+            elif w == "-re" and i + 2 < len(words):
+                pairs.append((words[i + 1], words[i + 2]))
+                i += 3
+            elif w in ("timeout", "eof"):
+                if w == "timeout":
+                    on_timeout = words[i + 1]
+                else:
+                    on_eof = words[i + 1]
+                i += 2
+            else:
+                raise Unsupported(f"expect pattern {w}")
+        argv = self.spawned
+        name = self.vars.get("testname", "")
+        script = next((a for a in argv if a.endswith(".stp")), argv[0])
+        label = f"{self.group}/{self.exp.name}: {Path(script).stem}-{name}"
+        scripts = [Path(a).read_text(errors="replace") for a in argv
+                   if a.endswith(".stp") and os.path.isfile(a)]
+        t = Test(self.group, label, argv, self.work, mode="expect", scripts=scripts)
+        judge = copy.copy(self)
+        judge.vars = dict(self.vars)
+        t.expect = Expect(judge, pairs, on_timeout, on_eof, self.rest)
+        bad = [p for s in scripts for p in kernel_points(s)]
+        if bad:
+            t.out_of_scope = f"kernel probe point {bad[0]}"
+        self.spawned = None
+        self.tests.append(t)
 
     def expr(self, e: str) -> bool:
         py = []
@@ -618,15 +909,34 @@ class _Untested(Exception):
     pass
 
 
+class _Continue(Exception):
+    pass
+
+
+class _Break(Exception):
+    pass
+
+
+class _ExpContinue(Exception):
+    pass
+
+
 class _Return(Exception):
     pass
 
 
-def output_tests(suite: Path, work: Path) -> Iterator[Test]:
+def output_tests(suite: Path, work: Path, abis: list[str]) -> Iterator[Test]:
     for d in OUTPUT_DIRS:
         for exp in sorted((suite / d).glob("*.exp")):
             wdir = work / d / exp.stem
             wdir.mkdir(parents=True, exist_ok=True)
+            if d == "systemtap.base" and exp.name in SDT_EXPS:
+                try:
+                    yield from sdt_tests(suite, exp, wdir, abis)
+                except Unsupported as e:
+                    yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
+                               out_of_scope=f"needs Tcl/expect the runner does not model ({e})")
+                continue
             it = Interp(suite, exp, wdir)
             try:
                 it.run(exp.read_text(errors="replace"))
@@ -649,6 +959,208 @@ def output_tests(suite: Path, work: Path) -> Iterator[Test]:
                 yield Test(d, f"{d}/{exp.name}", [], wdir, mode="ok",
                            out_of_scope="runs stap in no way the runner models")
             yield from it.tests
+
+
+# ---------------------------------------------------------------------------------------
+# The SDT tests: each .exp compiles its C (or assembly) program once per variant of the
+# compiler flags it iterates, then runs stap on each build.  Their loops (for, proc, spawn
+# and expect) are more Tcl than the reader above runs, so the loops are modelled here as
+# the .exp writes them, with every flag list, message and expected output read from the
+# .exp itself; each build is run for each ABI given with --abi.
+
+SDT_EXPS = ("sdt.exp", "sdt_va_args.exp", "sdt_casm.exp", "sdt_asm.exp", "sdt_misc.exp")
+ABI_FLAGS = {"m64": ["-m64"], "m32": ["-m32", "-idirafter", "/usr/include/x86_64-linux-gnu"]}
+# the one runtime get_runtime_list gives here, as the .exp files spell it in test names
+_RT = "dyninst"
+
+
+def exp_sets(text: str) -> dict[str, str]:
+    """The literal values of the `set NAME {...}` / `set NAME "..."` commands of an .exp,
+    at any depth of its braced bodies (the first of each name)."""
+    found: dict[str, str] = {}
+
+    def walk(src: str, depth: int) -> None:
+        try:
+            cmds = tcl_commands(src)
+        except (ValueError, IndexError):
+            return
+        for words in cmds:
+            if (len(words) == 3 and words[0].text == "set" and words[2].kind != "bare"
+                    and "$" not in words[2].text and "[" not in words[2].text):
+                found.setdefault(words[1].text.lstrip(":"), words[2].text)
+            if depth < 6:
+                for w in words[1:]:
+                    if w.kind == "brace" and "\n" in w.text:
+                        walk(w.text, depth + 1)
+    walk(text, 0)
+    return found
+
+
+class _SdtExp:
+    """One SDT .exp: its variables, and the Tests of its builds for one ABI."""
+
+    def __init__(self, suite: Path, exp: Path, work: Path, abi: str) -> None:
+        self.suite = suite
+        self.exp = exp
+        self.abi = abi
+        self.work = work
+        self.it = Interp(suite, exp, work)
+        self.vars = exp_sets(exp.read_text(errors="replace"))
+        self.tests: list[Test] = []
+
+    def list(self, name: str) -> list[str]:
+        if name not in self.vars:
+            raise Unsupported(f"{self.exp.name} sets no {name}")
+        return self.it.tcl_list(self.vars[name])
+
+    def includes(self) -> str:
+        # sdt_includes: the testsuite's sys/sdt.h wrapper (STAP_SDT_V1/V2 forms) first,
+        # then the installed <sys/sdt.h> the compiler finds on its own path
+        return f"additional_flags=-isystem{self.suite}"
+
+    def add(self, name: str, source: str, prog: str, options: str, argv: list[str], *,
+            mode: str, expected: str | None = None, prefix: str = "",
+            float_exempt: bool = False) -> None:
+        """A build of `source` with target_compile's `options`, and the stap run on it."""
+        label = f"{self.exp.parent.name}/{self.exp.name}: {' '.join(name.split())} [{self.abi}]"
+        k = sum(1 for t in self.tests if t.name.startswith(label))
+        wdir = self.work / f"{self.abi}-{len(self.tests)}"
+        wdir.mkdir(parents=True, exist_ok=True)
+        compiler, flags = "gcc", []
+        for o in shlex.split(options):
+            if o == "c++":
+                compiler = "g++"
+            elif o.startswith("additional_flags="):
+                flags.append(o.split("=", 1)[1])
+        flags = [f for f in flags if f]
+        scripts = [Path(a).read_text(errors="replace") for a in argv
+                   if a.endswith(".stp") and os.path.isfile(a)]
+        t = Test(self.exp.parent.name, label + (f" #{k + 1}" if k else ""), ["stap", *argv],
+                 wdir, mode=mode, expected=expected, scripts=scripts)
+        # default_target_compile: the flags come before the sources (so `-x c++` applies)
+        t.build = [compiler, *flags, *ABI_FLAGS[self.abi], source, "-o", str(wdir / prog)]
+        t.check_prefix = prefix
+        t.float_exempt = float_exempt
+        self.tests.append(t)
+
+    def path(self, name: str) -> str:
+        """$srcdir/$subdir/NAME: a source or script beside the .exp."""
+        return str(self.exp.parent / name)
+
+    # one method per .exp, each following that file's loops --------------------------
+    def sdt(self) -> None:
+        test = "sdt"
+        extra_flags, extra_mssgs = self.list("extra_flags"), self.list("extra_mssgs")
+        ped_idx, peds = self.list("type_pedantics_idx"), self.list("type_pedantics")
+        ped_mssgs = self.list("type_pedantic_mssgs")
+        pbtype_flags, pbtype_mssgs = self.list("pbtype_flags"), self.list("pbtype_mssgs")
+        r10, r12 = self.vars["result_string10"], self.vars["result_string12"]
+        for pbtype_flag, pbtype_mssg in zip(pbtype_flags, pbtype_mssgs, strict=True):
+            for i, (extra_flag, extra_mssg) in enumerate(zip(extra_flags, extra_mssgs,
+                                                             strict=True)):
+                prog = f"sdt.c.exe.{i}"
+                for j in range(int(ped_idx[i])):
+                    opts = (f"additional_flags=-g {self.includes()} additional_flags=-Wall "
+                            f"additional_flags=-Wextra additional_flags=-Werror {pbtype_flag} "
+                            f"{extra_flag} {peds[j]}")
+                    expected = r10 + (r12 if pbtype_mssg == "uprobe" else "")
+                    self.add(f"{test} {extra_mssg} {ped_mssgs[j]} {pbtype_mssg} ({_RT})",
+                             self.path("sdt.c"), prog, opts,
+                             [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
+                              "-c", f"./{prog}"], mode="run3", expected=expected)
+
+    def sdt_va_args(self) -> None:
+        test = "sdt_va_args"
+        for i, (extra_flag, extra_mssg) in enumerate(zip(
+                self.list("extra_flags"), self.list("extra_mssgs"), strict=True)):
+            prog = f"{test}.c.exe.{i}"
+            opts = (f"additional_flags=-g {self.includes()} additional_flags=-Wall "
+                    f"additional_flags=-Wextra additional_flags=-Werror {extra_flag}")
+            self.add(f"{test} {extra_mssg} ({_RT})", self.path(f"{test}.c"), prog, opts,
+                     [f"--runtime={_RT}", "-w", self.path("sdt.stp"), prog,
+                      "-c", f"./{prog}"], mode="run3", expected=self.vars["result_string"])
+
+    def sdt_casm(self) -> None:
+        opts = f"{self.includes()} additional_flags=-std=c99"
+        self.add(f"sdt_casm ({_RT})", self.path("sdt_casm.c"), "sdt_casm.x", opts,
+                 [self.path("sdt_casm.stp"), f"--runtime={_RT}", "-c", "sdt_casm.x"],
+                 mode="run3", expected=self.vars["result_string"])
+
+    def sdt_asm(self) -> None:
+        opts = f"{self.includes()} additional_flags=-g"
+        self.add(f"sdt_misc asm ({_RT})", self.path("sdt_asm.S"), "sdt_asm.x", opts,
+                 [f"--runtime={_RT}", "-c", "./sdt_asm.x", self.path("sdt_asm.stp"),
+                  "./sdt_asm.x"], mode="checks", prefix="sdt_asm")
+
+    def sdt_misc(self) -> None:
+        """Only its types part (sdt_types.c, sdt_types.stp); the rest needs dtrace and
+        expect sessions the runner does not model."""
+        v_flags, pb_flags = self.list("v_flags"), self.list("pbtype_flags")
+        pb_mssgs = self.list("pbtype_mssgs")
+        type_flags, type_mssgs = self.list("extra_type_flags"), self.list("extra_type_mssgs")
+        long_long, ped_idx = self.list("has_long_long"), self.list("type_pedantics_idx")
+        peds, ped_mssgs = self.list("type_pedantics"), self.list("type_pedantic_mssgs")
+        for v_flag, pb_flag, pb_mssg in zip(v_flags, pb_flags, pb_mssgs, strict=True):
+            if pb_mssg != "V3_uprobe":
+                continue   # the .exp runs only V3 builds under dyninst
+            pbtype_flag = f"{pb_flag} additional_flags={v_flag}"
+            for j, (tflag, tmssg) in enumerate(zip(type_flags, type_mssgs, strict=True)):
+                for p in range(int(ped_idx[j])):
+                    opts = (f"{self.includes()} additional_flags=-Wall additional_flags=-Werror"
+                            f" additional_flags=-I. {pbtype_flag} {tflag} {peds[p]} "
+                            f"{long_long[j]}")
+                    # stap counts FAIL lines of float and double checks as passes
+                    # under dyninst (sdt_misc.exp's float_notok)
+                    self.add(f"sdt_misc types {pb_mssg} ({_RT}) {tmssg} {ped_mssgs[p]}",
+                             self.path("sdt_types.c"), "sdt_types.x", opts,
+                             [f"--runtime={_RT}", "-g", "-c", "./sdt_types.x",
+                              self.path("sdt_types.stp"), "./sdt_types.x"],
+                             mode="checks", prefix="sdt_types", float_exempt=True)
+
+
+def sdt_tests(suite: Path, exp: Path, work: Path, abis: list[str]) -> list[Test]:
+    tests: list[Test] = []
+    for abi in abis:
+        e = _SdtExp(suite, exp, work, abi)
+        getattr(e, exp.stem)()
+        tests += e.tests
+    if exp.stem == "sdt_misc":
+        tests.append(Test(exp.parent.name, f"{exp.parent.name}/{exp.name}: the rest", [],
+                          work, mode="ok", out_of_scope="needs Tcl/expect the runner does "
+                          "not model (dtrace -G builds, attach sessions)"))
+    return tests
+
+
+def build_target(t: Test) -> bool:
+    """Run the test's target_compile; a failure fails the test with the compiler's line."""
+    assert t.build is not None
+    r = subprocess.run(t.build, capture_output=True, text=True, cwd=t.cwd)
+    if r.returncode == 0:
+        return True
+    lines = (r.stderr or r.stdout).strip().splitlines()
+    t.first_error = "target_compile failed: " + next(
+        (ln for ln in lines if "error" in ln), lines[0] if lines else f"exit {r.returncode}")
+    return False
+
+
+def judge_checks(t: Test, res: str) -> None:
+    """sdt_asm.exp / sdt_misc.exp: every line must be `PREFIX PASS: ...`, at least one.
+    With float_exempt, FAIL lines naming a float or double check do not count."""
+    ok, bad = 0, []
+    for line in res.splitlines():
+        if re.match(rf"{t.check_prefix} PASS: ", line):
+            ok += 1
+            continue
+        m = re.match(rf"{t.check_prefix} FAIL: (\S*)", line)
+        if m and t.float_exempt and re.search("float|double", m.group(1)):
+            continue
+        bad.append(line)
+    if bad:
+        t.first_error = f"{len(bad)} line(s) not PASS, first: {bad[0][:100]!r}"
+    elif not ok:
+        t.first_error = "no PASS line"
+    else:
+        t.passed = True
 
 
 # ---------------------------------------------------------------------------------------
@@ -757,9 +1269,76 @@ def run_interrupted(t: Test, env: dict[str, str], timeout: float) -> None:
     t.passed = True
 
 
+def run_expected(t: Test, env: dict[str, str], timeout: float) -> None:
+    """A spawned stap read as expect reads it: stdout and stderr through one pty (a newline
+    is \\r\\n), each time the first of the patterns, in the block's order, that matches
+    what is not consumed yet runs its action; exp_continue goes on, anything else ends the
+    block, as does output no pattern matches.  Then the .exp's commands after the block
+    run with the counts its actions made, and their pass/fail calls judge the test."""
+    assert t.expect is not None
+    spec = t.expect
+    judge = copy.copy(spec.interp)
+    judge.vars = dict(spec.interp.vars)
+    judge.verdicts = []
+    p = _start(t, env)
+    if p is None:
+        return
+    timed_out = False
+    try:
+        out_b, err_b = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out_b, err_b = p.communicate()
+        timed_out = True
+    err = err_b.decode("utf-8", errors="replace")
+    if "Traceback (most recent call last)" in err:
+        t.first_error = "traceback: " + err.strip().splitlines()[-1]
+        return
+    buf = (out_b.decode("utf-8", errors="replace") + err).replace("\n", "\r\n")
+    end = spec.on_timeout if timed_out else spec.on_eof
+    try:
+        while True:
+            hit = None
+            for pattern, action in spec.pairs:
+                m = re.search(pattern, buf)
+                if m:
+                    hit = (m, action)
+                    break
+            if hit is None:
+                judge.run(end)
+                break
+            buf = buf[hit[0].end():]
+            try:
+                judge.run(hit[1])
+                break
+            except _ExpContinue:
+                continue
+        judge.run_commands(spec.after)
+    except _Return:
+        pass
+    except (Unsupported, _Untested) as e:
+        t.first_error = f"the .exp's checks need more than the runner models ({e})"
+        return
+    fails = [msg for ok, msg in judge.verdicts if not ok]
+    t.passed = bool(judge.verdicts) and not fails
+    if fails:
+        t.first_error = "; ".join(fails)
+        if buf.strip():
+            t.first_error += f"; unmatched output: {buf.strip()[:120]!r}"
+    elif not judge.verdicts:
+        t.first_error = "the .exp's checks passed or failed nothing"
+
+
 def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
+    if t.mode == "failed":
+        return
+    if t.build is not None and not build_target(t):
+        return
     if t.mode == "interrupt":
         run_interrupted(t, env, timeout)
+        return
+    if t.mode == "expect":
+        run_expected(t, env, timeout)
         return
     p = _start(t, env)
     if p is None:
@@ -789,6 +1368,8 @@ def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
         t.passed = rc != 0 and bool(err.strip())
         t.first_error = ("" if t.passed else
                          "succeeded but must fail" if rc == 0 else "failed without a message")
+    elif t.mode == "checks":
+        judge_checks(t, out + err)
     else:
         res = out + err
         if t.mode == "exact" and rc != 0:
@@ -809,11 +1390,11 @@ def run_one(t: Test, env: dict[str, str], timeout: float) -> None:
         t.passed = True
 
 
-def collect(suite: Path, work: Path) -> list[Test]:
+def collect(suite: Path, work: Path, abis: list[str] | None = None) -> list[Test]:
     marked = dyninst_marked(suite)
     tests = list(pass_tests(suite, work / "pass", marked))
     (work / "pass").mkdir(parents=True, exist_ok=True)
-    tests += list(output_tests(suite, work))
+    tests += list(output_tests(suite, work, abis or list(ABI_FLAGS)))
     diffs = load_differences()
     for t in tests:
         key = t.name.split(":")[0]
@@ -822,7 +1403,8 @@ def collect(suite: Path, work: Path) -> list[Test]:
     return tests
 
 
-def report(tests: list[Test], list_fails: bool, out: Callable[[str], None] = print) -> None:
+def report(tests: list[Test], list_fails: bool, out: Callable[[str], None] = print,
+           list_tests: bool = False) -> None:
     groups: dict[str, list[Test]] = {}
     for t in tests:
         groups.setdefault(t.group, []).append(t)
@@ -846,6 +1428,12 @@ def report(tests: list[Test], list_fails: bool, out: Callable[[str], None] = pri
     out("out of scope:")
     for r, n in sorted(reasons.items(), key=lambda kv: -kv[1]):
         out(f"  {n:>4}  {r}")
+    if list_tests:
+        out("tests in scope:")
+        for t in tests:
+            if t.out_of_scope is None:
+                out(f"  {'PASS' if t.passed else 'FAIL'} {t.name}"
+                    + (f": {t.first_error}" if t.first_error else ""))
     if list_fails:
         out("failures:")
         for t in tests:
@@ -869,6 +1457,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-k", dest="pattern", default="", help="only tests whose name has this")
     ap.add_argument("--list-fails", action="store_true",
                     help="print each failing test with its first error line")
+    ap.add_argument("--list-tests", action="store_true",
+                    help="print each test in scope with PASS or FAIL")
+    ap.add_argument("--abi", choices=[*ABI_FLAGS, "both"], default="both",
+                    help="the ABI the SDT tests build their programs for; each build is "
+                         "one test (both)")
     ap.add_argument("--list-scope", action="store_true",
                     help="print each out-of-scope test with its reason")
     a = ap.parse_args(argv)
@@ -879,7 +1472,7 @@ def main(argv: list[str] | None = None) -> int:
         suite = testsuite_dir(a.source.resolve(), tmp)
         work = tmp / "work"
         work.mkdir()
-        tests = collect(suite, work)
+        tests = collect(suite, work, list(ABI_FLAGS) if a.abi == "both" else [a.abi])
         if a.pattern:
             tests = [t for t in tests if a.pattern in t.name]
         env = dict(os.environ, PATH=f"{make_shim(tmp, a.pydyn)}:{os.environ['PATH']}",
@@ -891,7 +1484,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
             list(pool.map(lambda t: run_one(t, env, a.timeout), todo))
-        report(tests, a.list_fails)
+        report(tests, a.list_fails, list_tests=a.list_tests)
         if a.list_scope:
             print("out-of-scope tests:")
             for t in tests:

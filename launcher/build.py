@@ -43,6 +43,16 @@ def which(name: str) -> str | None:
     return None
 
 
+def find_program(name: str) -> str | None:
+    """The program a process(NAME) or `-c NAME` means: which(NAME), else, for a bare name
+    not on PATH, the file of that name in the current directory (stap's find_executable
+    falls back to it, and stapdyn starts a -c command from it)."""
+    found = which(name)
+    if found is None and "/" not in name and os.path.isfile(name):
+        return os.path.join(".", name)
+    return found
+
+
 RUNTIME_DIR = Path(__file__).resolve().parent.parent / "runtime"
 # The runtime's arch folders each ABI compiles besides runtime/*.c (their .c and .S
 # files): x86-64 and i386 share runtime/arch/x86.

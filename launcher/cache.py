@@ -56,12 +56,12 @@ from .build import (
     build_modules,
     compiler_path,
     compiler_version,
+    find_program,
     iter_source_files,
     link_lib_dirs,
     runtime_digest,
     sha256,
     source_signature,
-    which,
 )
 from .elf.header import get_build_id
 from .errors import PydynError, ScriptWarning
@@ -127,7 +127,7 @@ def named_binaries(points: Iterable[str], target_path: str | None) -> list[str]:
     from the current directory, through symlinks): recomputed on every lookup."""
     out: list[str] = []
     for arg in points:
-        found = which(arg) if "/" not in arg else arg
+        found = find_program(arg) if "/" not in arg else arg
         out.append(os.path.realpath(found) if found and os.path.exists(found)
                    else f"<missing {arg}>")
     if target_path:

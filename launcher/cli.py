@@ -151,7 +151,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="taken; function probes are at the entry as the patch plan has it")
     compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
                         help="tapset directory: its .stp files are parsed, the functions, "
-                             "globals and probe aliases a script uses taken")
+                             "globals and probe aliases a script uses taken; the macros of "
+                             "its .stpm files may be invoked")
     compat.add_argument("-t", dest="timing", action="store_true",
                         help="taken; probe timing is not collected")
     compat.add_argument("-k", dest="keep_tmp", action="store_true",
@@ -159,9 +160,11 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
     compat.add_argument("-d", dest="symbol_modules", action="append", default=[],
                         metavar="MODULE",
-                        help="taken; symbols are read from every probed object anyway")
+                        help="add the symbols and unwind data of the ELF file MODULE (a library "
+                             "or program with no probe) for backtraces and symbol names")
     compat.add_argument("--ldd", action="store_true",
-                        help="taken; shared libraries are found as the target loads them")
+                        help="add the symbols and unwind data of every library the probed and -d "
+                             "objects need, as ld.so finds them")
     return p
 
 
@@ -195,11 +198,11 @@ def _check_options(opts: argparse.Namespace) -> None:
             raise PydynError(f"-I {d}: not a directory")
 
 
-def _tapsets(dirs: Sequence[str]) -> list[tuple[str, str]]:
-    """-I DIR: every .stp under DIR (sorted), as (text, path)."""
+def _tapsets(dirs: Sequence[str], suffix: str = ".stp") -> list[tuple[str, str]]:
+    """-I DIR: every .stp (or macro library, .stpm) under DIR (sorted), as (text, path)."""
     out = []
     for d in dirs:
-        for path in sorted(Path(d).rglob("*.stp")):
+        for path in sorted(Path(d).rglob("*" + suffix)):
             try:
                 out.append((path.read_text(errors="surrogateescape"), str(path)))
             except OSError as exc:
@@ -332,7 +335,7 @@ class _Progress:
 def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              argv_cmd: list[str] | None, target_path: str | None, cache: ModuleCache | None,
              lookup: Lookup | None, step: Callable[[int, str, float], None],
-             ) -> tuple[Program, ModuleSet] | None:
+             parse_warnings: Sequence[str] = ()) -> tuple[Program, ModuleSet] | None:
     """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
     from .build import runtime_digest
     from .cache import build_private
@@ -349,7 +352,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         if cache is not None:
             from .build import which
             cache.remember_target(target_path or which(argv_cmd[0]) or argv_cmd[0])
-    warnings: list[ScriptWarning | str] = []   # replayed on a cache hit
+    # replayed on a cache hit; pass 1's (tapsets skipped) were given already
+    warnings: list[ScriptWarning | str] = list(parse_warnings)
 
     def warn(message: str) -> None:
         report(f"pydyn: warning: {message}")
@@ -359,8 +363,13 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         _warning(opts, warning)
 
     t0 = time.monotonic()
-    resolution = Resolver(target_path, warn=warn).resolve(script)
+    script, resolution = Resolver(target_path, warn=warn).resolve_script(script)
+    if verbose:
+        for line in resolution.dropped:
+            print(line, file=sys.stderr)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
+    from .elf.libraries import symbol_objects
+    symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)
     define_map = dict(d.split("=", 1) for d in defines)
     if opts.pass_ == 2:
@@ -372,7 +381,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars)
+                      skip_badvars=opts.skip_badvars, symbols=symbols)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -390,7 +399,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         plans = plan_sites(script, resolution, define_map)
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), warn=report,
-                            optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars)
+                            optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars,
+                            symbols=symbols)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -411,7 +421,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     with _Progress(f"pydyn: compiling {len(program.sites)} probe site(s) into {arches} "
                    "modules ..."):
         if cache is not None:
-            deps = list(resolution.objects)   # the target only if a probe resolved in it
+            # the target only if a probe resolved in it; -d and --ldd objects
+            deps = [*resolution.objects, *(path for path, _abi in symbols)]
             modules = cache.build(lookup, deps, program, required, defines, warnings,
                                   verbose_lines, keep=opts.pass_ == 4)
         else:
@@ -433,7 +444,7 @@ def run(argv: Sequence[str]) -> int:
         split_command,
     )
 
-    opts = _parser().parse_args(argv)
+    opts = _parser().parse_intermixed_args(argv)
     if opts.attach_pid is not None:
         if len(opts.attach_pid) > 1:
             pids = ", ".join(str(p) for p in opts.attach_pid)
@@ -489,18 +500,27 @@ def run(argv: Sequence[str]) -> int:
             ms = (time.monotonic() - start) * 1000
             print(f"Pass {n}: {what} in {ms:.0f}ms", file=sys.stderr)
 
+    parse_warnings: list[str] = []   # kept with the modules: replayed on a cache hit
+
+    def library_warning(msg: str) -> None:
+        """A tapset or macro library skipped: a warning (-w: none; -W: the error)."""
+        parse_warnings.append(f"pydyn: warning: {msg}")
+        _warning(opts, parse_warnings[-1])
+
     def parse() -> Any:
         # Only on a cache miss: the parser and the AST cost ~100 ms of imports alone.
         from .script import parse_script
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
                               guru=opts.guru, compatible=opts.compatible,
-                              library=_tapsets(opts.tapset_dirs))
+                              library=_tapsets(opts.tapset_dirs),
+                              macro_files=_tapsets(opts.tapset_dirs, ".stpm"),
+                              warn=library_warning)
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
-            from .script.elide import elide_unused_functions
-            script = elide_unused_functions(script)
+            from .script.elide import elide_pure_calls, elide_unused_functions
+            script = elide_unused_functions(elide_pure_calls(script))
         step(1, "parsed user script", t0)
         return script
 
@@ -543,8 +563,13 @@ def run(argv: Sequence[str]) -> int:
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
+                                           *(("-d", os.path.realpath(d))
+                                             for d in opts.symbol_modules),
+                                           *((("--ldd", "1"),) if opts.ldd else ()),
                                            *(("tapset -I", f"{p}\0{t}")
-                                             for t, p in _tapsets(opts.tapset_dirs))],
+                                             for t, p in _tapsets(opts.tapset_dirs)),
+                                           *(("macros -I", f"{p}\0{t}")
+                                             for t, p in _tapsets(opts.tapset_dirs, ".stpm"))],
                                     ) if cache else (None, None)
     if hit is not None and cache is not None and argv_cmd is not None:
         # the modules do not depend on the -c program; what the session needs of it
@@ -577,7 +602,8 @@ def run(argv: Sequence[str]) -> int:
             facts_root = cache.root
         from .plan.objfacts import set_cache_root
         set_cache_root(facts_root)
-        compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step)
+        compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step,
+                            parse_warnings)
         if compiled is None:
             return 0   # -p2, -p3
         program, modules = compiled
@@ -646,6 +672,13 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _ignore(signum: int, frame: object) -> None:
+    """SIGUSR2 is staprun's "switch output file" (-S), which pydyn has not: noted and
+    ignored, as staprun ignores it without -S, so a kill or a guru raise() in a begin
+    probe does not end the session.  A handler, not SIG_IGN, which a -c command would
+    inherit."""
+
+
 def _die_of_sigpipe() -> int:
     """The reader of our output went away: end as a tool killed by SIGPIPE does (the
     shell sees 141, `set -o pipefail` reports it; no message, no traceback), after
@@ -668,6 +701,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGHUP, _interrupt)
+    signal.signal(signal.SIGUSR2, _ignore)
     args = sys.argv[1:] if argv is None else list(argv)
     try:
         return run(args)

@@ -49,6 +49,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`"),
         "pn": ((), "the same as pp()"),
         "ppfunc": ((), "the probed function's name; \"\" outside function probes"),
+        "returnval": ((), "the register functions return their value in (rax, eax, x0) as "
+                          "the process's long: a guess except at a return; an error in "
+                          "begin, end and timer probes"),
+        "returnstr": (("format",), "returnval() as `-2 (ENOENT)` for a negated errno "
+                                   "value, else in hex (format 2), octal (3) or decimal; "
+                                   "`N/A` without registers"),
         "probefunc": ((), "the same as ppfunc()"),
     }),
     ("Time", {
@@ -66,6 +72,12 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
                             "(a `try` block catches it)"),
         "warn": (("msg",), "print `WARNING: msg` on stderr and go on"),
         "log": (("msg",), "print msg and a newline on the output"),
+        "raise": (("sig",), "send signal sig to the thread the probe ran in, once the "
+                            "handler is done (guru mode, `-g`); in begin, end and timer "
+                            "probes that is pydyn itself"),
+        "system": (("cmd",), "run cmd with `sh -c` once the handler is done, in the "
+                             "background, as the user running pydyn; its output goes "
+                             "to pydyn's stdout (stderr with `--json`)"),
     }),
     ("Strings", {
         "strlen": (("s",), "the length of s in bytes"),
@@ -138,7 +150,49 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
                                 "`counter+0x0/0x8 [/path/prog]`"),
         "ubacktrace": ((), "the return addresses of the probed thread's stack, "
                            "`0x55d4c1a3f3f0 0x55d4c1a3f50f ...`"),
-        "print_ubacktrace": ((), "print the stack, one `addr : func+off/size [path]` a line"),
+        "print_ubacktrace": ((), "print the stack, one ` 0xaddr : func+off/size [path]` a "
+                                 "line (` 0xaddr [path+off/size]` in an object with no "
+                                 "symbol table: add it with `-d` or `--ldd`)"),
+        "sprint_ubacktrace": ((), "the stack as `func+0xoff [basename]` lines; "
+                                  "`<no user backtrace at PP>` outside process probes"),
+        "ustack": (("n",), "the address of frame n (0: the probed pc); an error past the "
+                           "stack's end"),
+        "ucallers": (("n",), "frames 0 to n as `0x..` words (-1: all); an error if the "
+                             "stack ends before frame n"),
+        "print_usyms": (("stk",), "print ` WORD : usymdata(WORD)` for each hex word of stk"),
+        "print_ustack": (("stk",), "the same as print_usyms"),
+        "sprint_usyms": (("stk",), "those lines as a string (whole lines within "
+                                   "MAXSTRINGLEN)"),
+        "sprint_ustack": (("stk",), "the same as sprint_usyms"),
+        "umodname": (("addr",), "the path of the loaded object that maps addr; "
+                                "`<unknown>` and an error elsewhere"),
+    }),
+    ("Registers and arguments (the probed thread's, at the probe)", {
+        "uaddr": ((), "the probed pc (0 outside process probes)"),
+        "register": (("name",), "a register by stap's name for the arch (`rax`, `eax`, "
+                                "`ax`, `al`, `rip`, `eflags`, `xcs`, `x0`, `w0`, `sp`...), "
+                                "narrower ones sign-extended"),
+        "u_register": (("name",), "the same, zero-extended"),
+        "int_arg": (("n",), "argument n (1: the first) at a function's entry as a "
+                            "signed int: registers, then the stack as the ABI has them"),
+        "uint_arg": (("n",), "argument n as an unsigned int"),
+        "long_arg": (("n",), "argument n as a signed long (32 bits in a 32-bit process)"),
+        "ulong_arg": (("n",), "argument n as an unsigned long"),
+        "longlong_arg": (("n",), "argument n as a 64-bit value (a 32-bit process: words n "
+                                 "and n+1)"),
+        "ulonglong_arg": (("n",), "the same as longlong_arg"),
+        "pointer_arg": (("n",), "argument n as a pointer"),
+        "s32_arg": (("n",), "the same as int_arg"),
+        "u32_arg": (("n",), "the same as uint_arg"),
+        "s64_arg": (("n",), "the same as longlong_arg"),
+        "u64_arg": (("n",), "the same as longlong_arg"),
+        "asmlinkage": ((), "the function takes no argument in registers (i386; a no-op "
+                           "elsewhere)"),
+        "fastcall": ((), "i386: the first three arguments are in eax, edx, ecx; a no-op "
+                         "elsewhere"),
+        "regparm": (("n",), "the first n arguments are in registers (i386: 0-3, "
+                            "x86-64: 0-6)"),
+        "is_return": ((), "1 in a `.return` probe, else 0"),
     }),
 )
 

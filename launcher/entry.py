@@ -7,6 +7,12 @@ the entry's registers and pushes the values, keyed by the return-address slot
 return handler pops the frame whose slot is just below its stack pointer
 before its body runs; `@entry(x)` reads the popped value.
 
+The slot is the stack pointer at the entry and, at a return, the stack pointer less a
+word (pd_func.c shows a patched exit's registers as after the `ret`, as a hijacked
+return's), so `@entry` works with either way of reaching returns.  The helpers are
+general-regs-only, with no libc call but the stack's first mapping (through
+pd_xmm_call): FAST handlers (translate/fast.py) push and pop too.
+
 Frames are LIFO like pd_func.c's shadow stack: recursion and tail calls (the
 same slot, pushed again) match in order; frames below a new entry's or a
 returning frame's slot were left by `longjmp` and are dropped.  A return
@@ -32,7 +38,7 @@ def helpers_c(nvals: int) -> list[str]:
 #define PD_ENTRY_VALS {nvals}
 #define PD_ENTRY_MAX 65536u /* frames per thread (the mapping is touched lazily) */
 struct pd_entry_frame {{ uintptr_t at; uint32_t probe; int64_t v[PD_ENTRY_VALS]; }};
-static __thread struct pd_entry_frame *pd_ent;
+static __thread struct pd_entry_frame *pd_ent; /* (a TLS descriptor call, as pd_func.c's) */
 static __thread uint32_t pd_ent_n;
 static __thread int pd_ent_failed;
 static pthread_key_t pd_ent_key;
@@ -45,27 +51,33 @@ static void pd_ent_free(void *p)
 }}
 static void pd_ent_key_init(void) {{ pthread_key_create(&pd_ent_key, pd_ent_free); }}
 /* frames below `at` belong to calls that longjmp left: their returns never come */
-static void pd_ent_drop_below(uintptr_t at)
+static PD_FAST_FN void pd_ent_drop_below(uintptr_t at)
 {{
     while (pd_ent_n > 0 && pd_ent[pd_ent_n - 1].at < at)
         pd_ent_n--;
 }}
-/* `keep`: replace the frame this probe has for the same slot (a call that returned) */
-static void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v, int keep)
+static uintptr_t pd_ent_alloc(uintptr_t a, uintptr_t b, uintptr_t cc, uintptr_t d)
 {{
-    if (!pd_ent && !pd_ent_failed) {{
-        pd_ent_failed = 1; /* until the mapping exists: a probed mmap must not recurse */
-        void *m = mmap(NULL, PD_ENTRY_MAX * sizeof(struct pd_entry_frame),
-                       PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
-        if (m == MAP_FAILED)
-            return;
-        pthread_once(&pd_ent_once, pd_ent_key_init);
-        pthread_setspecific(pd_ent_key, m);
-        pd_ent = m;
-        pd_ent_failed = 0;
-    }}
-    uintptr_t at = (uintptr_t)pd_reg(c->regs, PD_DWARF_SP); /* the return-address slot */
+    (void)a, (void)b, (void)cc, (void)d;
+    pd_ent_failed = 1; /* until the mapping exists: a probed mmap must not recurse */
+    void *m = mmap(NULL, PD_ENTRY_MAX * sizeof(struct pd_entry_frame),
+                   PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+    if (m == MAP_FAILED)
+        return 0;
+    pthread_once(&pd_ent_once, pd_ent_key_init);
+    pthread_setspecific(pd_ent_key, m);
+    pd_ent = m;
+    pd_ent_failed = 0;
+    return 0;
+}}
+/* `keep`: replace the frame this probe has for the same slot (a call that returned) */
+static PD_FAST_FN void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v,
+                                     int keep)
+{{
+    if (!pd_ent && !pd_ent_failed)
+        pd_xmm_call(pd_ent_alloc, 0, 0, 0, 0);
+    uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP]; /* the return-address slot */
 #if defined(__aarch64__) /* the return address is in x30: pd_func.c's slot is sp - 8 */
     at -= sizeof(pd_ureg);
 #endif
@@ -74,7 +86,8 @@ static void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v, in
     pd_ent_drop_below(at);
     for (uint32_t k = pd_ent_n; keep && k > 0 && pd_ent[k - 1].at == at; k--)
         if (pd_ent[k - 1].probe == probe) {{
-            memcpy(pd_ent[k - 1].v, v, sizeof pd_ent[k - 1].v);
+            for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
+                pd_ent[k - 1].v[i] = v[i];
             return;
         }}
     if (pd_ent_n >= PD_ENTRY_MAX)
@@ -82,11 +95,12 @@ static void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v, in
     struct pd_entry_frame *f = &pd_ent[pd_ent_n];
     f->at = at;
     f->probe = probe;
-    memcpy(f->v, v, sizeof f->v);
+    for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
+        f->v[i] = v[i];
     __asm__ volatile("" ::: "memory"); /* filled before a signal handler can see it */
     pd_ent_n++;
 }}
-static void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
+static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
 {{
     pd_entry_save(c, probe, v, 0);
 }}
@@ -109,17 +123,24 @@ static const int64_t *pd_entry_peek(uint32_t probe, uintptr_t at)
             return pd_ent[k - 1].v;
     return NULL;
 }}
-static int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
+static PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
 {{
-    uintptr_t at = (uintptr_t)pd_reg(c->regs, PD_DWARF_SP) - sizeof(pd_ureg);
+    uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP] - sizeof(pd_ureg);
     if (!pd_ent)
         return 0;
     pd_ent_drop_below(at);
     for (uint32_t k = pd_ent_n; k > 0 && pd_ent[k - 1].at == at; k--) {{
         if (pd_ent[k - 1].probe != probe)
             continue; /* another probe's frame for the same call */
-        memcpy(v, pd_ent[k - 1].v, sizeof pd_ent[k - 1].v);
-        memmove(&pd_ent[k - 1], &pd_ent[k], (pd_ent_n - k) * sizeof *pd_ent);
+        for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
+            v[i] = pd_ent[k - 1].v[i];
+        for (uint32_t j = k; j < pd_ent_n; j++) {{ /* not memmove: libc's uses xmm */
+            pd_ent[j - 1].at = pd_ent[j].at;
+            pd_ent[j - 1].probe = pd_ent[j].probe;
+            for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
+                pd_ent[j - 1].v[i] = pd_ent[j].v[i];
+            __asm__ volatile("" ::: "memory");
+        }}
         pd_ent_n--;
         return 1;
     }}

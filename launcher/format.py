@@ -149,8 +149,14 @@ def _parse_conversion(fmt: str, start: int, loc: SourceLocation | None) -> tuple
     return Conversion(flags, width, precision, length, conv, directive()), i + 1
 
 
-def parse_format(fmt: str, loc: SourceLocation | None = None) -> FormatSpec:
-    """Parse a printf format string as stap does; ScriptError on a bad directive."""
+def parse_format(fmt: str, loc: SourceLocation | None = None, *,
+                 legacy_p: bool = False) -> FormatSpec:
+    """Parse a printf format string as stap does; ScriptError on a bad directive.
+    `legacy_p` (--compatible < 1.3): `%p` is stap's old one, conversion "P": the value
+    as an unsigned long, `0x` and at least 2 * sizeof(void *) digits by default; a width
+    W pads the digits to W - 2 (at most 2 * sizeof(void *) unless left-justified);
+    the precision is ignored.  It depends on the process's pointer size, so a format
+    holding one is formatted in the probe (translate/emit.py)."""
     pieces: list[str | Conversion] = []
     arg_types: list[str] = []
     literal: list[str] = []
@@ -168,6 +174,8 @@ def parse_format(fmt: str, loc: SourceLocation | None = None) -> FormatSpec:
         if i + 1 == n:
             raise _incomplete("%", loc)
         conversion, i = _parse_conversion(fmt, i, loc)
+        if legacy_p and conversion.conv == "p":
+            conversion = conversion._replace(conv="P")
         if literal:
             pieces.append("".join(literal))
             literal.clear()

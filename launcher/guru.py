@@ -42,7 +42,20 @@ def set_user_c(name: str, args: list[str], where: str) -> str:
     return f"(c->where = {where}, {call})"
 
 
+def embedded_is_string(code: str) -> bool:
+    """`%{ /* string */ "text" %}`: stap's pragma for an embedded expression whose value
+    is a string (a `const char *`); any other is a long."""
+    return "/* string */" in code
+
+
+def embedded_is_pure(code: str) -> bool:
+    """`/* pure */`: the expression has no side effects, so it may be folded away."""
+    return "/* pure */" in code
+
+
 def embedded_expr_c(code: str) -> str:
+    if embedded_is_string(code):
+        return f"((const char *)({code}))"
     return f"((int64_t)({code}))"
 
 

@@ -27,6 +27,7 @@ from ..shmlayout import (
     PD_REC_EXIT,
     PD_REC_PAD,
     PD_REC_PRINTF,
+    PD_REC_SYSTEM,
     PD_REC_TEXT,
     PD_REC_WARNING,
     decode_args,
@@ -58,6 +59,8 @@ def hist_data(hist: Any, buckets: list[int]) -> dict[str, Any]:
 
 class JsonSink(OutputSink):
     """An OutputSink that writes one JSON object per record instead of text."""
+
+    system_stdout = 2   # a system() command's output would break the JSON lines
 
     def __init__(self, formats: Any, report: dict[int, Any], version: str, **kw: Any) -> None:
         super().__init__(formats, **kw)
@@ -101,5 +104,7 @@ class JsonSink(OutputSink):
             self.emit({"type": "error" if kind == PD_REC_ERROR else "warning", "data": msg})
         elif kind == PD_REC_EXIT:
             self.exit_requested = True
+        elif kind == PD_REC_SYSTEM:
+            self.system(str(_text(decode_args(buf, start, end, "s")[0])))
         elif kind != PD_REC_PAD:
             self.bad_records += 1

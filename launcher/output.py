@@ -7,6 +7,7 @@ costs less there than a record the launcher must decode.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any, BinaryIO
@@ -16,6 +17,7 @@ from ..shmlayout import (
     PD_REC_EXIT,
     PD_REC_PAD,
     PD_REC_PRINTF,
+    PD_REC_SYSTEM,
     PD_REC_TEXT,
     PD_REC_WARNING,
     REC_HEADER_SIZE,
@@ -61,6 +63,7 @@ class OutputSink:
         # follows is discarded, the session ends (Session._wait) and pydyn exits as a
         # tool killed by SIGPIPE would (cli.main).
         self.consumer_gone = False
+        self.commands: list[str] = []   # system() commands of the records being fed
 
     def _write(self, stream: BinaryIO, text: str) -> None:
         if self.consumer_gone:
@@ -93,6 +96,8 @@ class OutputSink:
                 return
             at = end
         self._flush(self.stdout)
+        while self.commands:
+            self._run_system(self.commands.pop(0))
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
         if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
@@ -121,5 +126,25 @@ class OutputSink:
             self._flush(self.stderr)
         elif kind == PD_REC_EXIT:
             self.exit_requested = True
+        elif kind == PD_REC_SYSTEM:
+            self.system(str(_text(decode_args(buf, start, end, "s")[0])))
         elif kind != PD_REC_PAD:
             self.bad_records += 1
+
+    # where a system() command's output goes: pydyn's own stdout
+    system_stdout: int | None = None
+
+    def system(self, cmd: str) -> None:
+        """system(cmd): run with sh in the background, not waited for, as stap's staprun
+        runs it, once what the drained handlers printed is out."""
+        self.commands.append(cmd)
+
+    def _run_system(self, cmd: str) -> None:
+        try:
+            subprocess.Popen(["/bin/sh", "-c", cmd], stdout=self.system_stdout,
+                             close_fds=True)
+        except OSError as exc:
+            self.warnings += 1
+            self._write(self.stderr, f"WARNING: system({escape_controls(cmd, True)}): "
+                                     f"{exc.strerror or exc}\n")
+            self._flush(self.stderr)

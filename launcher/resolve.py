@@ -14,11 +14,11 @@ import fnmatch
 import glob
 import json
 import os
-import shutil
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .build import find_program
 from .elf.functions import function_sites
 from .elf.inlines import inline_sites
 from .elf.libraries import find_library
@@ -68,6 +68,7 @@ class Resolution:
     points: list[list[ResolvedPoint]] = field(default_factory=list)  # by probe, script order
     objects: dict[str, ElfInfo] = field(default_factory=dict)              # path -> info
     skipped_notes: int = 0
+    dropped: list[str] = field(default_factory=list)   # probes whose points all failed `?`
 
     def iter_sites(self) -> Iterable[ProbeSite]:
         for pts in self.points:
@@ -129,9 +130,10 @@ class Resolver:
             raise _pp_error(point, "process() takes a path string")
         path = arg
         if "/" not in path:
-            found = shutil.which(path)
+            found = find_program(path)
             if found is None:
-                raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH")
+                raise _pp_error(point, f"process(\"{arg}\"): no such program in PATH "
+                                "or the current directory")
             path = found
         missing = missing_reason(path)
         if missing is not None:
@@ -159,6 +161,23 @@ class Resolver:
                         raise
             self.resolution.points.append(points)
         return self.resolution
+
+    def resolve_script(self, script: ast.Script) -> tuple[ast.Script, Resolution]:
+        """resolve(), then the script without the probes whose points were all optional
+        and matched nothing: stap drops such a probe, body and all, so its body is
+        never checked against sites it does not have (`$arg1` of a mark that is not
+        there).  Each is named in resolution.dropped (pydyn -v prints them)."""
+        resolution = self.resolve(script)
+        keep = [i for i, points in enumerate(resolution.points) if points]
+        if len(keep) == len(script.probes):
+            return script, resolution
+        for i, probe in enumerate(script.probes):
+            if not resolution.points[i]:
+                resolution.dropped.append(f"{probe.loc.file}:{probe.loc.line}: probe "
+                                          "dropped, its optional probe points match nothing")
+        resolution.points = [resolution.points[i] for i in keep]
+        return dataclasses.replace(script, probes=tuple(script.probes[i] for i in keep)), \
+            resolution
 
     def resolve_point(self, point: ast.ProbePoint) -> list[ResolvedPoint]:
         comps = point.components

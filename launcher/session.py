@@ -44,7 +44,7 @@ from ..shmlayout import (
     plan_segment,
 )
 from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
-from .build import ModuleSet, which
+from .build import ModuleSet, find_program, which
 from .elf.header import EM_AARCH64, EM_X86_64, PT_INTERP, get_machine, read_program_headers
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
@@ -164,6 +164,9 @@ def split_command(command: str) -> list[str]:
         words = []
     if not words or any(ch in SHELL_CHARS for ch in command.replace('"', "").replace("'", "")):
         return ["/bin/sh", "-c", command]
+    if "/" not in words[0]:
+        # as stapdyn starts a -c command: from PATH, else from the current directory
+        words[0] = find_program(words[0]) or words[0]
     return words
 
 

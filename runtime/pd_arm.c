@@ -129,6 +129,8 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             /* a shared row is armed with the row that runs it (pd_site.shared) */
             if (site->object != o || pd_site_off[s] || (site->fx & PD_FX_SHARED))
                 continue;
+            if ((site->fx & PD_FX_IN_ENTRY) && stubs && stubs[s])
+                continue; /* nothing to patch: the entry's stub leads to its stub */
             if ((site->fx & PD_FX_EXIT) && !(stubs && stubs[s])) {
                 /* its stub was refused after the choice (a branch into its window): a trap
                  * there would run the handler before the exit's own instructions */

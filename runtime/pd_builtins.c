@@ -2,7 +2,9 @@
  * identity, exit(), checked division. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "pd_internal.h"
@@ -19,18 +21,6 @@ static int pd_read_user(struct pd_ctx *c, uintptr_t addr, void *dst, size_t n)
     return -1;
 }
 
-static int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
-{
-    if (size >= 8)
-        return (int64_t)raw;
-    unsigned bits = size * 8;
-    uint64_t mask = (1ull << bits) - 1;
-    raw &= mask;
-    if (is_signed && (raw >> (bits - 1)))
-        raw |= ~mask;
-    return (int64_t)raw;
-}
-
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed)
 {
     uint64_t raw = 0;
@@ -42,6 +32,15 @@ int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signe
 void pd_warn_probe(struct pd_ctx *c, const char *msg)
 {
     pd_emit_text(c, PD_REC_WARNING, msg);
+}
+
+/* system(cmd): the launcher runs it with sh once it drains the record, after the
+ * handler (as stap's staprun does, in the background, as the user running pydyn) */
+void pd_system(struct pd_ctx *c, const char *cmd)
+{
+    pd_rec_open(c, PD_REC_SYSTEM, 0, 1);
+    pd_rec_str(c, cmd);
+    pd_rec_close(c);
 }
 
 /* A compiled DWARF location (struct pd_dwop): at most 8 stack values, and the
@@ -217,6 +216,27 @@ void pd_exit(struct pd_ctx *c)
     pd_exit_pending = 1;
     pd_rec_open(c, PD_REC_EXIT, 0, 0);
     pd_rec_close(c);
+}
+
+/* raise(sig) in this thread's handler: sent to the thread once the handler is done
+ * (pd_run), as stap's send_sig is delivered when the probe returns to user space --
+ * not while the handler holds the globals lock or its records are unwritten. */
+__thread int pd_raise_pending;
+
+void pd_raise(struct pd_ctx *c, int64_t sig)
+{
+    if (sig <= 0 || sig >= _NSIG) {
+        pd_error(c, "raise/send_sig error %d", -EINVAL);
+        return;
+    }
+    pd_raise_pending = (int)sig;
+}
+
+void pd_raise_now(void)
+{
+    int sig = pd_raise_pending;
+    pd_raise_pending = 0;
+    syscall(SYS_tgkill, (pid_t)pd_pid(), (pid_t)pd_tid(), sig);
 }
 
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where)

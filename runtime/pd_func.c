@@ -155,6 +155,8 @@ uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d)
 {
     (void)b, (void)c, (void)d;
     const struct pd_ctx *h = (const struct pd_ctx *)head;
+    if (h->error == PD_ERROR_REPORTED) /* by pd_fast_slow */
+        return 0;
     struct pd_ctx *full = __builtin_alloca(sizeof(struct pd_ctx));
     memcpy(full, h, offsetof(struct pd_ctx, errmsg));
     return pd_run_finish_saved((uintptr_t)full, (uintptr_t)h->probe, (uintptr_t)h->site,
@@ -283,9 +285,11 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         return;
     }
     const struct pd_probe *p = &pd_probes[site->fprobes[0]]; /* fprobes is never empty */
-    if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST))) {
-        /* hooked first (a FAST probe reads no register): after its handler nothing
-         * but its context is live */
+    if (PD_LIKELY(site->nentry == 1 && (p->locks & PD_PROBE_FAST) &&
+                  !((site->fx & PD_FX_EXIT) && (p->locks & PD_PROBE_REGS)))) {
+        /* hooked first (a FAST probe reads at most argument registers, $return and
+         * stack words above the return address): after its handler nothing but its
+         * context is live.  At an exit one reads no register. */
         if (site->nreturn)
             pd_func_hook(t, regs, (uintptr_t)regs->r[PD_DWARF_SP], site, bias);
         pd_func_fast(t, p, globals, site, regs, bias);
@@ -321,14 +325,14 @@ void pd_func_fire_sp(const struct pd_probe *p, const struct pd_site *site, uintp
 }
 #endif
 
-/* The one entry probe of a function site if it is FAST, else NULL: such a site's stub
- * needs no pd_regs (pd_func_fire_sp). */
+/* The one entry probe of a function site if it is FAST and reads no register, else
+ * NULL: such a site's stub needs no pd_regs (pd_func_fire_sp). */
 const struct pd_probe *pd_func_fast_probe(const struct pd_site *site)
 {
     if (site->nentry != 1 || site->nshared)
         return NULL;
     const struct pd_probe *p = &pd_probes[site->fprobes[0]];
-    return p->locks & PD_PROBE_FAST ? p : NULL;
+    return (p->locks & (PD_PROBE_FAST | PD_PROBE_REGS)) == PD_PROBE_FAST ? p : NULL;
 }
 
 /* ---- unwinding through hooked frames (pd_unwind.c) ---------------------------
@@ -355,6 +359,14 @@ int pd_ret_live;
  * exits (PD_FX_ALT rows) when each has a stub, else -- and always under -x, where a
  * thread may be inside the function already, its return would fire without an entry
  * -- the hijack row.  The rows not chosen get off[s] = 1 and no stub. */
+long pd_in_entry_row(uint32_t s)
+{
+    for (uint32_t r = s; r-- > 0 && (pd_sites[r].fx & PD_FX_ALT);)
+        if (!(pd_sites[r].fx & PD_FX_EXIT))
+            return (long)r;
+    return -1;
+}
+
 void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off)
 {
     for (uint32_t h = 0; h < pd_module.nsites; h++) {
@@ -362,9 +374,14 @@ void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off)
             continue;
         uint32_t end = h + 1;
         int exits = !pd_ret_live && stubs;
-        for (; end < pd_module.nsites && (pd_sites[end].fx & PD_FX_ALT); end++)
+        for (; end < pd_module.nsites && (pd_sites[end].fx & PD_FX_ALT); end++) {
             if ((pd_sites[end].fx & PD_FX_EXIT) && !(stubs && stubs[end]))
                 exits = 0;
+            /* the ret in the entry's window is reached only through the entry's stub */
+            long e = pd_sites[end].fx & PD_FX_IN_ENTRY ? pd_in_entry_row(end) : 0;
+            if (e < 0 || (e > 0 && !(stubs && stubs[e])))
+                exits = 0;
+        }
         for (uint32_t s = h; s < end; s++) {
             off[s] = (s == h) == exits;
             if (off[s] && stubs)
@@ -459,7 +476,7 @@ uintptr_t pd_ret_fast(uintptr_t at)
     if (site->nreturn != 1) /* several: the loop of pd_ret_handler */
         return 0;
     const struct pd_probe *p = &pd_probes[site->fprobes[site->nentry]];
-    if (!(p->locks & PD_PROBE_FAST))
+    if ((p->locks & (PD_PROBE_FAST | PD_PROBE_REGS)) != PD_PROBE_FAST) /* REGS: pd_regs */
         return 0;
     uintptr_t ret = e->ret, bias = e->bias;
     PD_BARRIER(); /* read before the pop: a signal handler may reuse the entry */

@@ -50,6 +50,8 @@ void pd_emit_text(struct pd_ctx *c, uint16_t kind, const char *msg);
 /* Set by exit() in this thread's handler: the request waits until the handler's
  * records are in the ring (pd_run.c's pd_run_finish). */
 extern __thread int pd_exit_pending;
+extern __thread int pd_raise_pending;   /* raise(): the signal, sent by pd_raise_now */
+void pd_raise_now(void);
 void pd_request_exit(void);
 
 /* ---- running a handler (pd_run.c) ------------------------------------------ */
@@ -61,6 +63,9 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 #else
 #define PD_FAST_MARK_CC
 #endif
+/* What a stub may call for a row whose one probe is FAST and reads registers (the
+ * probe is site->probe), with the pd_regs it built. */
+PD_FAST_FN void pd_fast_regs(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
 /* A FAST mark's stub calls it with the probe and &pd_fenv as immediates. */
 PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
                                               const struct pd_fast_env *env);
@@ -101,6 +106,21 @@ int pd_install_trap_handler(void);
 extern uint8_t *pd_obj_armed;
 extern uintptr_t *pd_obj_bias;
 extern uint8_t *pd_site_off; /* 1: a row pd_ret_choose did not choose, never armed */
+/* A value of `size` bytes read raw, widened to 64 bits (general registers only: the
+ * FAST path's argument reads use it too). */
+static inline PD_FAST_FN int64_t pd_extend(uint64_t raw, unsigned size, int is_signed)
+{
+    if (size >= 8)
+        return (int64_t)raw;
+    unsigned bits = size * 8;
+    uint64_t mask = (1ull << bits) - 1;
+    raw &= mask;
+    if (is_signed && (raw >> (bits - 1)))
+        raw |= ~mask;
+    return (int64_t)raw;
+}
+/* The entry row (PD_FX_ALT) whose stub jumps to PD_FX_IN_ENTRY exit row s, or -1. */
+long pd_in_entry_row(uint32_t s);
 /* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
 int pd_object_matches(const char *path, const char *loaded_name);
@@ -116,6 +136,19 @@ enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_
        PD_ATTACH_EMULATOR = -4, PD_ATTACH_ENDED = -5, PD_ATTACH_ALREADY = -6 };
 int pd_map_segment(const char *name);
 void pd_unmap(void);
+
+/* ---- register names and argument registers (arch/<arch>/<arch>_regnames.c) -------- */
+
+/* A name register()/u_register() knows: DWARF register `reg` (or PD_RN_*), `bits` wide
+ * from bit `shift` (ah: 8 bits from bit 8). */
+enum { PD_RN_FLAGS = -1, PD_RN_ORIG = -2, PD_RN_CS = -3, PD_RN_SS = -4, PD_RN_DS = -5,
+       PD_RN_ES = -6, PD_RN_FS = -7, PD_RN_GS = -8 };
+struct pd_regname {
+    const char *name;
+    int8_t reg;
+    uint8_t bits;
+    uint8_t shift;
+};
 
 #pragma GCC visibility pop
 

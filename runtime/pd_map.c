@@ -62,7 +62,6 @@ static int pd_key_equal(const struct pd_mapdesc *d, const uint8_t *a, const uint
     return 1;
 }
 
-void pd_key_i64(uint8_t *slot, int64_t v) { memcpy(slot, &v, 8); }
 
 void pd_key_str(uint8_t *slot, const char *s)
 {
@@ -330,7 +329,7 @@ uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t *
 
 /* stap's log2 histogram: bucket 64 holds 0, 64+k holds [2^(k-1), 2^k), and
  * 64-k the negatives mirrored. */
-static int pd_hist_log_bucket(int64_t v)
+static PD_FAST_FN int pd_hist_log_bucket(int64_t v)
 {
     if (v == 0)
         return PD_HIST_LOG_BUCKETS / 2;
@@ -345,8 +344,9 @@ static int pd_hist_log_bucket(int64_t v)
 }
 
 /* stap's __stp_stat_add: Welford's running variance in integers, with its
- * truncation drift (the 32-bit `delta` included), so @variance matches stap. */
-void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
+ * truncation drift (the 32-bit `delta` included), so @variance matches stap.  General
+ * registers only: FAST handlers add to their slot with it (pd_fastval.c). */
+PD_FAST_FN void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
 {
     int64_t vs = d ? (int64_t)((uint64_t)v << d->shift) : v;
     if (s->count == 0) {

@@ -28,8 +28,9 @@ struct pd_pslot {
 };
 _Static_assert(sizeof(struct pd_pslot) == PD_PSTAT_SLOT_SIZE, "pd_pslot is arch-neutral");
 
-/* 0: not claimed yet, -1: none was free (use slot 0), k: owns slot k. */
-static __thread int pd_pslot_mine;
+/* 0: not claimed yet, -1: none was free (use slot 0), k: owns slot k.  In the FAST
+ * path's TLS block, which pd_fast_pstat_add reads without a TLS descriptor call. */
+#define pd_pslot_mine (pd_in_handler.pslot)
 static pthread_key_t pd_pslot_key;
 static int pd_pslot_key_state; /* 0 none, 1 creating, 2 created */
 

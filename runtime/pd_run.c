@@ -14,6 +14,8 @@
  * too), then write its records to the ring. */
 static void pd_run_finish(struct pd_ctx *c)
 {
+    if (c->error == PD_ERROR_REPORTED) /* a FAST handler's, by pd_fast_slow */
+        c->error = 0;
     if (c->error == PD_ERROR_DEFERRED) {
         c->error = 0;
         pd_error(c, "MAXACTION exceeded");
@@ -106,6 +108,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->entry_regs = NULL;
     c->outlen = 0;
     c->errmsg[0] = 0;
+    c->regparm = 0;
     pd_rec_open_at = 0;
 
     if (p->locks & PD_PROBE_LOCKS) {
@@ -131,8 +134,10 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     pd_run_finish(c);
     if (inside)
         pd_quiesce_leave(tls);
-    errno = saved_errno;
     *guard = 0;
+    if (pd_raise_pending)
+        pd_raise_now();
+    errno = saved_errno;
 }
 
 /* A FAST handler failed: the rest of its context, then pd_run_finish. */
@@ -152,6 +157,27 @@ uintptr_t pd_run_finish_saved(uintptr_t cp, uintptr_t p, uintptr_t site, uintptr
     return 0;
 }
 
+uintptr_t pd_fast_slow(uintptr_t head, uintptr_t fn, uintptr_t a, uintptr_t b)
+{
+    struct pd_ctx *h = (struct pd_ctx *)head;
+    struct pd_ctx *full = __builtin_alloca(sizeof(struct pd_ctx));
+    int saved_errno = errno;
+    memcpy(full, h, offsetof(struct pd_ctx, errmsg));
+    full->nesting = 0;
+    full->outlen = 0;
+    full->errmsg[0] = 0;
+    uintptr_t r = ((pd_full_fn)fn)(full, a, b);
+    if (full->error) {
+        int open_at = pd_rec_open_at;
+        pd_rec_open_at = 0;
+        pd_run_finish(full);
+        pd_rec_open_at = open_at;
+        h->error = PD_ERROR_REPORTED;
+    }
+    errno = saved_errno;
+    return r;
+}
+
 __attribute__((noinline, cold)) PD_FAST_FN struct pd_fast_tls *pd_fast_tls_dynamic(void)
 {
     return &pd_in_handler;
@@ -169,13 +195,13 @@ static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_f
 /* pd_run for a FAST probe: no lock, no errno (nothing here calls libc), no
  * vector register, no stack frame for a context: the one in pd_in_handler, whose
  * cslot, globals and actions (the session's, set on the thread's first hit) stay set
- * between hits.  Those and probe are all a FAST handler and its error report read
- * (site, regs and bias stay NULL: translate/fast.py: counter adds only has no context built-in).
- * A FAST mark's stub calls this with the probe and &pd_fenv as immediates; only an
- * error leaves through pd_xmm_call.  noipa: gcc would split off the state check, a
- * jump more. */
-__attribute__((noipa)) PD_FAST_FN PD_FAST_MARK_CC void
-pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
+ * between hits.  Those, probe, and -- for a handler that reads arguments or $return
+ * (PD_PROBE_REGS) -- site, regs and bias are all a FAST handler and its error report
+ * read.  A FAST mark's stub calls pd_fast_mark with the probe and &pd_fenv as
+ * immediates; only an error leaves through pd_xmm_call. */
+static inline __attribute__((always_inline)) PD_FAST_FN void
+pd_fast_run(const struct pd_probe *p, const struct pd_fast_env *env, const struct pd_site *site,
+            const struct pd_regs *regs, uintptr_t bias, int with_regs)
 {
     if (__atomic_load_n(env->state, __ATOMIC_ACQUIRE) != PD_SESSION_RUNNING)
         return;
@@ -187,6 +213,11 @@ pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
     t->busy = 1;
     struct pd_ctx *c = (struct pd_ctx *)(void *)t->ctx;
     c->probe = p;
+    if (with_regs) {
+        c->site = site;
+        c->regs = regs;
+        c->bias = bias;
+    }
     uint32_t epoch = __atomic_load_n(&env->epoch, __ATOMIC_ACQUIRE);
     if (PD_UNLIKELY(t->epoch != epoch)) { /* the thread's first hit since it joined */
         c->globals = env->globals;
@@ -203,15 +234,52 @@ pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
     c->probe->handler(c);
     if (PD_UNLIKELY(((struct pd_ctx *)(void *)t->ctx)->error))
         pd_fast_error(t);
+    if (with_regs) /* a later FAST mark's context has none */
+        c->site = NULL, c->regs = NULL, c->bias = 0;
     pd_quiesce_leave(t);
     t->busy = 0;
 }
 
-static PD_FAST_FN void pd_run_fast(const struct pd_probe *p, const struct pd_site *site,
-                                   const struct pd_regs *regs, uintptr_t bias)
+/* noipa: gcc would split off the state check, a jump more. */
+__attribute__((noipa)) PD_FAST_FN PD_FAST_MARK_CC void
+pd_fast_mark(const struct pd_probe *p, const struct pd_fast_env *env)
 {
-    (void)site, (void)regs, (void)bias;
-    pd_fast_mark(p, &pd_fenv);
+    pd_fast_run(p, env, NULL, NULL, 0, 0);
+}
+
+/* A function exit's registers as a return probe sees them (as pd_func_fire and the
+ * hijack show them): after the `ret`, ip in the caller, so that @entry's pop finds the
+ * return-address slot one word below sp (launcher/entry.py). */
+static inline PD_FAST_FN void pd_exit_regs(struct pd_regs *regs)
+{
+    regs->r[PD_DWARF_IP] = *(const pd_ureg *)(uintptr_t)regs->r[PD_DWARF_SP];
+    regs->r[PD_DWARF_SP] += sizeof(pd_ureg);
+}
+
+/* A full stub's call for a row whose one probe is FAST and reads registers (x86_tramp.c):
+ * the probe with the stub's pd_regs (whose ip and sp the stub never loads back). */
+__attribute__((noipa)) PD_FAST_FN void pd_fast_regs(struct pd_regs *regs,
+                                                   const struct pd_site *site, uintptr_t bias)
+{
+    if (site->fx & PD_FX_EXIT)
+        pd_exit_regs(regs);
+    pd_fast_run(&pd_probes[site->probe], &pd_fenv, site, regs, bias, 1);
+}
+
+static __attribute__((noinline)) PD_FAST_FN void
+pd_run_fast(const struct pd_probe *p, const struct pd_site *site, const struct pd_regs *regs,
+            uintptr_t bias)
+{
+    if (p->locks & PD_PROBE_REGS) {
+        struct pd_regs at_ret;
+        if (site && regs && (site->fx & PD_FX_EXIT)) { /* a trapped exit row (stub fault) */
+            at_ret = *regs;
+            pd_exit_regs(&at_ret);
+            regs = &at_ret;
+        }
+        pd_fast_run(p, &pd_fenv, site, regs, bias, 1);
+    } else
+        pd_fast_mark(p, &pd_fenv);
 }
 
 static uintptr_t pd_run_saved(uintptr_t p, uintptr_t site, uintptr_t regs, uintptr_t bias)

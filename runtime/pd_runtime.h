@@ -108,6 +108,8 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */
 #define PD_ERROR_DEFERRED 2
+/* c->error of a FAST handler whose error pd_fast_slow reported already. */
+#define PD_ERROR_REPORTED 3
 
 struct pd_probe {
     uint32_t kind;       /* PD_PROBE_* (pd_shm.h) */
@@ -195,7 +197,11 @@ struct pd_site {
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8, PD_FX_IN_ENTRY = 16 };
+/* PD_FX_IN_ENTRY: an exit row for the `ret` that ends the entry's own window (a function
+ * too small for two patches): nothing is patched for it; the entry's ALT row's stub jumps
+ * to its stub instead of running its copy of the `ret` (pd_tramp_in_entry), so it is
+ * armed only with that row's stub. */
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];
@@ -209,6 +215,9 @@ struct pd_module_info {
 extern const struct pd_probe pd_probes[];
 extern const struct pd_site pd_sites[];
 extern const struct pd_object pd_objects[];
+/* Per probe row, 1 for a .return point: emitted when a script calls is_return() where
+ * its probe point does not tell. */
+extern const uint8_t pd_probe_is_return[];
 extern const struct pd_module_info pd_module;
 /* Sets globals' initial values; run once by the launcher before `begin`. */
 extern void pd_init_globals(uint8_t *globals);
@@ -231,6 +240,7 @@ struct pd_ctx {
     const int64_t *entry_regs;
     uint32_t outlen;
     char errmsg[160];
+    int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
 };
 
@@ -284,6 +294,7 @@ struct pd_fast_tls {
     uint32_t *inflight; /* pd_quiesce.h: the thread's busy word in the segment (NULL, 1: none) */
     uint32_t epoch;     /* pd_fenv.epoch when ctx's globals and actions were set */
     uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
+    int pslot; /* pd_pstat.c: 0 not claimed yet, -1 none free (slot 0), k: owns slot k */
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
@@ -360,6 +371,27 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
     c->error = 0;
     c->where = NULL;
 }
+/* What FAST handlers read and feed beyond counter adds (pd_fastval.c): an argument, the
+ * return value, a statistic's `<<<`, a keyed add.  Each does the common case with
+ * general registers only -- a register or a stack word of the site's own page, the
+ * thread's own statistic slot -- and anything else (a memory or DWARF location that may
+ * fault, a slot to claim, a keyed table) through pd_fast_slow, with the vector
+ * registers saved and a whole context.  Hidden: i386 handlers call them with no PLT. */
+struct pd_statdesc;
+struct pd_kstatdesc;
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_arg(struct pd_ctx *c, unsigned index);
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_return(struct pd_ctx *c);
+PD_HIDDEN PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime);
+PD_HIDDEN PD_FAST_FN void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v,
+                                            const struct pd_statdesc *d);
+PD_HIDDEN PD_FAST_FN void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area,
+                                            const struct pd_kstatdesc *kd, const uint8_t *key,
+                                            int64_t v);
+/* fn(full, a, b) on a whole context copied from the FAST context head c, with errno
+ * kept; an error fn sets is reported at once and c->error becomes PD_ERROR_REPORTED
+ * (the handler stops, nothing reports it again).  Called through pd_xmm_call. */
+typedef uintptr_t (*pd_full_fn)(struct pd_ctx *full, uintptr_t a, uintptr_t b);
+PD_HIDDEN uintptr_t pd_fast_slow(uintptr_t c, uintptr_t fn, uintptr_t a, uintptr_t b);
 /* A FAST probe's handler failed (MAXACTION): its report, from a context head (pd_func.c),
  * called as pd_xmm_call(pd_fast_failed, head, 0, 0, 0). */
 PD_HIDDEN uintptr_t pd_fast_failed(uintptr_t head, uintptr_t b, uintptr_t c, uintptr_t d);
@@ -394,9 +426,9 @@ uintptr_t pd_ret_tramp_addr(void);
 uintptr_t pd_shadow_ret(uintptr_t at);
 void pd_note_altstack(uintptr_t lo, uintptr_t size); /* this thread's sigaltstack */
 
-/* usymname/ubacktrace (pd_usym.c): per probed object, its function symbols and
- * .eh_frame CFA rules, emitted by the translator as pd_unwind_tables[] (indexed like
- * pd_objects) when a script uses them.  kind 0: CFA = sp + cfa_off, 1: fp + cfa_off,
+/* usymname/ubacktrace (pd_usym.c): per probed object (and -d, --ldd object), its
+ * function symbols and .eh_frame CFA rules, emitted by the translator as
+ * pd_unwind_tables[] when a script uses them.  kind 0: CFA = sp + cfa_off, 1: fp + cfa_off,
  * 2: stop; fp_off: where the caller's frame pointer is saved, from the CFA (0: not). */
 struct pd_usym {
     uint64_t addr;
@@ -420,8 +452,25 @@ struct pd_unwind {
     const struct pd_usym *data;
     uint32_t ndata;
     uint64_t mlo, mhi;
+    const char *path; /* the object's realpath */
+    uint32_t abi;     /* PD_ABI_*: only a module of that ABI looks for it */
+    int32_t object;   /* its pd_objects row; -1: no probe in it (-d, --ldd) */
 };
 char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr);
+char *pd_umodname(struct pd_ctx *c, char *dst, int64_t addr);
+int64_t pd_ustack(struct pd_ctx *c, int64_t n);
+char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n);
+char *pd_sprint_ubacktrace(struct pd_ctx *c, char *dst);
+char *pd_sprint_usyms(struct pd_ctx *c, char *dst, const char *stk);
+void pd_print_usyms(struct pd_ctx *c, uint32_t fmt_id, const char *stk);
+
+/* register(), u_register(), uaddr(), *_arg(), regparm() (pd_uregs.c) */
+#define PD_REGPARM_SET 0x100
+int64_t pd_uregister(struct pd_ctx *c, const char *name, int sign_extend);
+int64_t pd_uaddr(struct pd_ctx *c);
+void pd_regparm(struct pd_ctx *c, int64_t n);
+int64_t pd_uarg(struct pd_ctx *c, int64_t argnum, int sign_extend, int truncate);
+int64_t pd_uarg64(struct pd_ctx *c, int64_t argnum);
 char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr);
 char *pd_ubacktrace(struct pd_ctx *c, char *dst);
 void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id);
@@ -434,6 +483,7 @@ int64_t pd_ppid(void);
 const char *pd_execname(void);
 int64_t pd_target(struct pd_ctx *c);
 void pd_exit(struct pd_ctx *c);
+void pd_raise(struct pd_ctx *c, int64_t sig);
 int64_t pd_div(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 int64_t pd_mod(struct pd_ctx *c, int64_t a, int64_t b, const char *where);
 
@@ -468,7 +518,8 @@ struct pd_statdesc {
 
 enum { PD_STAT_COUNT, PD_STAT_SUM, PD_STAT_MIN, PD_STAT_MAX, PD_STAT_AVG, PD_STAT_VARIANCE };
 
-void pd_key_i64(uint8_t *slot, int64_t v);
+/* A long key's bytes: inline and general-regs-only, as FAST keyed adds build keys too. */
+static inline PD_FAST_FN void pd_key_i64(uint8_t *slot, int64_t v) { __builtin_memcpy(slot, &v, 8); }
 void pd_key_str(uint8_t *slot, const char *s);
 void *pd_map_get(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
                  const uint8_t *key, int create);
@@ -492,7 +543,7 @@ int pd_map_entry_matches(const struct pd_mapdesc *d, const uint8_t *entry_key,
 uint32_t pd_map_count(const uint8_t *map);
 uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t **out,
                        int column, int order);
-void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
+PD_HIDDEN PD_FAST_FN void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d);
 void pd_stat_merge(struct pd_stat *agg, const struct pd_stat *one, uint32_t nbuckets);
 int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);
@@ -587,6 +638,7 @@ char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
 char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
+void pd_system(struct pd_ctx *c, const char *cmd);
 void pd_follow_init(void);
 void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
 void pd_fire_thread_probes(uint32_t kind);  /* pd_registry.c: PD_PROBE_THREAD_* in this thread */
@@ -612,6 +664,8 @@ int64_t pd_randint(struct pd_ctx *c, int64_t n);
 char *pd_ctime(struct pd_ctx *c, char *dst, int64_t secs);
 char *pd_errno_str(char *dst, int64_t err);
 int64_t pd_errno_p(int64_t err);
+int64_t pd_returnval(struct pd_ctx *c);
+char *pd_returnstr(struct pd_ctx *c, char *dst, int64_t format);
 int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);

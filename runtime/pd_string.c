@@ -155,6 +155,15 @@ int64_t pd_sf_clamp(int64_t v)
 
 void pd_sf_num(char *dst, int64_t num, char conv, char flag, int64_t size, int64_t precision)
 {
+    if (conv == 'P') { /* --compatible < 1.3: stap's old %p, at this process's width */
+        num = (int64_t)(unsigned long)num;
+        if (size == -1)
+            size = 2 + 2 * (int64_t)sizeof(void *);
+        precision = size - 2;
+        if (flag != '-' && precision > 2 * (int64_t)sizeof(void *))
+            precision = 2 * (int64_t)sizeof(void *);
+        conv = 'p';
+    }
     int base = (conv == 'x' || conv == 'X' || conv == 'p') ? 16 : conv == 'o' ? 8 : 10;
     int left = flag == '-', zeropad = flag == '0' && !left;
     int special = flag == '#' || conv == 'p', is_signed = conv == 'd' || conv == 'i';

@@ -96,3 +96,37 @@ char *pd_errno_str(char *dst, int64_t err)
     snprintf(dst, MAXSTRINGLEN, "%s", name ? name : "");
     return dst;
 }
+
+/* stap's returnval(): the register a function returns its value in (rax, eax, x0) as
+ * the probed process's long; a guess anywhere but at a return.  Probes that run in the
+ * launcher (begin, end, timers) have no registers: an error, as stap's has no uregs. */
+int64_t pd_returnval(struct pd_ctx *c)
+{
+    if (!c->regs) {
+        pd_error(c, "returnval() not defined in this context %s", c->probe->pp);
+        return 0;
+    }
+    return (int64_t)(long)pd_reg(c->regs, 0);
+}
+
+/* stap's returnstr(format): returnval() as "-2 (ENOENT)" when it is a negated errno
+ * value with a name, else in hex (format 2: "0x%lx"), octal (3: "%#lo") or decimal,
+ * all at the width of the process's long; "N/A" without registers. */
+char *pd_returnstr(struct pd_ctx *c, char *dst, int64_t format)
+{
+    if (!c->regs) {
+        snprintf(dst, MAXSTRINGLEN, "N/A");
+        return dst;
+    }
+    long ret = (long)pd_reg(c->regs, 0);
+    const char *name = ret < 0 && ret > -4096 ? strerrorname_np((int)-ret) : NULL;
+    if (name)
+        snprintf(dst, MAXSTRINGLEN, "%ld (%s)", ret, name);
+    else if (format == 2)
+        snprintf(dst, MAXSTRINGLEN, "0x%lx", (unsigned long)ret);
+    else if (format == 3)
+        snprintf(dst, MAXSTRINGLEN, "%#lo", (unsigned long)ret);
+    else
+        snprintf(dst, MAXSTRINGLEN, "%ld", ret);
+    return dst;
+}

@@ -148,6 +148,11 @@ uintptr_t *pd_tramp_prepare(const struct dl_phdr_info *info, uint32_t o)
     }
     pd_flush_icache(area, at); /* written through the data path (aarch64) */
     pd_tramp_link_code(info, o, stubs);
+    /* an entry stub refused after the choice takes its in-window exit with it: that exit
+     * is then reported as not linked (pd_arm_object) */
+    for (uint32_t s = 0; s < pd_module.nsites; s++)
+        if (stubs[s] && (pd_sites[s].fx & PD_FX_IN_ENTRY) && !stubs[pd_in_entry_row(s)])
+            stubs[s] = 0;
     return stubs;
 }
 

@@ -74,6 +74,7 @@ PD_PROBE_THREAD_BEGIN: Final = 8
 PD_PROBE_THREAD_END: Final = 9
 PD_PROBE_LOCKS: Final = 1
 PD_PROBE_FAST: Final = 2
+PD_PROBE_REGS: Final = 4
 
 GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
     ConstGroup("globals", "statistics, arrays, per-thread slots in the globals area", (
@@ -99,6 +100,8 @@ GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_PROBE_LOCKS", PD_PROBE_LOCKS, "locks: run under the globals lock"),
         Const("PD_PROBE_FAST", PD_PROBE_FAST,
               "locks: only counter adds, compiled general-regs-only (translate/fast.py)"),
+        Const("PD_PROBE_REGS", PD_PROBE_REGS,
+              "locks: a FAST handler that reads the register context ($argN, $return)"),
     )),
 )
 GLOBAL_CONSTANTS: Final[tuple[Const, ...]] = tuple(

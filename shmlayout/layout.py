@@ -224,7 +224,7 @@ class ConstGroup(NamedTuple):
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 4
+PD_LAYOUT_VERSION: Final = 5
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -250,6 +250,7 @@ PD_REC_WARNING: Final = 3
 PD_REC_EXIT: Final = 4
 PD_REC_PROC: Final = 5
 PD_REC_TEXT: Final = 6
+PD_REC_SYSTEM: Final = 7
 
 PD_FLAG_DRAIN_WAITS: Final = 1
 PD_FLAG_MERGE_TEXT: Final = 2
@@ -296,6 +297,7 @@ CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_REC_EXIT", PD_REC_EXIT, "the script called exit()"),
         Const("PD_REC_PROC", PD_REC_PROC, "process event (attach, exit, exec)"),
         Const("PD_REC_TEXT", PD_REC_TEXT, "preformatted text"),
+        Const("PD_REC_SYSTEM", PD_REC_SYSTEM, "a shell command for the launcher (system())"),
     )),
     ConstGroup("flag", "pd_header.flags bits", (
         Const("PD_FLAG_DRAIN_WAITS", PD_FLAG_DRAIN_WAITS, "the consumer sleeps: wake it on commit"),

@@ -135,7 +135,7 @@ def test_narrow_value_in_wide_register() -> None:
 def test_register_too_narrow_for_size_is_unsupported() -> None:
     a = one("-8@%eax", "i386")
     assert a.kind is ArgKind.UNSUPPORTED and "8-byte argument in 4-byte register" in a.error
-    assert one("8@%eax").kind is ArgKind.UNSUPPORTED
+    assert one("8f@%eax").kind is ArgKind.UNSUPPORTED
 
 
 def test_float_in_integer_register() -> None:

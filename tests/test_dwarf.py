@@ -243,7 +243,7 @@ def test_entry_values_in_return_probes(progs: Progs, cache: Path, tmp_path: Path
     progs(b)
     rec = build_c(PROGS / "func_rec.c", tmp_path / "rec", m32=b.m32, opt=b.opt, extra=("-g",))
     jmp = build_c(PROGS / "func_jmp.c", tmp_path / "jmp", m32=b.m32, opt=b.opt, extra=("-g",))
-    check_entry_session(run_pydyn(cache, "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
+    check_entry_session(run_pydyn(cache, "-v", "-e", ENTRY.format(rec=rec, jmp=jmp), "-c",
                                   f"sh -c '{rec} 15 10000; {jmp}; echo status=$?'"))
 
 
@@ -258,7 +258,12 @@ def check_entry_session(res: subprocess.CompletedProcess[str]) -> None:
     # frames longjmp skipped never return (skipped), and their values never leak
     # into after()'s returns
     assert f"c={calls} s={total} bad=0 dc=10001 dbad=0 ar=3 abad=0" in out, res.stdout
-    assert "skipped probes: 18" in res.stderr, res.stderr
+    # the hijack counts the return probes of the 18 dive frames longjmp skipped as
+    # skipped; at patched exits (-v names them) those calls never return: nothing to count
+    if re.search(r"returns of dive@0x[0-9a-f]+: exits patched", res.stderr):
+        assert "skipped probes" not in res.stderr, res.stderr
+    else:
+        assert "skipped probes: 18" in res.stderr, res.stderr
 
 
 @pytest.mark.parametrize("script, message", [

@@ -53,15 +53,18 @@ def _prog(tmp: Path, m32: bool) -> Path:
 
 def test_which_handlers_are_fast(tmp_path: Path, cache: Path) -> None:
     b = _prog(tmp_path, False)
+    # probe_1 reads an argument: FAST and PD_PROBE_REGS (6); a division is not FAST
     script = (f'global n, s probe process("{b}").mark("hit") {{ n++; n += 3 }}\n'
               f'probe process("{b}").mark("hit") {{ s += $arg1 }}\n'
-              f'probe process("{b}").mark("hit") {{ printf("%d\\n", n) }}\n')
+              f'probe process("{b}").mark("hit") {{ printf("%d\\n", n) }}\n'
+              f'probe process("{b}").mark("hit") {{ s += $arg1 / 2 }}\n')
     r = run_pydyn(cache, "-p3", "-e", script)
     assert r.returncode == 0, r.stderr
     rows = re.findall(r"\{PD_PROBE_MARK, (\d+), probe_(\d+),", r.stdout)
-    assert sorted(rows, key=lambda x: x[1]) == [("2", "0"), ("0", "1"), ("0", "2")]
+    assert sorted(rows, key=lambda x: x[1]) == [("2", "0"), ("6", "1"), ("0", "2"), ("0", "3")]
     assert "static PD_FAST_FN void probe_0(" in r.stdout
-    assert "static void probe_1(" in r.stdout and "static void probe_2(" in r.stdout
+    assert "static PD_FAST_FN void probe_1(" in r.stdout
+    assert "static void probe_2(" in r.stdout and "static void probe_3(" in r.stdout
     body0 = r.stdout.split("probe_0(struct pd_ctx *c)")[1].split("out:")[0]
     assert "PD_ACTION_FAST(c, " in body0 and "PD_ACTION(c, " not in body0
 

@@ -118,7 +118,7 @@ probe end {{ printf("n=%d s=%d same=%d\\n", n, s, e == r && e >= 7) }}
      "'$arg1' is not available in .return probes"),
     ('probe process("{exe}").function("fibb") {{ }}',
      "matches no function"),
-    ('probe process("{exe}").function("fib").inline {{ }}',
+    ('probe process("{exe}").function("fib").inline.return {{ }}',
      "unsupported function probe point"),
 ])
 def test_bad_function_probes(progs: dict[str, Path], cache: Path, script: str,

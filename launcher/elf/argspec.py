@@ -58,6 +58,7 @@ class ArgSpec:
     error: str = ""
     machine: str = ""
     ops: tuple[tuple[str, int, int], ...] = ()
+    note_size: int = 0      # REG narrower than the note's size: that size (`size` is the width)
 
     @property
     def supported(self) -> bool:
@@ -82,7 +83,9 @@ class ArgSpec:
             return f"{what} constant {self.value}"
         if self.kind is ArgKind.REG:
             shift = f" bits {self.reg_shift}-{self.reg_shift + 7}" if self.reg_shift else ""
-            return f"{what} register {rname(self.reg)}{shift}"
+            widened = (f", {'sign' if self.signed else 'zero'}-extended to {self.note_size} "
+                       "bytes" if self.note_size else "")
+            return f"{what} register {rname(self.reg)}{shift}{widened}"
         if self.kind is ArgKind.EXPR:
             return f"{what} {self.error} from DWARF location '{self.text}'"
         terms = []
@@ -123,13 +126,17 @@ def _init_tables() -> None:
         _X86_64_REGS.update({r: (num, 8, 0), r + "d": (num, 4, 0), r + "w": (num, 2, 0),
                              r + "b": (num, 1, 0), r + "l": (num, 1, 0)})
     _X86_64_REGS["rip"] = (16, 8, 0)
+    # %sil/%dil exist only in 64-bit mode, but an i386 note written in assembly can name
+    # them (gas copies the text); stap reads them as the low byte of %esi/%edi.
     for num, (d, w, b, h) in enumerate([
             ("eax", "ax", "al", "ah"), ("ecx", "cx", "cl", "ch"), ("edx", "dx", "dl", "dh"),
             ("ebx", "bx", "bl", "bh"), ("esp", "sp", "", ""), ("ebp", "bp", "", ""),
-            ("esi", "si", "", ""), ("edi", "di", "", "")]):
+            ("esi", "si", "sil", ""), ("edi", "di", "dil", "")]):
         _I386_REGS.update({d: (num, 4, 0), w: (num, 2, 0)})
         if b:
-            _I386_REGS.update({b: (num, 1, 0), h: (num, 1, 8)})
+            _I386_REGS[b] = (num, 1, 0)
+        if h:
+            _I386_REGS[h] = (num, 1, 8)
     _I386_REGS["eip"] = (8, 4, 0)
     for num in range(31):
         _AARCH64_REGS.update({f"x{num}": (num, 8, 0), f"w{num}": (num, 4, 0)})
@@ -196,15 +203,32 @@ def split_sdt_args(text: str) -> list[tuple[int, bool, bool, str, str]]:
     if not text:
         return []
     starts = list(_ARG_START.finditer(text))
-    if not starts or starts[0].start() != 0:
-        return [(0, False, False, op, op) for op in text.split()]
-    out = []
+    head = text[:starts[0].start()] if starts else text
+    out = [(0, False, False, op, op) for op in _top_level_words(head) if op]
     for i, m in enumerate(starts):
         end = starts[i + 1].start() if i + 1 < len(starts) else len(text)
-        arg = text[m.start():end].strip()
-        operand = text[m.end():end].strip()
+        # Only aarch64's `[x0, 152]` has blanks, inside its brackets: a word after the
+        # operand is a size-less one (a hand-written note may mix the two forms, as
+        # stap, which splits at every blank, reads it).
+        operand, *legacy = _top_level_words(text[m.end():end])
+        arg = f"{text[m.start():m.end()].lstrip()}{operand}"
         out.append((int(m.group(2)), m.group(1) == "-", m.group(3) == "f", operand, arg))
+        out += [(0, False, False, op, op) for op in legacy]
     return out
+
+
+def _top_level_words(text: str) -> list[str]:
+    """`text` split at the blanks outside brackets and parentheses."""
+    words, cur, depth = [], "", 0
+    for ch in text.strip():
+        depth += (ch in "[(") - (ch in "])")
+        if ch == " " and depth <= 0:
+            if cur:
+                words.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    return [*words, cur] if cur or not words else words
 
 
 class ArgParser:
@@ -304,13 +328,20 @@ class _Arg:
 
     def reg(self, reg: tuple[int, int, int], name: str) -> ArgSpec:
         num, width, shift = reg
-        if width < self.size:
+        if width >= self.size:
+            return ArgSpec(self.text, self.size, self.signed, self.is_float, ArgKind.REG,
+                           reg=num, reg_shift=shift, machine=self.machine)
+        if self.size > _NATIVE_SIZE[self.machine] or self.is_float:
             # e.g. i386 `-8@%eax`: the compiler printed only the low register of a pair,
             # and the note does not say where the high half is.
             raise _Unsupported(f"{self.size}-byte argument in {width}-byte register {name} "
                                "(the rest of the value is not recorded)")
-        return ArgSpec(self.text, self.size, self.signed, self.is_float, ArgKind.REG,
-                       reg=num, reg_shift=shift, machine=self.machine)
+        # A register narrower than the argument, `8@%ah`: written by hand in assembly
+        # (sdt.h's assembler macros give every operand the native size, and the legacy
+        # forms none).  The value is the register's bits, extended to the argument's
+        # size by its sign, as stap reads it; the table reads `width` bytes.
+        return ArgSpec(self.text, width, self.signed, self.is_float, ArgKind.REG,
+                       reg=num, reg_shift=shift, machine=self.machine, note_size=self.size)
 
     def mem(self, base: int = -1, index: int = -1, scale: int = 1, disp: int = 0,
             disp_is_vaddr: bool = False, segment: str | None = None) -> ArgSpec:

@@ -595,6 +595,15 @@ class _Reader:
                   frame: Frame = _NO_FRAME
                   ) -> tuple[ArgSpec | None, str]:
         attr = die.attributes.get("DW_AT_location")
+        const = die.attributes.get("DW_AT_const_value")
+        if attr is None and const is not None and isinstance(const.value, int) and size <= 8:
+            # a value the compiler folded in (a clone's constant argument, a constant
+            # local): the same everywhere in the function
+            bits = 8 * size
+            value = const.value & ((1 << bits) - 1)
+            if signed and value >> (bits - 1):
+                value -= 1 << bits
+            return ArgSpec(str(value), size, signed, False, ArgKind.CONST, value=value), ""
         if attr is None:
             return None, "optimized out (no DW_AT_location)"
         code, from_list = self._expr_at(cu, die, attr, pc, base)

@@ -55,6 +55,9 @@ _I386_ESP = 4
 _X86_64_RSP = 7
 # gcc's hot/cold split: a .cold part is jumped to, never called (no return address)
 _COLD = re.compile(r"\.cold(\.\d+)?$")
+# gcc's clones of a function, each called as a function of its own: for constant
+# arguments, with arguments removed or split (isra), an outlined part, an LTO-private copy
+_CLONE = re.compile(r"(\.(constprop|isra|part|lto_priv)\.\d+)+$")
 
 
 @dataclass(frozen=True)
@@ -120,12 +123,19 @@ class FunctionTable:
         return self._by_addr.get(addr, [])
 
     def match(self, pattern: str) -> list[Function]:
-        return [f for f in self.functions if fnmatch.fnmatchcase(f.name, pattern)]
+        """The functions `pattern` names, their compiler-made clones with them:
+        `walk` matches `walk.constprop.0` (gcc's copy for constant arguments) as stap
+        finds it by its DWARF name."""
+        return [f for f in self.functions if fnmatch.fnmatchcase(f.name, pattern)
+                or ((m := _CLONE.search(f.name)) is not None
+                    and fnmatch.fnmatchcase(f.name[:m.start()], pattern))]
 
     def sites(self, functions: list[Function], is_return: bool) -> tuple[FunctionSite, ...]:
         args = abi_args(self.machine)
-        # a site probed by its mangled name is still named as a C++ user reads it
-        return tuple(FunctionSite(self.path, "function", function_name(f.name), f.entry, 0,
+        # a site probed by its mangled name is still named as a C++ user reads it, and
+        # a clone by the function's own name (stap's from DWARF)
+        return tuple(FunctionSite(self.path, "function",
+                                  function_name(_CLONE.sub("", f.name)), f.entry, 0,
                                   "", args, 0, self.machine, self.elf_class, is_return,
                                   f.addr, f.size)
                      for f in functions)

@@ -15,7 +15,7 @@ import glob
 import os
 import platform
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 from ..errors import TargetError
 from .reader import ElfInfo, get_elf_info, missing_reason
@@ -143,3 +143,38 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
             if os.path.isfile(cand) and _matches(cand, info):
                 return os.path.realpath(cand)
     raise TargetError(name, f"library not found for {_describe(info)} target {info.path}")
+
+
+def symbol_objects(named: Sequence[str], probed: Iterable[ElfInfo], ldd: bool,
+                   warn: Callable[[str], None]) -> list[tuple[str, str]]:
+    """(realpath, ABI) of the objects stap's `-d PATH` and `--ldd` add to the symbol and
+    unwind tables: each `named` file (TargetError if it is no ELF file), and with `ldd`
+    every library the probed and named objects need, as ld.so would find it for each
+    (one it cannot find is warned about, not an error: stap's --ldd skips it too)."""
+    out: dict[str, str] = {}
+    todo: list[ElfInfo] = []
+    for path in named:
+        if not os.path.exists(path):
+            raise TargetError(path, "no such file (named by -d)")
+        info = get_elf_info(path)
+        out.setdefault(info.path, info.abi)
+        todo.append(info)
+    if not ldd:
+        return list(out.items())
+    seen: set[str] = set()
+    todo.extend(probed)
+    while todo:
+        info = todo.pop(0)
+        if info.path in seen:
+            continue
+        seen.add(info.path)
+        for name in info.needed:
+            try:
+                lib = find_library(name, info)
+            except TargetError as exc:
+                warn(f"--ldd: {exc}")
+                continue
+            if lib not in seen:
+                out.setdefault(lib, info.abi)
+                todo.append(get_elf_info(lib))
+    return list(out.items())

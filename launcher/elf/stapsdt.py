@@ -25,6 +25,8 @@ NT_STAPSDT = 3
 _STAPSDT_NAME = b"stapsdt"
 _NOTE_SECTION = ".note.stapsdt"
 _BASE_SECTION = ".stapsdt.base"
+_PROBES_SECTION = ".probes"
+_UPROBE2_TYPE = 0x32425055    # "UPB2"
 _SEMAPHORE_SIZE = 2           # unsigned short, incremented by each tracer
 _MAX_X86_INSN = 15
 # Names end up in generated C and in script matching: keep them to what sdt.h can emit.
@@ -156,12 +158,72 @@ def _decode_notes(data: bytes, elf_class: int, little_endian: bool,
         yield SdtNote(provider, name, pc, base, sema, args)
 
 
+def _decode_probes_section(addr: int, data: bytes, elf_class: int,
+                           little_endian: bool) -> Iterator[SdtNote | _Malformed]:
+    """The entries of a `.probes` section (sdt.h's version 2, kept by SystemTap's
+    testsuite wrapper and old programs): at each 8-aligned UPB2 magic, the link-time
+    addresses of the name, provider and argument strings (all in this section), the
+    argument count, the probe's pc and, if the program has semaphores, its semaphore,
+    each in an 8-byte slot (a 4-byte address and padding in a 32-bit file).  The strings
+    follow the entry, the name last; the next entry starts after it.  The arguments are
+    the compiler's operands without sizes (`%rax -4(%rbp)`): native unsigned, as the v2
+    macros cast each argument to size_t."""
+    order = "<" if little_endian else ">"
+    entry = struct.Struct(order + "II6Q")
+    mask = (1 << elf_class) - 1
+    magic = struct.pack(order + "I", _UPROBE2_TYPE)
+
+    def string(ptr: int) -> str | None:
+        off = (ptr & mask) - addr
+        if not 0 <= off < len(data):
+            return None
+        end = data.find(b"\0", off)
+        try:
+            return data[off:end].decode("ascii") if end >= 0 else None
+        except UnicodeDecodeError:
+            return None
+
+    off = 0
+    while off + entry.size <= len(data):
+        if data[off:off + 4] != magic:
+            off += 8
+            continue
+        _type, _pad, name_p, prov_p, _argc, args_p, pc, sema = entry.unpack_from(data, off)
+        if not name_p:
+            # a shared object's addresses wait for their relocations: nothing to read
+            yield _Malformed(0, "", "", f"{_PROBES_SECTION} entry at +{off:#x} has no "
+                                        "name address (unrelocated)")
+            return
+        name, provider = string(name_p), string(prov_p)
+        args = string(args_p) if args_p else ""
+        if name is None or provider is None or args is None:
+            yield _Malformed(pc & mask, "", "", f"{_PROBES_SECTION} entry at +{off:#x} "
+                                                "points outside the section")
+            off += 8
+            continue
+        if min((p & mask) - addr for p in (name_p, prov_p, args_p or name_p)) < off + 56:
+            sema = 0   # without semaphores `.quad ""` assembles to nothing: no slot
+        if not _NAME_RE.fullmatch(provider) or not _NAME_RE.fullmatch(name) \
+                or not args.isprintable():
+            yield _Malformed(pc & mask, provider[:64], name[:64], f"{_PROBES_SECTION} entry "
+                             f"at +{off:#x} has an invalid provider, name or argument text")
+        else:
+            yield SdtNote(provider, name, pc & mask, 0, sema & mask, args)
+        off = max(off + entry.size, (name_p & mask) - addr + len(name) + 1)
+        off = (off + 7) & ~7
+
+
 def _read_notes(h: ElfHandle, info: ElfInfo) -> list[SdtNote | _Malformed]:
     try:
         section = h.get_section_bytes(_NOTE_SECTION)
+        # stap reads a .probes section only from a file without notes
+        probes = h.get_section_bytes(_PROBES_SECTION) if section is None else None
     except TargetError as exc:
         # A lying section header loses the notes, not the rest of the file.
         return [_Malformed(0, "", "", f"malformed {_NOTE_SECTION} section: {exc.reason}")]
+    if probes is not None:
+        return list(_decode_probes_section(probes[0], probes[1], info.elf_class,
+                                           info.little_endian))
     if section is None:
         return []
     base_section = h.elffile.get_section_by_name(_BASE_SECTION)

@@ -16,6 +16,7 @@ CFI with expressions end the backtrace rather than guess.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from elftools.common.exceptions import DWARFError, ELFError
@@ -143,9 +144,14 @@ def data_table(path: str) -> DataTable:
     return DataTable(symbols, lo, hi)
 
 
-def unwind_c(objects: dict[str, int], c_string: object, data: bool = False) -> list[str]:
-    """The generated C of the tables, `pd_unwind_tables[]` indexed like pd_objects;
-    with `data`, each object's data symbols and extent too (usymdata)."""
+def unwind_c(objects: dict[str, int], c_string: object, data: bool = False,
+             abis: dict[str, str] | None = None,
+             extra: Sequence[tuple[str, str]] = ()) -> list[str]:
+    """The generated C of the tables, `pd_unwind_tables[]`: one per probed object
+    (`objects`: path -> pd_objects row, `abis`: path -> its PD_ABI_* name), then one per
+    object of `extra` ((path, PD_ABI_* name): -d and --ldd objects with no probe, whose
+    load biases the runtime finds itself); with `data`, each object's data symbols and
+    extent too (usymdata)."""
     quote = c_string if callable(c_string) else repr
     out: list[str] = []
     rows_c: list[str] = []
@@ -154,21 +160,30 @@ def unwind_c(objects: dict[str, int], c_string: object, data: bool = False) -> l
         syms = ", ".join(f"{{{a:#x}, {s}, {quote(n)}}}" for a, s, n in symbols)
         out.append(f"static const struct pd_usym {name}[] = {{{syms or '{0}'}}};")
 
-    for path, oi in sorted(objects.items(), key=lambda kv: kv[1]):
+    tables = [(path, (abis or {}).get(path, "0"), oi)
+              for path, oi in sorted(objects.items(), key=lambda kv: kv[1])]
+    tables += [(path, abi, -1) for path, abi in extra if path not in objects]
+    for ti, (path, abi, oi) in enumerate(tables):
         t = unwind_table(path)
-        usyms(f"pd_usyms_{oi}", t.symbols)
+        usyms(f"pd_usyms_{ti}", t.symbols)
         cfa = ", ".join(f"{{{pc:#x}, {off}, {k}, {fpo}, {rao}}}"
                         for pc, k, off, fpo, rao in t.rows)
-        out.append(f"static const struct pd_cfarow pd_cfa_{oi}[] = {{{cfa or '{0}'}}};")
-        extra = ""
+        out.append(f"static const struct pd_cfarow pd_cfa_{ti}[] = {{{cfa or '{0}'}}};")
+        extra_c = ".data = NULL"
         if data:
             d = data_table(path)
-            usyms(f"pd_udata_{oi}", d.symbols)
-            extra = f", pd_udata_{oi}, {len(d.symbols)}, {d.lo:#x}, {d.hi:#x}"
-        rows_c.append(f"    {{pd_usyms_{oi}, {len(t.symbols)}, pd_cfa_{oi}, {len(t.rows)}, "
-                      f"{t.lo:#x}, {t.hi:#x}{extra}}},")
+            usyms(f"pd_udata_{ti}", d.symbols)
+            extra_c = (f".data = pd_udata_{ti}, .ndata = {len(d.symbols)}, "
+                       f".mlo = {d.lo:#x}, .mhi = {d.hi:#x}")
+        rows_c.append(f"    {{.syms = pd_usyms_{ti}, .nsyms = {len(t.symbols)}, "
+                      f".rows = pd_cfa_{ti}, .nrows = {len(t.rows)}, .lo = {t.lo:#x}, "
+                      f".hi = {t.hi:#x}, {extra_c}, .path = {quote(path)}, .abi = {abi}, "
+                      f".object = {oi}}},")
     out.append("const struct pd_unwind pd_unwind_tables[] = {")
     out.extend(rows_c or ["    {0},"])
     out.append("};")
     out.append(f"const uint32_t pd_unwind_ntables = {len(rows_c)};")
+    n = max(len(rows_c), 1)
+    out.append(f"uintptr_t pd_unwind_bias[{n}];")
+    out.append(f"uint8_t pd_unwind_state[{n}];")
     return out

@@ -20,7 +20,7 @@ from ..elf.functions import FunctionSite, entry_site
 from ..elf.stapsdt import ProbeSite
 from ..resolve import Resolution
 from ..script import ast
-from ..script.walk import entry_values, is_param_name, iter_nodes, reads_return_value
+from ..script.walk import is_param_name, iter_nodes, reads_return_value
 from . import aarch64, x86
 from .returns import ReturnPlan, describe_returns, plan_returns
 from .x86 import PatchPlan, coverage, plan_c, prepare, trap
@@ -117,9 +117,8 @@ def plan_sites(script: ast.Script, resolution: Resolution,
         for n in iter_nodes(script.probes))
     prepare(resolution.iter_sites())   # what the binaries say of every site, at once
     marks: dict[tuple[str, int], PatchPlan] = {}
-    # per function: its entry site, whether it has return probes, reads entry values,
-    # reads $return
-    funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool, bool]] = {}
+    # per function: its entry site, whether it has return probes, reads $return
+    funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool]] = {}
     keeps: dict[int, tuple[EntryKeep, ...]] = {}
     for pi, (probe, points) in enumerate(zip(script.probes, resolution.points, strict=True)):
         sites = [s for rp in points for s in rp.sites]
@@ -128,10 +127,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
             if keeps_here:
                 keeps[pi] = keeps_here
                 for k in keeps_here:
-                    funcs.setdefault((k.entry.path, k.entry.pc), (k.entry, False, False, False))
-        returns_only = bool(sites) and all(isinstance(s, FunctionSite) and s.is_return
-                                           for s in sites)
-        uses_entry = bool(entry_values(probe, returns_only))
+                    funcs.setdefault((k.entry.path, k.entry.pc), (k.entry, False, False))
         uses_return = reads_return_value(probe)
         for site in sites:
             key = (site.path, site.pc)
@@ -139,14 +135,12 @@ def plan_sites(script: ast.Script, resolution: Resolution,
                 if key not in marks:
                     marks[key] = plan_site(site)
                 continue
-            _, ret, ent, rv = funcs.get(key, (site, False, False, False))
-            funcs[key] = (site, ret or site.is_return, ent or uses_entry,
-                          rv or (site.is_return and uses_return))
+            _, ret, rv = funcs.get(key, (site, False, False))
+            funcs[key] = (site, ret or site.is_return, rv or (site.is_return and uses_return))
     functions: dict[tuple[str, int], FunctionPlan] = {}
-    for key, (site, has_returns, uses_entry, uses_return) in funcs.items():
-        rplan = plan_returns(site, site.func_addr, site.func_size, entry_values=uses_entry,
-                             return_value=uses_return, forced=forced,
-                             mark_at_entry=key in marks) if has_returns else None
+    for key, (site, has_returns, uses_return) in funcs.items():
+        rplan = plan_returns(site, site.func_addr, site.func_size, return_value=uses_return,
+                             forced=forced, mark_at_entry=key in marks) if has_returns else None
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})

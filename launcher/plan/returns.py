@@ -15,8 +15,10 @@ longjmp, C++ exceptions and backtraces through the frame are the program's own.
 with the reason, when the function has an indirect jump that is not a jump table into
 itself, a jump or branch out of it that is no function entry (a `.cold` part), a
 conditional tail call, an exit that the displace machinery cannot patch (or whose
-window would overlap the entry's), no exit at all, an `@entry` use (values saved per
-frame at the entry), `-D PD_RETURN_HIJACK=1`, and on aarch64.  The runtime also keeps
+window would overlap the entry's but for a `ret` that ends it), no exit at all,
+`-D PD_RETURN_HIJACK=1`, and on aarch64.  `@entry` values work either way: the entry
+pushes them keyed by the return-address slot (launcher/entry.py), which an exit's
+registers name as well as the hijack's.  The runtime also keeps
 the hijack when the process is attached with `-x` (a thread may already be inside the
 function), with `--probe-mode=trap`, and when any exit's stub cannot be written.
 """
@@ -49,6 +51,9 @@ class Exit:
     kind: str                # "ret" | "tail call"
     site: FunctionSite       # pc: where its window starts
     plan: PatchPlan
+    # the `ret` that ends the entry's own window (a function too small for two patches):
+    # no patch of its own, the entry's stub jumps to this exit's stub for it
+    in_entry: bool = False
 
 
 @dataclass(frozen=True)
@@ -60,7 +65,8 @@ class ReturnPlan:
     def __str__(self) -> str:
         if self.mechanism == "hijack":
             return f"hijack: {self.reason}"
-        where = ", ".join(f"{e.kind} at {e.addr:#x}" for e in self.exits)
+        where = ", ".join(f"{e.kind} at {e.addr:#x}"
+                          + (" in the entry's window" if e.in_entry else "") for e in self.exits)
         return f"exits patched ({len(self.exits)}: {where})"
 
 
@@ -124,7 +130,7 @@ class _Fallback(Exception):
 
 
 def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
-                 entry_values: bool = False, return_value: bool = False,
+                 return_value: bool = False,
                  forced: bool = False, mark_at_entry: bool = False) -> ReturnPlan:
     """The return mechanism of the function at [func_addr, +func_size) whose entry site
     is `site`."""
@@ -134,9 +140,6 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
         return hijack("-D PD_RETURN_HIJACK=1")
     if mark_at_entry:
         return hijack("a mark is at the entry: the one row there runs its probes too")
-    if entry_values:
-        return hijack("a return probe uses @entry or a parameter (saved per frame at the "
-                      "entry)")
     if func_size <= 0:
         return hijack("the function's size is unknown")
     try:
@@ -160,7 +163,9 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
                             "the return value to the callee")
         entry = plan_function(site)
         ent_lo, ent_hi = site.pc, site.pc + max(entry.length, 1)
-        exits = tuple(_plan_exit(obj, site, addr, kind, insns, i, (ent_lo, ent_hi))
+        exits = tuple(_in_entry_exit(site, entry, addr, insns[i])
+                      if ent_lo <= addr < ent_hi and kind == "ret" else
+                      _plan_exit(obj, site, addr, kind, insns, i, (ent_lo, ent_hi))
                       for addr, kind, insns, i in found)
     except _Fallback as exc:
         return hijack(str(exc))
@@ -260,6 +265,21 @@ def _jump_table(obj: Any, img: _Image, insns: list[Any], i: int,
     return False
 
 
+def _in_entry_exit(site: FunctionSite, entry: PatchPlan, addr: int, insn: Any) -> Exit:
+    """The `ret` at `addr` inside the entry's window: relocation ends a window at its
+    first `ret`, so it is the last instruction of the entry's relocated code.  The entry's
+    stub then jumps to this exit's stub (its plan: that `ret`, nothing patched), which
+    runs the return probes with the registers at the `ret` and returns.  Needs the entry's
+    own stub: without one (no entry probe, a trap) the runtime keeps the hijack."""
+    raw = bytes(insn.bytes)
+    if entry.tactic != "displace" or not entry.code.endswith(raw) or \
+            addr + len(raw) > entry.resume:
+        raise _Fallback(f"the ret at {addr:#x} is too close to the entry's patch")
+    plan = PatchPlan("displace", "the ret ending the entry's window: the entry's stub "
+                     "jumps here for it", 0, b"", raw, (), addr + len(raw))
+    return Exit(addr, "ret", dataclasses.replace(site, pc=addr, nop_len=0), plan, True)
+
+
 def _plan_exit(obj: Any, site: FunctionSite, addr: int, kind: str, insns: list[Any], i: int,
                entry: tuple[int, int]) -> Exit:
     """The exit insns[i] at `addr` patched: a window of whole instructions that starts at
@@ -306,6 +326,6 @@ def describe_returns(rp: ReturnPlan) -> str:
     its own."""
     if rp.mechanism == "hijack":
         return str(rp)
-    return "\n".join([f"{rp} (the hijack instead if a probe reads @entry, or $return "
-                      "at a tail call, under -x or --probe-mode=trap)",
+    return "\n".join([f"{rp} (the hijack instead if a probe reads $return at a tail "
+                      "call, under -x or --probe-mode=trap)",
                       *(f"      exit {e.kind} at {e.addr:#x}: {e.plan}" for e in rp.exits)])

@@ -478,6 +478,7 @@ class Script:
     loc: SourceLocation
     embedded: tuple[Embedded, ...] = ()   # top-level %{ %} (guru mode)
     guru: bool = False                    # parsed with -g: set_user_* are allowed
+    legacy_p: bool = False                # --compatible < 1.3: stap's old %p (format.py)
 
 
 def dump(node: object) -> str:

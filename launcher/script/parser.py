@@ -19,18 +19,20 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import NoReturn
 
 from ..errors import ScriptError, SourceLocation
+from ..guru import embedded_is_pure
 from . import ast
 from .aliases import BUILTIN, AliasDef
 from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
-from .preprocess import Config, Preprocessor
+from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
 from .tapset import groups_for as tapset_groups_for
+from .tapset import macro_groups_for
 
 # stap's limits: a map's index tuple (PR10750 also bounds a print's values)
 _MAX_INDEXES = 9
@@ -736,7 +738,19 @@ class Parser:
             if prec is None or prec < min_prec:
                 return left
             self.advance()
-            left = ast.BinaryOp(t.text, left, self.arith(prec + 1), t.loc)
+            right = self.arith(prec + 1)
+            if t.text == "." and isinstance(left, ast.StringLiteral) and \
+                    isinstance(right, ast.StringLiteral):
+                # folded as stap's constant folding does: "foo" . "bar" is "foobar"
+                left = ast.StringLiteral(left.value + right.value, left.loc)
+                continue
+            if t.text == "*" and (_is_zero(left) and _no_effects(right) or
+                                  _is_zero(right) and _no_effects(left)):
+                # 0 * x with x free of side effects is 0, as stap folds it (x, a pure
+                # embedded C expression, is then never compiled)
+                left = ast.NumberLiteral(0, left.loc)
+                continue
+            left = ast.BinaryOp(t.text, left, right, t.loc)
 
     def unary(self) -> ast.Expr:
         ops: list[Token] = []
@@ -1100,10 +1114,21 @@ def _builtin_aliases() -> list[AliasDef]:
     return out
 
 
+def _is_zero(e: ast.Expr) -> bool:
+    return isinstance(e, ast.NumberLiteral) and e.value == 0
+
+
+def _no_effects(e: ast.Expr) -> bool:
+    return isinstance(e, ast.NumberLiteral) or \
+        isinstance(e, ast.Embedded) and embedded_is_pure(e.code)
+
+
 def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: str = "x86_64",
                  runtime: str = "dyninst", kernel_release: str | None = None,
                  guru: bool = False, compatible: str | None = None,
-                 library: Sequence[tuple[str, str]] = ()) -> ast.Script:
+                 library: Sequence[tuple[str, str]] = (),
+                 macro_files: Sequence[tuple[str, str]] = (),
+                 warn: Callable[[str], None] | None = None) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
@@ -1111,7 +1136,11 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     `kernel_release` (default: the host's) is for `kernel_v`/`kernel_vr`;
     `guru` (-g) allows embedded C and sets `guru_mode`; `compatible` (--compatible)
     is what `systemtap_v` compares against; `library` holds the (text, path) of tapset
-    files (-I), each parsed, what the script uses of them taken (library.py).
+    files (-I), each parsed, what the script uses of them taken (library.py);
+    `macro_files` the (text, path) of macro libraries (.stpm, -I), whose macros the
+    script and the tapsets may invoke, after pydyn's own (tapset.py).  A tapset that
+    does not parse, a macro library that does not preprocess or defines a macro another
+    one has, is skipped with a warning (`warn`), as stap skips it.
     """
     extra: dict[str, str] = {}
     if kernel_release is not None:
@@ -1119,26 +1148,53 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     if compatible is not None:
         extra["systemtap_version"] = compatible
     config = Config(args=tuple(args), arch=arch, runtime=runtime, guru=guru, **extra)
+    macros: dict[str, Macro] = {}
+    for lib_text, lib_path in [*macro_groups_for(text), *macro_files]:
+        try:
+            found = library_macros(tokenize(lib_text, lib_path, split_lines(lib_text)), config)
+            twice = sorted(found.keys() & macros.keys())
+            if twice:
+                raise ScriptError(f"duplicate definition of library macro '@{twice[0]}'",
+                                  found[twice[0]].name.loc)
+        except ScriptError as exc:
+            if warn is not None:
+                warn(f"{exc.location or lib_path}: {exc.message}: macro library {lib_path} "
+                     "skipped")
+            continue
+        macros.update(found)
     with recursion_headroom():
         files = []
-        for lib_text, lib_path in [*library, *tapset_groups_for(text)]:
+        own = tapset_groups_for(text)
+        for lib_text, lib_path in [*library, *own]:
             # tapsets may hold embedded C without -g, as stap's own do
             lib_lines = split_lines(lib_text)
-            lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
-                                     dataclasses.replace(config, guru=True)),
-                        lib_path, lib_lines, True)
             try:
-                probes, funcs, globs, _, aliases = lp.parts()
-            except RecursionError:
-                raise ScriptError("script nested too deeply", lp.peek().loc) from None
+                lp = Parser(Preprocessor(tokenize(lib_text, lib_path, lib_lines),
+                                         dataclasses.replace(config, guru=True), macros),
+                            lib_path, lib_lines, True)
+                try:
+                    probes, funcs, globs, _, aliases = lp.parts()
+                except RecursionError:
+                    raise ScriptError("script nested too deeply", lp.peek().loc) from None
+            except ScriptError as exc:
+                if (lib_text, lib_path) in own:
+                    raise
+                # a -I tapset that does not parse is skipped with a warning, as stap
+                # skips one (-W makes it the error)
+                if warn is not None:
+                    warn(f"{exc.location or lib_path}: {exc.message}: tapset {lib_path} "
+                         "skipped")
+                continue
             files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
                                      tuple(aliases)))
         lines = split_lines(text)
-        parser = Parser(Preprocessor(tokenize(text, filename, lines), config), filename, lines,
-                        guru, files)
+        parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
+                        lines, guru, files)
         try:
             script = parser.script()
         except RecursionError:
             raise ScriptError("script nested too deeply", parser.peek().loc) from None
     check_depth(script)
+    if compatible is not None and strverscmp(compatible, "1.3") < 0:
+        script = dataclasses.replace(script, legacy_p=True)
     return script

@@ -54,6 +54,7 @@ class _Macro:
     name: Token
     params: tuple[str, ...]
     body: list[Token]
+    library: bool = False   # from a macro library (.stpm): sees only library macros
 
 
 @dataclass(slots=True)
@@ -62,6 +63,7 @@ class _Binding:
 
     tokens: list[Token]
     env: dict[str, _Binding]
+    library: bool = False   # written inside a library macro's body
 
 
 @dataclass(slots=True)
@@ -73,11 +75,16 @@ class _Frame:
     is_file: bool = False
     is_argument: bool = False
     pos: int = 0
+    library: bool = False   # a library macro's body (or an argument written in one)
 
 
 class Preprocessor:
-    def __init__(self, tokens: list[Token], config: Config) -> None:
+    def __init__(self, tokens: list[Token], config: Config,
+                 library: dict[str, _Macro] | None = None) -> None:
         self.config = config
+        # the macros of the macro libraries (.stpm, library_macros()): the script's own
+        # @define of a name hides one, as in stap
+        self.library = library or {}
         self.eof = tokens[-1]
         assert self.eof.kind is Kind.EOF
         self.frames: list[_Frame] = [_Frame(tokens[:-1], {}, is_file=True)]
@@ -210,11 +217,15 @@ class Preprocessor:
         """Expand `at` if it names a parameter or macro; False if it is an @-operator."""
         name = at.text[1:]
         env = self.frames[-1].env
+        in_library = self.frames[-1].library
         if name in env:
             binding = env[name]
-            self._push(_Frame(binding.tokens, binding.env), at, len(binding.tokens))
+            self._push(_Frame(binding.tokens, binding.env, library=binding.library), at,
+                       len(binding.tokens))
             return True
-        macro = self.macros.get(name)
+        macro = None if in_library else self.macros.get(name)
+        if macro is None:
+            macro = self.library.get(name)
         if macro is None:
             return False
         new_env: dict[str, _Binding] = {}
@@ -236,8 +247,8 @@ class Preprocessor:
                 if sep.is_op(")") and i + 1 != n:
                     raise ScriptError(f"too few parameters for macro '@{name}' "
                                       f"(expected {n})", sep.loc)
-                new_env[pname] = _Binding(tokens, env)
-        self._push(_Frame(macro.body, new_env), at, len(macro.body))
+                new_env[pname] = _Binding(tokens, env, in_library)
+        self._push(_Frame(macro.body, new_env, library=macro.library), at, len(macro.body))
         return True
 
     def _push(self, frame: _Frame, at: Token, size: int) -> None:
@@ -477,6 +488,19 @@ def strverscmp(a: str, b: str) -> int:
         j += 1
     rest_a, rest_b = len(a) - i, len(b) - j
     return (rest_a > rest_b) - (rest_a < rest_b)
+
+
+Macro = _Macro   # what library_macros() gives, for Preprocessor(library=)
+
+
+def library_macros(tokens: list[Token], config: Config) -> dict[str, _Macro]:
+    """The macros a macro library file (.stpm) defines; ScriptError if anything else
+    survives its preprocessing, as stap's parse_library_macros refuses it."""
+    pp = Preprocessor(tokens, config)
+    tok = next(pp)
+    if tok.kind is not Kind.EOF:
+        raise ScriptError(f"unexpected token in library macro file '{tok.loc.file}'", tok.loc)
+    return {name: _Macro(m.name, m.params, m.body, True) for name, m in pp.macros.items()}
 
 
 def preprocess(tokens: list[Token], config: Config) -> Iterator[Token]:

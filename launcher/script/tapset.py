@@ -62,13 +62,52 @@ _ARGV = ("global argc = $#\nglobal argv\n"
          + "probe begin(-9223372036854775807) {\n"
          + "".join(f"  argv[{i}] = argv_{i}\n" for i in range(1, 33)) + "}\n")
 
+# return_str(format, ret): a return value as stap's syscall tapset prints it
+_RETURN_STR = """
+function return_str:string(format:long, ret:long) {
+  if (ret < 0 && errno_p(ret)) return sprintf("%d (%s)", ret, errno_str(ret))
+  if (format == 2) return sprintf("0x%x", ret)
+  if (format == 3) return sprintf("%#o", ret)
+  return sprintf("%d", ret)
+}
+"""
+
 GROUPS: tuple[tuple[str, str], ...] = (
     ("<pydyn tapset: print_char>", 'function print_char(c:long) { printf("%c", c) }\n'),
     ("<pydyn tapset: arch_bytes>", f"function arch_bytes:long() {{ return {_BYTES} }}\n"),
     ("<pydyn tapset: endian>", _ENDIAN),
     ("<pydyn tapset: indent>", _INDENT),
     ("<pydyn tapset: argv>", _ARGV),
+    ("<pydyn tapset: return_str>", _RETURN_STR),
 )
+
+# stap's macro libraries (.stpm): @prints(s) prints a statistic as the exit report
+# does, @printsN(a) each entry of an N-index array of statistics; @try_assign(v, try,
+# catch) assigns the try expression, or the catch one if it raises an error
+def _prints_n(n: int) -> str:
+    keys = ",".join(f"__k{i}" for i in range(n))
+    label = ', ",", '.join(f"__k{i}" for i in range(n))
+    # stap's own @prints7 prints a comma after the last index; kept, scripts compare it
+    tail = ', ","' if n == 7 else ""
+    return (f"@define prints{n}(s) %(\n  foreach ([{keys}] in @s -) {{\n"
+            f'    print("[", {label}{tail}, "] ")\n    @prints(@s[{keys}])\n  }}\n%)\n')
+
+
+_MACROS = ('@define prints(s) %(\n  printf("@count=%d @min=%d @max=%d @sum=%d @avg=%d\\n",\n'
+           "         @count(@s), @min(@s), @max(@s), @sum(@s), @avg(@s))\n%)\n"
+           + "".join(_prints_n(n) for n in range(1, 10))
+           + "@define try_assign(v, try_expr, catch_expr) %(\n"
+           "  try { @v = @try_expr } catch { @v = @catch_expr }\n%)\n")
+
+MACRO_GROUPS: tuple[tuple[str, str], ...] = (("<pydyn tapset macros>", _MACROS),)
+
+
+def macro_groups_for(text: str) -> list[tuple[str, str]]:
+    """(text, name) of pydyn's macro libraries when `text` invokes one of their macros."""
+    invoked = set(re.findall(r"@(\w+)", text))
+    return [(body, name) for name, body in MACRO_GROUPS
+            if invoked & set(re.findall(r"@define\s+(\w+)", body))]
+
 
 _DEFINES = re.compile(r"\b(?:function|global)\s+(\w+)")
 

@@ -18,7 +18,7 @@ The checksum covers the source and the runtime it is built against (`runtime`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..errors import ScriptWarning
 from ..plan import SitePlans
@@ -40,11 +40,13 @@ __all__ = ["Program", "translate"]
 def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               defines: dict[str, str], runtime: bytes,
               warn: Callable[[ScriptWarning | str], None] | None = None,
-              optimize: bool = True, skip_badvars: bool = False) -> Program:
+              optimize: bool = True, skip_badvars: bool = False,
+              symbols: Sequence[tuple[str, str]] = ()) -> Program:
     """`warn` is given each warning once the script is typed: a script in error gets
     its one error only; `optimize` False is -u, where stap's optimisation rounds, which
     give the warnings about unused and never-assigned variables, do not run;
-    `skip_badvars` reads target variables that cannot be read where probed as 0."""
+    `skip_badvars` reads target variables that cannot be read where probed as 0;
+    `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding."""
     limits = Limits.from_defines(defines)
     given = script
     if optimize:
@@ -60,7 +62,7 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     unit.entry_keeps = plans.entry_keeps
     handlers = emit(script, unit)
     report = exit_report(unit)
-    tables = build_tables(resolution, plans, unit, handlers, report)
+    tables = build_tables(resolution, plans, unit, handlers, report, symbols)
 
     out = [*prologue(script, defines), *handlers.c_lines]
     if report:

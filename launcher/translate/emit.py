@@ -16,6 +16,7 @@ from ...shmlayout.globals import (
     PD_HIST_LOG_BUCKETS,
     PD_HIST_MAX_BUCKETS,
     PD_PROBE_FAST,
+    PD_PROBE_REGS,
 )
 from .. import kstat
 from ..elf import dwarf
@@ -40,14 +41,19 @@ from ..script.walk import entry_values, is_param_name, iter_nodes
 from . import tvars
 from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
 from .common import LONG, STAT, STRING, _c_string, _err, _where
-from .fast import is_fast, where_table
+from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
 from .regex import compile_regex, regex_c
-from .types import PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
+from .types import ARG_FUNCS, PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
             "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
+USYM_FUNCS = frozenset({"usymname", "usymdata", "ubacktrace", "print_ubacktrace", "umodname",
+                        "ustack", "ucallers", "sprint_ubacktrace", "print_usyms",
+                        "print_ustack", "sprint_usyms", "sprint_ustack"})
+REGISTER_FUNCS = frozenset({"register", "u_register", "uaddr", "regparm", "asmlinkage",
+                            "fastcall", *ARG_FUNCS})
 
 
 class Unit:
@@ -71,6 +77,7 @@ class Unit:
         self.entry_keeps: dict[int, tuple[EntryKeep, ...]] = {}
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
+        self.is_return = False  # is_return() used: pd_probe_is_return[] is emitted
         self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
 
     def format_id(self, fmt: Format) -> int:
@@ -94,6 +101,7 @@ class Emitter:
                  fast: bool = False) -> None:
         self.tr = tr
         self.wheres: list[str] | None = [] if fast else None   # FAST: its statements' wheres
+        self.fast = fast
         self.scope = scope
         self.sites = sites
         self.lines: list[str] = []
@@ -365,14 +373,15 @@ class Emitter:
             if isinstance(target, ast.Symbol) and target.name in self.tr.plan.pstats:
                 # the thread's own slot: no globals lock (pd_pstat.c)
                 off = self.tr.layout.offset(target.name)
-                return (f"({{ int64_t v_ = {self.expr(e.value)}; pd_pstat_add(c, c->globals + "
+                add = "pd_fast_pstat_add" if self.fast else "pd_pstat_add"
+                return (f"({{ int64_t v_ = {self.expr(e.value)}; {add}(c, c->globals + "
                         f"{off}, v_, {self.statdesc_of(target)}); v_; }})")
             if isinstance(target, ast.Index) and isinstance(target.base, ast.Symbol) and \
                     target.base.name in self.tr.plan.kstats:
                 # the thread's own table, under its slot lock only (pd_kstat.c)
                 var = self.tr.globals[target.base.name]
                 return (f"({{ int64_t v_ = {self.expr(e.value)}; c->where = {_where(target)}; "
-                        f"pd_kstat_add(c, c->globals + {self.tr.layout.offset(var.name)}, "
+                        f"{self.kstat_add()}(c, c->globals + {self.tr.layout.offset(var.name)}, "
                         f"&kd_{var.name}, "
                         f"{self.key_blob(var, target.indexes)}, v_); v_; }})")
             if isinstance(target, ast.Symbol):
@@ -430,7 +439,7 @@ class Emitter:
         if name == "$$provider":
             return "c->site->provider"
         if name == "$return":
-            return "pd_func_return(c)"
+            return "pd_fast_return(c)" if self.fast else "pd_func_return(c)"
         if name == "$$return":
             return f"pd_sprintf({self.strtemp()}, \"return=%#llx\", " \
                    "(unsigned long long)pd_func_return(c))"
@@ -445,7 +454,7 @@ class Emitter:
             if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
                                           for s in self.sites):
                 return self.target_access(e)
-            fetched = f"pd_fetch_arg(c, {self.tr.types.param_slot(name[1:])})"
+            fetched = f"{self.fetch_arg()}(c, {self.tr.types.param_slot(name[1:])})"
             return tvars.by_site({(s.path, s.pc): tvars.read_c(s, name[1:], fetched)
                                   for s in self.sites if isinstance(s, FunctionSite)}) \
                 if self.sites and all(isinstance(s, FunctionSite) for s in self.sites) \
@@ -458,7 +467,30 @@ class Emitter:
             fmt = " ".join(f"$arg{i + 1}=%#llx" for i in range(n))
             args = ", ".join(f"(unsigned long long)pd_fetch_arg(c, {i})" for i in range(n))
             return f"pd_sprintf({t}, {_c_string(fmt)}, {args})"
-        return f"pd_fetch_arg(c, {int(name[4:]) - 1})"
+        return f"{self.fetch_arg()}(c, {int(name[4:]) - 1})"
+
+    def fetch_arg(self) -> str:
+        """The runtime's argument read: FAST handlers' reads loads where they can
+        (runtime/pd_fastval.c)."""
+        return "pd_fast_arg" if self.fast else "pd_fetch_arg"
+
+    def fast_context(self, e: ast.TargetSymbol) -> bool:
+        """Whether a FAST handler may read `e` (fast.py): `$return`, or at sites that are
+        no return (or in an @entry operand) `$argN` and a plain parameter (what target()
+        reads with pd_fetch_arg)."""
+        if id(e) in self.tr.types.badvars or e.components or e.addressof:
+            return False
+        if e.name == "$return":
+            return True
+        if not self.scope.in_entry and any(isinstance(s, FunctionSite) and s.is_return
+                                           for s in self.sites):
+            return False    # (an @entry operand is read at the entry)
+        if is_param_name(e.name):
+            # a float is widened by pd_fp32_to_fp64, which uses the vector registers
+            return id(e) not in self.tr.entry_index and not any(
+                isinstance(s, FunctionSite) and (tvars.is_static(s, e) or tvars.is_float32(
+                    s, e.name[1:])) for s in self.sites)
+        return e.name.startswith("$arg") and e.name[4:].isdigit()
 
     def target_access(self, e: ast.TargetSymbol,
                       sites: tuple[ProbeSite, ...] | None = None) -> str:
@@ -535,21 +567,58 @@ class Emitter:
         return tvars.by_site(cases, "const char *")
 
     def usym_call(self, name: str, args: list[str]) -> str:
+        """The symbol and backtrace built-ins (runtime/pd_usym.c)."""
         self.tr.usym = True
+        if name in ("usymdata", "print_usyms", "print_ustack", "sprint_usyms",
+                    "sprint_ustack"):
+            self.tr.usymdata = True   # the tables carry data symbols and extents
         if name == "print_ubacktrace":
-            fid = self.tr.format_id(parse_format("%s\n"))
-            return f"(pd_print_ubacktrace(c, {fid}), 0)"
+            return f"(pd_print_ubacktrace(c, {self.tr.format_id(parse_format('%s'))}), 0)"
+        if name in ("print_usyms", "print_ustack"):
+            fid = self.tr.format_id(parse_format("%s"))
+            return f"(pd_print_usyms(c, {fid}, {args[0]}), 0)"
+        if name == "ustack":
+            return f"pd_ustack(c, {args[0]})"
         t = self.strtemp()
-        if name == "usymdata":
-            self.tr.usymdata = True
-            return f"pd_usymdata(c, {t}, {args[0]})"
-        return f"pd_usymname(c, {t}, {args[0]})" if args else f"pd_ubacktrace(c, {t})"
+        if name in ("sprint_usyms", "sprint_ustack"):
+            return f"pd_sprint_usyms(c, {t}, {args[0]})"
+        if name == "ubacktrace":
+            return f"pd_ubacktrace(c, {t})"
+        return f"pd_{name}(c, {t}{''.join(', ' + a for a in args)})"
+
+    def is_return(self) -> str:
+        """1 in a `.return` probe: a constant where every point of the probe says, else
+        (a function called from probes, a probe on entries and returns) its row's."""
+        if self.scope.kind == "probe" and self.sites:
+            kinds = {isinstance(s, FunctionSite) and s.is_return for s in self.sites}
+            if len(kinds) == 1:
+                return "INT64_C(1)" if kinds.pop() else "INT64_C(0)"
+        self.tr.is_return = True
+        return "(int64_t)pd_probe_is_return[c->probe - pd_probes]"
+
+    def register_call(self, name: str, args: list[str]) -> str:
+        """The register and argument built-ins (runtime/pd_uregs.c)."""
+        if name in ("register", "u_register"):
+            return f"pd_uregister(c, {args[0]}, {int(name == 'register')})"
+        if name == "uaddr":
+            return "pd_uaddr(c)"
+        if name == "regparm":
+            return f"(pd_regparm(c, {args[0]}), 0)"
+        if name == "asmlinkage":   # no argument in a register: i386's default already
+            return "(sizeof(long) == 4 ? (c->regparm = PD_REGPARM_SET) : 0, 0)"
+        if name == "fastcall":     # i386: three in registers
+            return "(sizeof(long) == 4 ? (c->regparm = PD_REGPARM_SET | 3) : 0, 0)"
+        how = ARG_FUNCS[name]
+        if how is None:
+            return f"pd_uarg64(c, {args[0]})"
+        return f"pd_uarg(c, {args[0]}, {how[0]}, {how[1]})"
 
     def call(self, e: ast.Call) -> str:
         name = e.name
         if name in PRINT_FUNCS:
             return self.print_call(e)
         args = [self.expr(a) for a in e.args]
+        now = "pd_fast_gettime_ns" if self.fast else "pd_gettime_ns"
         simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
@@ -558,18 +627,22 @@ class Emitter:
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
-                  "gettimeofday_s": "(pd_gettime_ns(1) / 1000000000)",
-                  "gettimeofday_ms": "(pd_gettime_ns(1) / 1000000)",
-                  "gettimeofday_us": "(pd_gettime_ns(1) / 1000)",
-                  "gettimeofday_ns": "pd_gettime_ns(1)",
-                  "local_clock_ns": "pd_gettime_ns(0)",
+                  "gettimeofday_s": f"({now}(1) / 1000000000)",
+                  "gettimeofday_ms": f"({now}(1) / 1000000)",
+                  "gettimeofday_us": f"({now}(1) / 1000)",
+                  "gettimeofday_ns": f"{now}(1)",
+                  "local_clock_ns": f"{now}(0)",
                   "get_cycles": "(int64_t)__builtin_ia32_rdtsc()"}
         if name in simple:
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"
-        if name in ("usymname", "usymdata", "ubacktrace", "print_ubacktrace"):
+        if name in USYM_FUNCS:
             return self.usym_call(name, args)
+        if name in REGISTER_FUNCS:
+            return self.register_call(name, args)
+        if name == "is_return":
+            return self.is_return()
         if name == "log":
             fid = self.tr.format_id(parse_format("%s\n"))
             tmp = self.strtemp()
@@ -577,6 +650,10 @@ class Emitter:
                     f"pd_rec_str(c, {tmp}), pd_rec_close(c), 0)")
         if name == "error":
             return f"(pd_error(c, \"%s\", {args[0]}), 0)"
+        if name == "raise":
+            return f"(pd_raise(c, {args[0]}), 0)"
+        if name == "system":
+            return f"(pd_system(c, {args[0]}), 0)"
         if name == "warn":
             return f"(pd_warn_probe(c, {args[0]}), 0)"
         if name == "strlen":
@@ -605,6 +682,10 @@ class Emitter:
             return f"(int64_t)((unsigned)({args[0]})[0] - '0' < 10)"
         if name == "uarch_bytes":   # the probed process's ABI (the module's)
             return "(int64_t)sizeof(long)"
+        if name == "returnval":
+            return "pd_returnval(c)"
+        if name == "returnstr":
+            return f"pd_returnstr(c, {self.strtemp()}, {args[0]})"
         if name == "errno_str":
             return f"pd_errno_str({self.strtemp()}, {args[0]})"
         if name == "string_quoted":
@@ -674,7 +755,7 @@ class Emitter:
         if name in ("printf", "sprintf"):
             fmt = e.args[0]
             assert isinstance(fmt, ast.StringLiteral)
-            spec = parse_format(fmt.value, fmt.loc)
+            spec = parse_format(fmt.value, fmt.loc, legacy_p=self.tr.types.script.legacy_p)
             args = list(e.args[1:])
         else:
             args = list(e.args)
@@ -693,7 +774,8 @@ class Emitter:
             spec = parse_format(text, e.loc)
         if name.startswith("s"):
             return self.sprintf(spec, args, e)
-        if self.tr.limits.formats_in_probe(spec):
+        if self.tr.limits.formats_in_probe(spec) or \
+                any(not isinstance(p, str) and p.conv == "P" for p in spec.pieces):
             # numbers only, bounded: formatted in the handler into one TEXT record,
             # which the drain joins with its neighbours (millions a second)
             return f"({{ const char *t_ = {self.sprintf(spec, args, e)}; " \
@@ -749,7 +831,7 @@ class Emitter:
                 parts.append(f"pd_sf_str({t}, {value}, {flag}, {width}, {prec})")
             elif piece.conv == "c":
                 parts.append(f"pd_sf_chr({t}, {value}, {flag}, {width})")
-            elif piece.conv in "diuxXop":
+            elif piece.conv in "diuxXopP":
                 parts.append(f"pd_sf_num({t}, {value}, '{piece.conv}', {flag}, {width}, {prec})")
             else:
                 raise _err(f"sprintf does not support '%{piece.conv}'", e)
@@ -781,7 +863,7 @@ class Emitter:
                 isinstance(kcount.base, ast.Symbol) and kcount.base.name in self.tr.plan.kcounts:
             # the thread's own table, under its slot lock only (pd_kstat.c)
             var = self.tr.globals[kcount.base.name]
-            self.line(f"c->where = {_where(kcount)}; pd_kstat_add(c, c->globals + "
+            self.line(f"c->where = {_where(kcount)}; {self.kstat_add()}(c, c->globals + "
                       f"{self.tr.layout.offset(var.name)}, "
                       f"&kd_{var.name}, {self.key_blob(var, kcount.indexes)}, "
                       f"{self.update_delta(s.expr)});")
@@ -864,6 +946,11 @@ class Emitter:
             self.check()
         else:
             raise _err(f"{type(s).__name__} is not supported", s)
+
+    def kstat_add(self) -> str:
+        """A keyed statistic's or counter's add: a FAST handler's saves the vector
+        registers around it (runtime/pd_fastval.c)."""
+        return "pd_fast_kstat_add" if self.fast else "pd_kstat_add"
 
     def update_delta(self, e: ast.Expr) -> str:
         """What the counter update `e` (`x++`, `x -= v`, ...) adds, as C."""
@@ -1020,22 +1107,30 @@ def outline_statements(body: ast.Stmt) -> bool:
 
 
 def _entry_handler(tr: Unit, pi: int, scope: Scope,
-                   nodes: list[ast.Expr]) -> tuple[list[str], bool]:
-    """The hidden entry handler of a .return probe using @entry (entry.py), and
-    whether it takes the globals lock."""
-    em = Emitter(tr, scope, scope.sites)
+                   nodes: list[ast.Expr]) -> tuple[list[str], int]:
+    """The hidden entry handler of a .return probe using @entry (entry.py), and its
+    pd_probes.locks: the globals lock, or FAST (fast.py) and PD_PROBE_REGS (the push
+    reads sp) when every value is a FAST value."""
+    operands = [n.operand if isinstance(n, ast.Entry) else n for n in nodes]
     scope.in_entry = True
     try:
+        check = FastCheck(tr.plan, Emitter(tr, scope, scope.sites).fast_context)
+        fast = all(check.value(o) for o in operands)
+        em = Emitter(tr, scope, scope.sites, fast=fast)
         em.line("int64_t v_[PD_ENTRY_VALS] = {0};")
-        for k, n in enumerate(nodes):
-            em.line(f"v_[{k}] = {em.expr(n.operand if isinstance(n, ast.Entry) else n)};")
+        for k, o in enumerate(operands):
+            if fast:    # a statement of a FAST handler: its number against MAXACTION
+                em.action(o)
+            em.line(f"v_[{k}] = {em.expr(o)};")
             em.check()
         em.line(f"pd_entry_push(c, {pi}, v_);")
     finally:
         scope.in_entry = False
-    return (["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
-             *em.local_decls(set()), *em.decls, *em.lines,
-             "out:", "    return;", "}"], em.needs_lock)
+    locks = PD_PROBE_FAST | PD_PROBE_REGS if fast else int(em.needs_lock)
+    return (["", *(where_table(pi, em.wheres, "_entry") if em.wheres is not None else []),
+             f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}_entry(struct pd_ctx *c)",
+             "{", *em.local_decls(set()), *em.decls, *em.lines,
+             "out:", "    return;", "}"], locks)
 
 
 def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
@@ -1107,7 +1202,7 @@ class Handlers(NamedTuple):
 
     c_lines: list[str]
     locks: list[int]                 # PD_PROBE_LOCKS | PD_PROBE_FAST
-    entry_locks: dict[int, bool]     # probes with an entry handler: does it lock
+    entry_locks: dict[int, int]      # probes with an entry handler: its pd_probes.locks
 
 
 def emit(script: ast.Script, unit: Unit) -> Handlers:
@@ -1139,7 +1234,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     for f in script.functions:
         out.extend(_emit_function(unit, f))
     locks: list[int] = []
-    entry_locks: dict[int, bool] = {}
+    entry_locks: dict[int, int] = {}
     entries_of = [entry_values(p, _returns_only(scope))
                   for p, scope in zip(script.probes, unit.types.probe_scopes, strict=True)]
     if any(entries_of) or unit.entry_keeps:
@@ -1150,13 +1245,17 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
-        fast = not entries_of[pi] and is_fast(probe.body, unit.plan)
+        check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
+        # a probe reading the registers kept at the entry sets c->entry_regs: not FAST
+        fast = check.is_fast(probe.body) and pi not in unit.entry_keeps
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
         local_decls = [*em.local_decls(set()), *em.decls]
-        assert not fast or not local_decls, "a FAST handler has no local"
-        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0))
+        assert not fast or all(d.lstrip().startswith("uint8_t t") for d in local_decls), \
+            "a FAST handler has no local but key buffers"
+        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
+                     | (PD_PROBE_REGS if fast and (check.reads_context or entries_of[pi]) else 0))
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
@@ -1166,7 +1265,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             pop = entry_peek_c(pi, _return_slot(unit.entry_keeps[pi]))
             out.extend(["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
                         f"    pd_entry_keep(c, {pi});", "}"])
-            entry_locks[pi] = False
+            entry_locks[pi] = 0   # no lock, not FAST
         out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
                     f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
                     "{", *local_decls, *pop, *em.lines,
@@ -1195,8 +1294,9 @@ def _returns_only(scope: Scope) -> bool:
 def prologue(script: ast.Script, defines: dict[str, str]) -> list[str]:
     """The head of the source: the `-D` limits (compiled into both modules; naming them
     puts them into the checksum, so a module built with other limits is never reused),
-    the includes, the script's top-level guru C."""
+    the includes (<signal.h>: guru C names signals, as stap's kernel headers let it,
+    `raise(%{ SIGUSR2 %})`), the script's top-level guru C."""
     return ["/* Generated by pydyn: one source for every ABI. */",
             *(f"/* -D {k}={v} */" for k, v in sorted(defines.items())),
-            '#include "pd_runtime.h"', "#include <sched.h>", "#include <stdlib.h>",
-            "#include <unistd.h>", "", *toplevel_c(script)]
+            '#include "pd_runtime.h"', "#include <sched.h>", "#include <signal.h>",
+            "#include <stdlib.h>", "#include <unistd.h>", "", *toplevel_c(script)]

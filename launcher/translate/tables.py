@@ -7,6 +7,7 @@ initial values of the globals."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from ...shmlayout.globals import PD_PROBE_FAST
@@ -67,10 +68,13 @@ def _arg_initializer(spec: ArgSpec) -> str:
 
 
 def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
-                 handlers: Handlers, report: list[str]) -> Tables:
+                 handlers: Handlers, report: list[str],
+                 symbols: Sequence[tuple[str, str]] = ()) -> Tables:
     """Pass 3e: the probe, site and object tables (`report`: the exit report's body,
-    run as the last `end` probe)."""
+    run as the last `end` probe; `symbols`: (path, ABI) of the objects -d and --ldd
+    add to the symbol and unwind tables)."""
     b = _Builder(resolution, plans, unit, handlers)
+    b.symbol_objects = [(path, PD_ABI[abi]) for path, abi in symbols if abi in PD_ABI]
     ordered = [(pi, ri, rp) for pi, points in enumerate(resolution.points)
                for ri, rp in enumerate(points)]
     # begin(N)/end(N)/error(N): lower priorities run first; ties keep source order.
@@ -98,6 +102,8 @@ class _Builder:
         self.site_rows: list[str] = []
         self.decls: list[str] = []            # argument tables, plans, probe lists
         self.objects: dict[str, int] = {}
+        self.object_abis: dict[str, str] = {}
+        self.symbol_objects: list[tuple[str, str]] = []   # -d, --ldd: (path, PD_ABI_*)
         self.object_rows: list[str] = []
         self.required: set[str] = set()
         self.timers: list[tuple[int, int, int]] = []
@@ -106,6 +112,7 @@ class _Builder:
         self.plans: list[PatchPlan] = []      # ... and plan
         self.return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
         self.fast_rows: set[int] = set()      # probe rows of FAST probes
+        self.return_rows: set[int] = set()    # probe rows of .return points (is_return())
         self.hidden: dict[tuple[int, int], int] = {}   # (probe, point) -> @entry row
         # function probes: one site per entry address, with its entry/return probe rows
         self.functions: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
@@ -117,6 +124,7 @@ class _Builder:
     def object_index(self, path: str, abi: str) -> int:
         if path not in self.objects:
             self.objects[path] = len(self.objects)
+            self.object_abis[path] = PD_ABI[abi]
             self.object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
         return self.objects[path]
 
@@ -125,8 +133,12 @@ class _Builder:
         if (pi, ri) not in self.hidden:
             self.hidden[(pi, ri)] = len(self.probe_rows)
             self.probe_rows.append(
-                f"    {{PD_PROBE_MARK, {int(self.entry_locks[pi])}, probe_{pi}_entry, "
-                f"{_c_string(format_point(rp.point))}, -1, 0}},")
+                f"    {{PD_PROBE_MARK, {self.entry_locks[pi]}, probe_{pi}_entry, "
+                f"{_c_string(format_point(rp.point))}, -1, 0"
+                f"{f', probe_{pi}_entry_where' if self.entry_locks[pi] & PD_PROBE_FAST else ''}"
+                "},")
+            if self.entry_locks[pi] & PD_PROBE_FAST:
+                self.fast_rows.add(self.hidden[(pi, ri)])
         return self.hidden[(pi, ri)]
 
     def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
@@ -149,6 +161,8 @@ class _Builder:
             f"{f', probe_{pi}_where' if locks & PD_PROBE_FAST else ''}}},")
         if locks & PD_PROBE_FAST:
             self.fast_rows.add(pidx)
+        if rp.sites and all(isinstance(s, FunctionSite) and s.is_return for s in rp.sites):
+            self.return_rows.add(pidx)
         if rp.kind in ("mark", "function", "timer", *PROCESS_EVENTS):
             self.needs_wait = True
         if rp.kind == "timer":
@@ -237,7 +251,7 @@ class _Builder:
                 f"    {{{ex.site.pc:#x}, 0, args_{ai}, {_c_string(site.provider)}, "
                 f"{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, {exit_init}, "
                 f"fprobes_{ai} + {len(entries)}, {0 if mark_like else len(returns)}, 0, "
-                "PD_FX_ALT | PD_FX_EXIT},")
+                f"PD_FX_ALT | PD_FX_EXIT{' | PD_FX_IN_ENTRY' if ex.in_entry else ''}}},")
             self.sites.append(dataclasses.replace(ex.site, is_return=True))
             self.plans.append(ex.plan)
 
@@ -270,7 +284,12 @@ class _Builder:
                *(self.object_rows or ['    {"", 0},']), "};"]
         unit = self.unit
         if unit.usym:
-            out.extend(unwind_c(self.objects, _c_string, data=unit.usymdata))
+            out.extend(unwind_c(self.objects, _c_string, data=unit.usymdata,
+                                abis=self.object_abis, extra=self.symbol_objects))
+        if unit.is_return:
+            flags = ", ".join("1" if r in self.return_rows else "0"
+                              for r in range(len(self.probe_rows)))
+            out.append(f"const uint8_t pd_probe_is_return[] = {{{flags or '0'}}};")
         out.extend(["", "void pd_init_globals(uint8_t *g)", "{", "    (void)g;"])
         for var in unit.globals.values():
             if var.decl is not None and var.decl.init is not None:

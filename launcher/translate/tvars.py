@@ -68,15 +68,19 @@ def _site_var(site: FunctionSite, name: str) -> dwarf.DwarfParam | None:
                  if p.name == name), None)
 
 
-def read_c(site: FunctionSite, name: str, fetched: str) -> str:
-    """C of `$name` at `site` given `fetched`, its location's value: a `float` becomes a
-    double's bits, as stap reads one (fp32_to_fp64)."""
+def is_float32(site: FunctionSite, name: str) -> bool:
+    """Whether `$name` at `site` is a 4-byte `float`."""
     try:
         p = _site_var(site, name)
     except TargetError:
-        return fetched
-    return f"pd_fp32_to_fp64({fetched})" if p is not None and p.is_float and p.size == 4 \
-        else fetched
+        return False
+    return p is not None and p.is_float and p.size == 4
+
+
+def read_c(site: FunctionSite, name: str, fetched: str) -> str:
+    """C of `$name` at `site` given `fetched`, its location's value: a `float` becomes a
+    double's bits, as stap reads one (fp32_to_fp64)."""
+    return f"pd_fp32_to_fp64({fetched})" if is_float32(site, name) else fetched
 
 
 def _type_of(info: dwarf.DwarfInfo, p: dwarf.DwarfParam) -> object:

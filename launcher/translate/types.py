@@ -12,7 +12,7 @@ from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
 from ..format import parse_format
-from ..guru import SET_USER, set_user_params
+from ..guru import SET_USER, embedded_is_string, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
@@ -66,7 +66,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "gettimeofday_us": ((), LONG), "gettimeofday_ns": ((), LONG),
     "local_clock_ns": ((), LONG), "get_cycles": ((), LONG),
     "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
-    "log": ((STRING,), None),
+    "log": ((STRING,), None), "system": ((STRING,), None), "raise": ((LONG,), None),
     "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
     "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
     "str_replace": ((STRING, STRING, STRING), STRING),
@@ -81,6 +81,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "randint": ((LONG,), LONG), "ctime": ((LONG,), STRING), "errno_str": ((LONG,), STRING),
     "string_quoted": ((STRING,), STRING), "errno_p": ((LONG,), LONG),
     "isdigit": ((STRING,), LONG), "uarch_bytes": ((), LONG),
+    "returnval": ((), LONG), "returnstr": ((LONG,), STRING),
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
@@ -96,8 +97,24 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "abs": ((LONG,), LONG),
     # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
-    "usymdata": ((LONG,), STRING),
+    "usymdata": ((LONG,), STRING), "umodname": ((LONG,), STRING), "ustack": ((LONG,), LONG),
+    "ucallers": ((LONG,), STRING), "sprint_ubacktrace": ((), STRING),
+    "print_usyms": ((STRING,), None), "print_ustack": ((STRING,), None),
+    "sprint_usyms": ((STRING,), STRING), "sprint_ustack": ((STRING,), STRING),
+    # the probe's registers (runtime/pd_uregs.c, stap's registers.stp of each arch)
+    "uaddr": ((), LONG), "register": ((STRING,), LONG), "u_register": ((STRING,), LONG),
+    "int_arg": ((LONG,), LONG), "uint_arg": ((LONG,), LONG), "long_arg": ((LONG,), LONG),
+    "ulong_arg": ((LONG,), LONG), "longlong_arg": ((LONG,), LONG),
+    "ulonglong_arg": ((LONG,), LONG), "pointer_arg": ((LONG,), LONG),
+    "s32_arg": ((LONG,), LONG), "u32_arg": ((LONG,), LONG), "s64_arg": ((LONG,), LONG),
+    "u64_arg": ((LONG,), LONG), "asmlinkage": ((), None), "fastcall": ((), None),
+    "regparm": ((LONG,), None), "is_return": ((), LONG),
 }
+# *_arg(n): stap's _stp_arg(n, sign_extend, truncate); None: longlong_arg's
+ARG_FUNCS: dict[str, tuple[int, int] | None] = {
+    "int_arg": (1, 1), "s32_arg": (1, 1), "uint_arg": (0, 1), "u32_arg": (0, 1),
+    "long_arg": (1, 0), "ulong_arg": (0, 0), "pointer_arg": (0, 0),
+    "longlong_arg": None, "ulonglong_arg": None, "s64_arg": None, "u64_arg": None}
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
@@ -371,8 +388,9 @@ class Types:
                 var.hist_log = True
             else:
                 lo, hi, step = e.params
-                if step <= 0 or hi <= lo:
-                    raise _err("@hist_linear needs lo < hi and step > 0", e)
+                # lo == hi is one bucket (and under/overflow), as stap's runtime has it
+                if step <= 0 or hi < lo:
+                    raise _err("@hist_linear needs lo <= hi and step > 0", e)
                 if (hi - lo) // step + 3 > 128:
                     raise _err("@hist_linear has too many buckets (at most 125)", e)
                 if var.hist_linear not in (None, (lo, hi, step)):
@@ -383,7 +401,9 @@ class Types:
             return "hist"
         if isinstance(e, ast.Call):
             return self._infer_call(e, scope)
-        if isinstance(e, ast.Defined | ast.Embedded):
+        if isinstance(e, ast.Embedded):
+            return STRING if embedded_is_string(e.code) else LONG
+        if isinstance(e, ast.Defined):
             return LONG
         if isinstance(e, ast.Entry):
             return self._entry_type(e, scope)
@@ -598,14 +618,14 @@ class Types:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
-                if not isinstance(a, ast.HistOp):
-                    self._infer(a, scope)
-                else:
-                    self._infer(a, scope)
+                if isinstance(a, ast.HistOp) and name.startswith("s"):
+                    raise _err(f"{name}() of a histogram is not supported: the launcher "
+                               "draws histograms", a, "print() it instead")
+                self._infer(a, scope)
             if name in ("printf", "sprintf"):
                 fmt = e.args[0]
                 assert isinstance(fmt, ast.StringLiteral)
-                spec = parse_format(fmt.value, fmt.loc)
+                spec = parse_format(fmt.value, fmt.loc, legacy_p=self.script.legacy_p)
                 args = e.args[1:]
                 if len(args) != len(spec.arg_types):
                     raise _err(f"format string expects {len(spec.arg_types)} argument(s), "
@@ -615,6 +635,9 @@ class Types:
             return STRING if name.startswith("s") else None
         user_fn = name in self.funcs
         params: tuple[str, ...]
+        if name == "raise" and not self.script.guru:
+            raise _err("raise() sends a signal to the probed thread: only in guru mode", e,
+                       "run with -g")
         if name in SET_USER and not user_fn:
             if not self.script.guru:
                 raise _err(f"{name}() writes into the target's memory: only in guru mode", e,

@@ -19,7 +19,7 @@ void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
 
 /* From the stub's start to just before its relocated code: see ../x86/tramp.h. */
 uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *site,
-                       uintptr_t bias, int ps)
+                       uintptr_t bias, int ps, uintptr_t target)
 {
     uint8_t *body;
     const int32_t frame = (int32_t)sizeof(struct pd_regs) + 4;
@@ -56,11 +56,11 @@ uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *sit
     pd_e8(e, 0x68);                                            /* push $site */
     pd_e32(e, (uint32_t)(uintptr_t)site);
     pd_e8(e, 0x53);                                            /* push %ebx */
-    pd_e8(e, 0xe8);                                            /* call pd_tramp_entry */
+    pd_e8(e, 0xe8);                                            /* call target */
     uint8_t *call_field = e->p;
     pd_e32(e, 0);
     if (e->p <= e->end)
-        pd_put_rel32(call_field, (uintptr_t)e->p, (uintptr_t)pd_tramp_entry);
+        pd_put_rel32(call_field, (uintptr_t)e->p, target);
     if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         pd_e(e, "\x83\xc4\x10", 3);                            /* add $16,%esp */
         for (int n = 0; n < 8; n++)

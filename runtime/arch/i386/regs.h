@@ -15,6 +15,7 @@
 #define PD_ARCH_FUNC_H "arch/x86/func.h"     /* for pd_func.c */
 #define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
 #define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
+#define PD_ARGS_ON_STACK 1 /* *_arg() beyond the argument registers: the caller's stack */
 
 typedef uint32_t pd_ureg;
 

@@ -53,9 +53,10 @@ int pd_stub_code(uintptr_t stub, const struct pd_plan *plan, unsigned from, unsi
 PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
 /* The arch's part of a stub (x86_64/, i386/): from the stub's start, the switch to the
  * private stack (ps) or past the red zone, pd_regs and the flags word saved, the call of
- * pd_tramp_entry, all restored; returns where the body after pd_switch_stack starts. */
+ * target(regs, site, bias) (pd_tramp_entry or pd_fast_regs), all restored; returns where
+ * the body after pd_switch_stack starts. */
 uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *site,
-                       uintptr_t bias, int ps);
+                       uintptr_t bias, int ps, uintptr_t target);
 /* The arch's part of a FAST site's body: the registers C may clobber and the flags
  * saved around target(p, arg2), or with fn pd_func_fire_sp(p, site, the site's sp,
  * bias). */

@@ -154,19 +154,27 @@ static PD_FAST_FN void pd_tramp_fire(struct pd_regs *regs, const struct pd_site 
         pd_run_probe(&pd_probes[site->probe], site, regs, bias);
 }
 
+/* The arithmetic flags from the stub's word: lahf in bits 8-15, seto in bit 0. */
+static inline __attribute__((always_inline)) PD_FAST_FN void pd_stub_flags(struct pd_regs *regs)
+{
+    pd_ureg raw = *(const pd_ureg *)(regs + 1);
+    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+}
+
 PD_FAST_FN void pd_tramp_entry(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
-    if (site->nentry + site->nreturn) { /* a function entry: nothing there reads flags */
+    if (site->nentry + site->nreturn) { /* a function entry (register("eflags") reads them) */
+        pd_stub_flags(regs);
         pd_func_fire(regs, site, bias);
         return;
     }
     const struct pd_probe *p = &pd_probes[site->probe];
-    if (PD_LIKELY((p->locks & PD_PROBE_FAST) && !site->nshared)) {
+    if (PD_LIKELY((p->locks & (PD_PROBE_FAST | PD_PROBE_REGS)) == PD_PROBE_FAST &&
+                  !site->nshared)) {
         pd_fast_mark(p, &pd_fenv); /* reads no register: flags left unconverted */
         return;
     }
-    pd_ureg raw = *(const pd_ureg *)(regs + 1); /* lahf in bits 8-15, seto in bit 0 */
-    regs->flags = ((raw >> 8) & 0xd5) | ((raw & 1) << 11) | 0x2;
+    pd_stub_flags(regs);
     pd_tramp_fire(regs, site, bias);
 }
 
@@ -305,7 +313,14 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
     struct pd_emit em = {at, at + PD_STUB_PRE}, *e = &em;
     const struct pd_plan *plan = &site->plan;
     const int ps = pd_stub_private_stack();
-    uint8_t *body = pd_stub_frame(e, at, site, bias, ps);
+    /* a row run as a mark's whose probe is FAST and reads registers: straight to its
+     * runner, which needs no flags and no dispatch (pd_tramp_entry's) */
+    const struct pd_probe *one = site->nentry + site->nreturn + site->nshared
+        ? NULL : &pd_probes[site->probe];
+    const uint32_t fr = PD_PROBE_FAST | PD_PROBE_REGS;
+    uintptr_t target = one && (one->locks & fr) == fr ? (uintptr_t)pd_fast_regs
+                                                     : (uintptr_t)pd_tramp_entry;
+    uint8_t *body = pd_stub_frame(e, at, site, bias, ps, target);
     /* the displaced instructions, relocated (a function exit's: those from the exit on) */
     uint8_t *code = e->p;
     pd_stub_code_off = (unsigned)(code - at);
@@ -330,7 +345,8 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
         return -1;
     const struct pd_probe *probe = site->nentry + site->nreturn + site->nshared
         ? pd_func_fast_probe(site)
-        : pd_probes[site->probe].locks & PD_PROBE_FAST ? &pd_probes[site->probe] : NULL;
+        : (pd_probes[site->probe].locks & (PD_PROBE_FAST | PD_PROBE_REGS)) == PD_PROBE_FAST
+            ? &pd_probes[site->probe] : NULL;
     if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
     return (int)(e->p - at);
@@ -410,6 +426,22 @@ static long pd_window_of(uintptr_t bias, uint32_t o, const uintptr_t *stubs, uin
     return -1;
 }
 
+/* PD_FX_IN_ENTRY exit row s: its `ret` is the last instruction of its entry row's
+ * relocated code; that copy becomes `jmp` to s's stub (over the dead `jmp resume` after
+ * it), which runs the return probes and the `ret`.  -1 (s keeps no stub) if the copy is
+ * not that `ret` or the entry row has no stub. */
+static int pd_tramp_in_entry(uintptr_t *stubs, uint32_t s)
+{
+    long e = pd_in_entry_row(s);
+    const struct pd_plan *ep = e >= 0 ? &pd_sites[e].plan : NULL, *xp = &pd_sites[s].plan;
+    if (!ep || !stubs[e] || ep->pre || ep->code_len < xp->code_len ||
+        memcmp(ep->code + ep->code_len - xp->code_len, xp->code, xp->code_len) != 0)
+        return -1;
+    uint8_t *ret = pd_stub_at(stubs[e], ep, ep->code_len - xp->code_len, 0);
+    ret[0] = 0xe9;
+    return pd_put_rel32(ret + 1, (uintptr_t)(ret + 5), pd_stub_start(stubs[s], xp));
+}
+
 /* Before the stubs turn executable: a relocated branch of one stub that lands inside
  * another stubbed site's window goes to that stub's copy instead (that site, if the
  * branch lands inside one of its instructions, keeps its trap); short sites get their
@@ -436,6 +468,10 @@ void pd_tramp_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs)
             memcpy((uint8_t *)stubs[s] + PD_STUB_ENTRY, &entry, sizeof entry);
         }
     }
+    for (uint32_t s = 0; s < pd_module.nsites; s++)
+        if (stubs[s] && pd_sites[s].object == o && (pd_sites[s].fx & PD_FX_IN_ENTRY) &&
+            pd_tramp_in_entry(stubs, s) != 0)
+            stubs[s] = 0;
     pd_install_stub_fault_handler(); /* before any thread can enter a stub */
 }
 

@@ -19,6 +19,7 @@
 #define PD_ARCH_FUNC_H "arch/x86/func.h"     /* for pd_func.c */
 #define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
 #define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
+#define PD_ARGS_ON_STACK 1 /* *_arg() beyond the argument registers: the caller's stack */
 #define PD_ARCH_RET_FAST 1 /* x86_64_ret.S tries pd_ret_fast (pd_func.c) first */
 
 typedef uint64_t pd_ureg;

@@ -21,7 +21,7 @@ void pd_e_tls(struct pd_emit *e, uint8_t rex, uint8_t op, int reg, int32_t off)
 
 /* From the stub's start to just before its relocated code: see ../x86/tramp.h. */
 uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *site,
-                       uintptr_t bias, int ps)
+                       uintptr_t bias, int ps, uintptr_t target)
 {
     uint8_t *body;
     /* DWARF order -> x86 register encoding; rsp (7) is computed. */
@@ -66,8 +66,8 @@ uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *sit
     pd_e64(e, (uint64_t)(uintptr_t)site);
     pd_e(e, "\x48\xba", 2);                                    /* movabs $bias,%rdx */
     pd_e64(e, (uint64_t)bias);
-    pd_e(e, "\x48\xb8", 2);                                    /* movabs $entry,%rax */
-    pd_e64(e, (uint64_t)(uintptr_t)pd_tramp_entry);
+    pd_e(e, "\x48\xb8", 2);                                    /* movabs $target,%rax */
+    pd_e64(e, (uint64_t)target);
     pd_e(e, "\xff\xd0", 2);                                    /* call *%rax */
     if (PD_TRAMP_SAVE_XMM && pd_xmm_always) {
         for (int n = 0; n < 16; n++)
