@@ -58,7 +58,8 @@ enum pd_dwop_kind {
     PD_DW_PLUS, PD_DW_MINUS, PD_DW_AND, PD_DW_OR, PD_DW_XOR, PD_DW_MUL, PD_DW_SHL,
     PD_DW_SHR, PD_DW_SHRA, PD_DW_NEG, PD_DW_NOT,
     PD_DW_PIECE_REG, PD_DW_PIECE_MEM, PD_DW_PIECE_VAL,   /* arg: the piece's bytes */
-    PD_DW_END_MEMORY, PD_DW_END_VALUE, PD_DW_END_PIECES
+    PD_DW_END_MEMORY, PD_DW_END_VALUE, PD_DW_END_PIECES,
+    PD_DW_ENTRY_REG   /* reg's value at the function's entry (c->entry_regs) */
 };
 struct pd_dwop {
     int64_t arg;     /* CONST/ADDR/PLUS_CONST: the operand; DEREF and PIECE_*: bytes */
@@ -220,6 +221,9 @@ struct pd_ctx {
     int nesting;                  /* user function call depth (MAXNESTING) */
     const char *where;            /* the statement running, for error messages */
     int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
+    /* a probe inside a function: the registers at its entry, by DWARF number, that a
+     * hidden entry probe kept (launcher/entry.py); NULL where none did */
+    const int64_t *entry_regs;
     uint32_t outlen;
     char errmsg[160];
     int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */

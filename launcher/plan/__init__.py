@@ -16,7 +16,8 @@ from typing import NamedTuple
 
 from ..elf import dwarf
 from ..elf.argspec import ArgSpec
-from ..elf.functions import FunctionSite
+from ..elf.dwarf_expr import ExprError, narrow, split_part
+from ..elf.functions import FunctionSite, entry_site
 from ..elf.stapsdt import ProbeSite
 from ..resolve import Resolution
 from ..script import ast
@@ -25,8 +26,8 @@ from . import aarch64, x86
 from .returns import ReturnPlan, describe_returns, hijack, plan_returns
 from .x86 import PatchPlan, coverage, plan_c, trap
 
-__all__ = ["FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage", "plan_c",
-           "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
+__all__ = ["EntryKeep", "FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage",
+           "plan_c", "plan_function", "plan_site", "plan_sites", "prepare", "describe_returns"]
 
 class _Arch(NamedTuple):
     """What planning does on one machine."""
@@ -84,15 +85,42 @@ class FunctionPlan:
     def param_args(self, names: list[str]) -> list[ArgSpec]:
         """The argument descriptors of the script's parameter slots `names`, in order (a
         slot this function lacks is never read: the translator checked)."""
-        return [self.params.get(n, dwarf.UNUSED_ARG) for n in names]
+        return [self._arg(n) for n in names]
+
+    def _arg(self, slot: str) -> ArgSpec:
+        part = split_part(slot)
+        if part is None:
+            return self.params.get(slot, dwarf.UNUSED_ARG)
+        name, off, size, signed = part
+        whole = self.params.get(name)
+        if whole is None:
+            return dwarf.UNUSED_ARG
+        try:
+            return narrow(whole, off, size, signed)
+        except ExprError:
+            return dwarf.UNUSED_ARG   # the translator refused it (tvars.access)
+
+
+@dataclass(frozen=True)
+class EntryKeep:
+    """A probe site inside a function whose variables are read from registers' values
+    at the function's entry: the entry, where a hidden probe keeps the registers for
+    the call, and the CFA at the site as (DWARF register, offset), which finds them
+    again (launcher/entry.py)."""
+
+    site: FunctionSite
+    entry: FunctionSite
+    cfa: tuple[int, int]
 
 
 @dataclass(frozen=True)
 class SitePlans:
-    """Every site's plan, by (object path, link-time address)."""
+    """Every site's plan, by (object path, link-time address); per probe (by index in
+    the script) its sites that read values of the function's entry."""
 
     marks: dict[tuple[str, int], PatchPlan]
     functions: dict[tuple[str, int], FunctionPlan]
+    entry_keeps: dict[int, tuple[EntryKeep, ...]] = field(default_factory=dict)
 
     def mark(self, site: ProbeSite) -> PatchPlan:
         return self.marks[(site.path, site.pc)]
@@ -117,8 +145,15 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     marks: dict[tuple[str, int], PatchPlan] = {}
     # per function: its entry site, whether it has return probes, reads $return
     funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool]] = {}
-    for probe, points in zip(script.probes, resolution.points, strict=True):
+    keeps: dict[int, tuple[EntryKeep, ...]] = {}
+    for pi, (probe, points) in enumerate(zip(script.probes, resolution.points, strict=True)):
         sites = [s for rp in points for s in rp.sites]
+        if params:
+            keeps_here = _entry_keeps(probe, sites)
+            if keeps_here:
+                keeps[pi] = keeps_here
+                for k in keeps_here:
+                    funcs.setdefault((k.entry.path, k.entry.pc), (k.entry, False, False))
         uses_return = reads_return_value(probe)
         for site in sites:
             key = (site.path, site.pc)
@@ -142,4 +177,25 @@ def plan_sites(script: ast.Script, resolution: Resolution,
         functions[key] = FunctionPlan(
             plan_function(site), rplan,
             dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
-    return SitePlans(marks, functions)
+    return SitePlans(marks, functions, keeps)
+
+
+def _entry_keeps(probe: ast.Probe, sites: list[ProbeSite]) -> tuple[EntryKeep, ...]:
+    """The probe's sites inside functions that read a variable from a register's value
+    at the function's entry (dwarf.entry_frame)."""
+    if any(isinstance(n, ast.Entry) for n in iter_nodes(probe.body)):
+        return ()   # a .return probe's hidden entry handler is the @entry one
+    symbols = [n.name for n in iter_nodes(probe.body) if isinstance(n, ast.TargetSymbol)]
+    names: frozenset[str] | None = frozenset(s[1:] for s in symbols if is_param_name(s))
+    if any(s in ("$$parms", "$$vars", "$$locals") for s in symbols):
+        names = None   # every variable in scope
+    elif not names:
+        return ()
+    out = []
+    for site in sites:
+        if not isinstance(site, FunctionSite) or site.is_return:
+            continue
+        cfa = dwarf.entry_frame(site.path, site.func_addr, site.pc, names)
+        if cfa is not None:
+            out.append(EntryKeep(site, entry_site(site), cfa))
+    return tuple(out)

@@ -177,8 +177,16 @@ class _Builder:
             if isinstance(site, FunctionSite):
                 group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
-                if pi in self.entry_locks:
+                if pi in self.entry_locks and pi not in self.site_plans.entry_keeps:
                     group[2].append(self.hidden_entry(pi, ri, rp))
+                keep = next((k for k in self.site_plans.entry_keeps.get(pi, ())
+                             if k.site == site), None)
+                if keep is not None:   # the registers at the entry of the call
+                    entry = self.functions.setdefault((keep.entry.path, keep.entry.pc),
+                                                      (keep.entry, oi, [], []))
+                    row = self.hidden_entry(pi, ri, rp)
+                    if row not in entry[2]:
+                        entry[2].append(row)
             else:
                 self.add_mark(site, oi, pidx)
 
