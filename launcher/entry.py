@@ -18,6 +18,14 @@ same slot, pushed again) match in order; frames below a new entry's or a
 returning frame's slot were left by `longjmp` and are dropped.  A return
 whose entry values are missing (its entry was skipped: reentrancy, the stack
 full) does not run and is counted as a skipped probe.
+
+A probe inside a function (a statement, a label) reading a variable DWARF gives
+as a register's value at the entry (`DW_OP_entry_value`) has a hidden entry
+handler too: it keeps the registers (`pd_entry_keep`: the call's frame is
+replaced, not pushed, as its slot's earlier call has returned whether or not a
+return probe saw it), and the probe finds them again by the return-address
+slot its CFA names (`pd_entry_peek`, the frame stays for the call's next hits).
+Where none is found the read is "not accessible at this address".
 """
 
 from __future__ import annotations
@@ -63,7 +71,9 @@ static uintptr_t pd_ent_alloc(uintptr_t a, uintptr_t b, uintptr_t cc, uintptr_t 
     pd_ent_failed = 0;
     return 0;
 }}
-static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
+/* `keep`: replace the frame this probe has for the same slot (a call that returned) */
+static PD_FAST_FN void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v,
+                                     int keep)
 {{
     if (!pd_ent && !pd_ent_failed)
         pd_xmm_call(pd_ent_alloc, 0, 0, 0, 0);
@@ -71,8 +81,17 @@ static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int
 #if defined(__aarch64__) /* the return address is in x30: pd_func.c's slot is sp - 8 */
     at -= sizeof(pd_ureg);
 #endif
-    if (!pd_ent || (pd_ent_drop_below(at), pd_ent_n >= PD_ENTRY_MAX))
+    if (!pd_ent)
         return; /* the return finds no frame: skipped, counted */
+    pd_ent_drop_below(at);
+    for (uint32_t k = pd_ent_n; keep && k > 0 && pd_ent[k - 1].at == at; k--)
+        if (pd_ent[k - 1].probe == probe) {{
+            for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
+                pd_ent[k - 1].v[i] = v[i];
+            return;
+        }}
+    if (pd_ent_n >= PD_ENTRY_MAX)
+        return;
     struct pd_entry_frame *f = &pd_ent[pd_ent_n];
     f->at = at;
     f->probe = probe;
@@ -80,6 +99,29 @@ static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int
         f->v[i] = v[i];
     __asm__ volatile("" ::: "memory"); /* filled before a signal handler can see it */
     pd_ent_n++;
+}}
+static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
+{{
+    pd_entry_save(c, probe, v, 0);
+}}
+/* The registers at the entry, by DWARF number (pd_ctx.entry_regs) */
+static void pd_entry_keep(struct pd_ctx *c, uint32_t probe)
+{{
+    int64_t v[PD_ENTRY_VALS] = {{0}};
+    for (int r = 0; r < PD_NREGS && r < PD_ENTRY_VALS; r++)
+        v[r] = (int64_t)pd_reg(c->regs, r);
+    pd_entry_save(c, probe, v, 1);
+}}
+/* `at`: the return-address slot of the running call, from the CFA at the probe */
+static const int64_t *pd_entry_peek(uint32_t probe, uintptr_t at)
+{{
+    if (!pd_ent)
+        return NULL;
+    pd_ent_drop_below(at);
+    for (uint32_t k = pd_ent_n; k > 0 && pd_ent[k - 1].at == at; k--)
+        if (pd_ent[k - 1].probe == probe)
+            return pd_ent[k - 1].v;
+    return NULL;
 }}
 static PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
 {{
@@ -109,3 +151,9 @@ static PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
 
 def pop_c(probe: int, label: str = "out") -> list[str]:
     return [f"    if (!pd_entry_pop(c, {probe}, ent_)) {{ pd_count_skipped(1); goto {label}; }}"]
+
+
+def peek_c(probe: int, at_c: str) -> list[str]:
+    """A probe inside a function: the registers its call's entry kept (`at_c`: the
+    return-address slot, from the CFA at the site)."""
+    return [f"    c->entry_regs = pd_entry_peek({probe}, (uintptr_t)({at_c}));"]

@@ -55,7 +55,8 @@ static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t 
     for (const struct pd_dwop *o = a->ops;; o++) {
         uint64_t t = sp > 0 ? st[sp - 1] : 0;
         if (sp >= PD_DW_STACK && (o->op == PD_DW_CONST || o->op == PD_DW_ADDR ||
-                                  o->op == PD_DW_REG || o->op == PD_DW_DUP)) {
+                                  o->op == PD_DW_REG || o->op == PD_DW_DUP ||
+                                  o->op == PD_DW_ENTRY_REG)) {
             pd_error(c, "DWARF location deeper than %d values", PD_DW_STACK);
             return -1;
         }
@@ -64,6 +65,15 @@ static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t 
         case PD_DW_ADDR: st[sp++] = (uint64_t)o->arg + c->bias; break;
         case PD_DW_REG: st[sp++] = (uint64_t)pd_reg(c->regs, o->reg); break;
         case PD_DW_DUP: st[sp] = t; sp++; break;
+        case PD_DW_ENTRY_REG:
+            /* the entry probe did not run for this call (attached inside it, or skipped) */
+            if (!c->entry_regs) {
+                pd_error(c, "not accessible at this address: the value at the function's "
+                            "entry was not kept for this call");
+                return -1;
+            }
+            st[sp++] = (uint64_t)c->entry_regs[o->reg];
+            break;
         case PD_DW_DEREF:
             raw = 0;
             if (pd_read_user(c, (uintptr_t)t, &raw, (size_t)o->arg))
@@ -101,7 +111,8 @@ static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t 
                 return -1;
             if (o->arg < 8)
                 part &= (1ull << (8 * o->arg)) - 1;
-            acc |= part << (8 * filled);   /* x86 and aarch64: little-endian pieces */
+            if (filled < 8) /* an aggregate's later pieces: read by member (narrow()) */
+                acc |= part << (8 * filled);   /* x86 and aarch64: little-endian pieces */
             filled += (unsigned)o->arg;
             break;
         }

@@ -37,6 +37,15 @@
 #ifndef STUCK_CONTEXT_MS
 #define STUCK_CONTEXT_MS 2000
 #endif
+/* A segment lock's waiter (pd_lock.h): busy polls before it sleeps (critical sections
+ * are short), then futex sleeps of PD_LOCK_WAIT_NS, each also the dead-holder check
+ * period. */
+#ifndef PD_LOCK_SPINS
+#define PD_LOCK_SPINS 100
+#endif
+#ifndef PD_LOCK_WAIT_NS
+#define PD_LOCK_WAIT_NS 10000000L
+#endif
 
 /* ---- how probes are reached ---- */
 /* 1: every site traps (as --probe-mode=trap), compiled in. */

@@ -40,7 +40,7 @@ static uintptr_t pd_counter_claim(uintptr_t globals, uintptr_t area, uintptr_t s
 PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint32_t at, uint32_t area,
                                 uint32_t stride, int64_t v)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_COUNTER_SLOTS
     if (!c->cslot)
         c->cslot = (int64_t *)pd_xmm_call(pd_counter_claim, (uintptr_t)c->globals, area,
                                           stride, 0);

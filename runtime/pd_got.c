@@ -33,7 +33,8 @@
 
 #include "pd_runtime.h"
 
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_GOT_H /* an arch whose -x attach redirects GOT entries */
+#include PD_ARCH_GOT_H /* PD_R_*, PD_DT_REL*, pd_rel */
 
 /* The names pd_unwind.c and pd_dlopen.c define. */
 static const char *const pd_got_names[] = {
@@ -42,18 +43,6 @@ static const char *const pd_got_names[] = {
     "sigaltstack", "dlopen", "dlmopen", "dlclose",
 };
 #define PD_GOT_NNAMES (sizeof pd_got_names / sizeof pd_got_names[0])
-
-#if defined(__x86_64__)
-#define PD_R_JUMP_SLOT R_X86_64_JUMP_SLOT
-#define PD_R_GLOB_DAT R_X86_64_GLOB_DAT
-#define PD_R_TYPE(info) ELF64_R_TYPE(info)
-#define PD_R_SYM(info) ELF64_R_SYM(info)
-#else
-#define PD_R_JUMP_SLOT R_386_JMP_SLOT
-#define PD_R_GLOB_DAT R_386_GLOB_DAT
-#define PD_R_TYPE(info) ELF32_R_TYPE(info)
-#define PD_R_SYM(info) ELF32_R_SYM(info)
-#endif
 
 struct pd_got_entry {
     uintptr_t slot, orig, ours;
@@ -155,25 +144,14 @@ static void pd_got_scan_rels(const ElfW(Dyn) *dyn, uintptr_t base, struct pd_got
         case DT_JMPREL: jmprel = pd_dyn_ptr(d->d_un.d_ptr, base); break;
         case DT_PLTRELSZ: jmpsz = d->d_un.d_val; break;
         case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
-#if defined(__x86_64__)
-        case DT_RELA: rel = pd_dyn_ptr(d->d_un.d_ptr, base); break;
-        case DT_RELASZ: relsz = d->d_un.d_val; break;
-#else
-        case DT_REL: rel = pd_dyn_ptr(d->d_un.d_ptr, base); break;
-        case DT_RELSZ: relsz = d->d_un.d_val; break;
-#endif
+        case PD_DT_REL: rel = pd_dyn_ptr(d->d_un.d_ptr, base); break;
+        case PD_DT_RELSZ: relsz = d->d_un.d_val; break;
         default: break;
         }
     }
     if (!symtab || !strtab)
         return;
-#if defined(__x86_64__)
-    typedef ElfW(Rela) pd_rel;
-    const long kind = DT_RELA;
-#else
-    typedef ElfW(Rel) pd_rel;
-    const long kind = DT_REL;
-#endif
+    const long kind = PD_DT_REL;
     const struct { uintptr_t at; size_t size; } tables[2] = {
         {pltrel == kind ? jmprel : 0, jmpsz}, {rel, relsz}};
     for (int k = 0; k < 2; k++) {

@@ -58,9 +58,7 @@ void pd_request_exit(void);
 
 void pd_run(const struct pd_probe *p, const struct pd_site *site,
             const struct pd_regs *regs, uintptr_t bias);
-#if defined(__i386__)
-#define PD_FAST_MARK_CC __attribute__((regparm(2))) /* probe in eax, env in edx */
-#else
+#ifndef PD_FAST_MARK_CC /* the arch's cpu.h may pass the arguments in registers */
 #define PD_FAST_MARK_CC
 #endif
 /* What a stub may call for a row whose one probe is FAST and reads registers (the

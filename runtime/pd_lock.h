@@ -37,11 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "pd_config.h" /* STUCK_CONTEXT_MS */
-
-#if defined(__x86_64__) && defined(__ILP32__)
-#error "pd_lock.h: x32 is not supported (its futex timeout is not two longs)"
-#endif
+#include "pd_arch.h"   /* pd_cpu_relax */
+#include "pd_config.h" /* STUCK_CONTEXT_MS, PD_LOCK_WAIT_NS, PD_LOCK_SPINS */
 
 /* Spelled exactly as in the generated pd_shm.h, so both may be included. */
 #ifndef PD_LOCK_WAITERS
@@ -49,13 +46,6 @@
 #endif
 #ifndef PD_LOCK_TID_MASK
 #define PD_LOCK_TID_MASK 0x3fffffffu
-#endif
-
-#ifndef PD_LOCK_WAIT_NS
-#define PD_LOCK_WAIT_NS 10000000L /* one futex sleep; also the dead-holder check period */
-#endif
-#ifndef PD_LOCK_SPINS
-#define PD_LOCK_SPINS 100 /* busy polls before sleeping: critical sections are short */
 #endif
 
 /* pd_lock() / pd_trylock() results. */
@@ -104,15 +94,6 @@ static inline uint32_t pd_lock_self(void)
 		*slot = (uint32_t)syscall(SYS_gettid) & PD_LOCK_TID_MASK;
 	}
 	return *slot;
-}
-
-static inline void pd_lock_relax_(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield" ::: "memory");
-#endif
 }
 
 /* What a holder thread is doing, as far as a waiter can tell. */
@@ -192,7 +173,7 @@ static inline int pd_lock_slow_(volatile uint32_t *w, uint32_t self)
 		if (v == 0 && __atomic_compare_exchange_n(w, &expected, self, 0, __ATOMIC_ACQUIRE,
 		                                          __ATOMIC_RELAXED))
 			goto out;
-		pd_lock_relax_();
+		pd_cpu_relax();
 	}
 	uint64_t start = 0;
 	for (;;) {

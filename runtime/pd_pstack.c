@@ -54,7 +54,7 @@ static void pd_sigaction_setup(void);
 void pd_pstack_init(void)
 {
     pd_sigaction_setup();
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_PRIVATE_STACK
     if (pd_xmm_always) /* -x: dlopen'ed, the TLS may be dynamic */
         return;
     uintptr_t tp = pd_thread_pointer();

@@ -105,6 +105,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->nesting = 0;
     c->where = NULL;
     c->cslot = ((struct pd_fast_tls *)(void *)guard)->cslot;
+    c->entry_regs = NULL;
     c->outlen = 0;
     c->errmsg[0] = 0;
     c->regparm = 0;

@@ -21,15 +21,8 @@
 #include "pd_config.h" /* build-time defaults */
 #include "pd_shm.h" /* generated from shmlayout/: the arch-neutral segment */
 
-#if defined(__x86_64__)
-#include "arch/x86_64/regs.h"
-#elif defined(__i386__)
-#include "arch/i386/regs.h"
-#elif defined(__aarch64__)
-#include "arch/aarch64/regs.h"
-#else
-#error "pydyn runtime: unsupported architecture"
-#endif
+#include "pd_arch.h" /* the arch folder's cpu.h: PD_FAST_FN, PD_ARCH_REGS_H */
+#include PD_ARCH_REGS_H
 
 #ifndef PD_ARCH_READ_SELF
 #include <sys/types.h>
@@ -65,7 +58,8 @@ enum pd_dwop_kind {
     PD_DW_PLUS, PD_DW_MINUS, PD_DW_AND, PD_DW_OR, PD_DW_XOR, PD_DW_MUL, PD_DW_SHL,
     PD_DW_SHR, PD_DW_SHRA, PD_DW_NEG, PD_DW_NOT,
     PD_DW_PIECE_REG, PD_DW_PIECE_MEM, PD_DW_PIECE_VAL,   /* arg: the piece's bytes */
-    PD_DW_END_MEMORY, PD_DW_END_VALUE, PD_DW_END_PIECES
+    PD_DW_END_MEMORY, PD_DW_END_VALUE, PD_DW_END_PIECES,
+    PD_DW_ENTRY_REG   /* reg's value at the function's entry (c->entry_regs) */
 };
 struct pd_dwop {
     int64_t arg;     /* CONST/ADDR/PLUS_CONST: the operand; DEREF and PIECE_*: bytes */
@@ -95,15 +89,8 @@ typedef void (*pd_handler_fn)(struct pd_ctx *);
 /* pd_probe.locks bits (PD_PROBE_LOCKS, PD_PROBE_FAST: pd_shm.h).  FAST: the translator
  * proved the handler does only counter adds (no calls) and compiled it PD_FAST_FN, so
  * trampolines may run it without saving the vector registers (pd_run_fast). */
-/* Code that runs from a trampoline before the vector registers are saved: gcc may use
- * no xmm (nor, on i386, x87) register in it. */
-#if defined(__x86_64__) || defined(__i386__)
-#define PD_FAST_FN __attribute__((target("general-regs-only")))
-#define PD_FAST_UNIT _Pragma("GCC target(\"general-regs-only\")") /* every function after it */
-#else
-#define PD_FAST_FN
-#define PD_FAST_UNIT
-#endif
+/* PD_FAST_FN, PD_FAST_UNIT (the arch's cpu.h): code that runs from a trampoline before
+ * the vector registers are saved. */
 /* c->error of a FAST handler that ran out of MAXACTION: pd_error (vsnprintf) is
  * called after the handler, with the vector registers saved. */
 #define PD_ERROR_DEFERRED 2
@@ -234,6 +221,9 @@ struct pd_ctx {
     int nesting;                  /* user function call depth (MAXNESTING) */
     const char *where;            /* the statement running, for error messages */
     int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
+    /* a probe inside a function: the registers at its entry, by DWARF number, that a
+     * hidden entry probe kept (launcher/entry.py); NULL where none did */
+    const int64_t *entry_regs;
     uint32_t outlen;
     char errmsg[160];
     int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
@@ -330,14 +320,7 @@ static inline PD_FAST_FN struct pd_fast_tls *pd_fast_tls_of(const struct pd_fast
 {
     intptr_t off = env->tls_off;
     if (PD_LIKELY(off != 0)) {
-        uintptr_t tp; /* pd_thread_pointer, which gcc does not inline here (other target) */
-#if defined(__x86_64__)
-        __asm__("mov %%fs:0, %0" : "=r"(tp));
-#elif defined(__i386__)
-        __asm__("mov %%gs:0, %0" : "=r"(tp));
-#else
-        tp = pd_thread_pointer();
-#endif
+        uintptr_t tp = pd_fast_thread_pointer();
         return (struct pd_fast_tls *)(tp + (uintptr_t)off);
     }
     return pd_fast_tls_dynamic();
@@ -407,6 +390,7 @@ void pd_disarm_unloaded(void);
 int pd_dl_tables_lock(void);
 void pd_dl_tables_unlock(int taken);
 void *pd_dlopen_noload(const char *lib);
+#define PD_LIBGCC "libgcc_s.so.1" /* the unwinder pd_unwind.c interposes */
 /* GOT redirection of those interposers in a process pydyn -x attached to (pd_got.c);
  * counts[0] += entries restored, counts[1] += entries not redirected or not restored. */
 void pd_got_redirect_all(void);
@@ -566,29 +550,19 @@ PD_HIDDEN PD_FAST_FN void pd_counter_slow(struct pd_ctx *c, uint32_t base, uint3
 PD_HIDDEN PD_FAST_FN void pd_counter_wide(int64_t *blk, uint32_t at, int64_t v);
 int64_t pd_counter_read(const uint8_t *globals, uint32_t base, uint32_t area, uint32_t at,
                         uint32_t stride);
-/* x += v on counter `at` (its byte offset in a block), a plain add to the thread's own
- * slot (single writer: no lock prefix).  x86-64: a 64-bit load and store.  i386: an add
- * that leaves the high half as it is (a carry-free n++) is one 32-bit store, which a
- * reader's 64-bit load sees whole; anything else goes through pd_counter_wide's
- * sequence word.  aarch64 keeps the atomic add on the base. */
+#ifdef PD_ARCH_COUNTER_H
+#include PD_ARCH_COUNTER_H /* PD_ARCH_COUNTER_SLOTS, pd_counter_slot_add */
+#endif
+/* x += v on counter `at` (its byte offset in a block): where the arch has slot blocks, a
+ * plain add to the thread's own slot (pd_counter_slot_add: single writer, no lock
+ * prefix); elsewhere the atomic add on the base. */
 static inline PD_FAST_FN void pd_counter_add(struct pd_ctx *c, uint32_t base, uint32_t at,
                                              uint32_t area, uint32_t stride, int64_t v)
 {
-#if defined(__x86_64__) || defined(__i386__)
+#ifdef PD_ARCH_COUNTER_SLOTS
     int64_t *s = c->cslot;
     if (PD_LIKELY((uintptr_t)s > 1)) {
-#if defined(__x86_64__)
-        int64_t *p = (int64_t *)((uint8_t *)s + at);
-        __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
-#else
-        uint32_t *lo = (uint32_t *)((uint8_t *)s + at), old = *lo, n;
-        uint64_t u = (uint64_t)v;
-        if (PD_LIKELY(u >> 32 == 0 ? !__builtin_add_overflow(old, (uint32_t)u, &n)
-                                   : -u >> 32 == 0 && !__builtin_sub_overflow(old, (uint32_t)-u, &n)))
-            __atomic_store_n(lo, n, __ATOMIC_RELAXED);
-        else
-            pd_counter_wide(s, at, v);
-#endif
+        pd_counter_slot_add(s, at, v);
     } else {
         pd_counter_slow(c, base, at, area, stride, v); /* claims; without a slot: atomic */
     }

@@ -34,34 +34,7 @@ extern const uint32_t pd_unwind_ntables __attribute__((weak));
 extern uintptr_t pd_unwind_bias[] __attribute__((weak));
 extern uint8_t pd_unwind_state[] __attribute__((weak));
 
-#if defined(__x86_64__) || defined(__i386__)
-#define PD_DWARF_FP (sizeof(void *) == 8 ? 6 : 5) /* rbp / ebp */
-#define PD_LEAF_CFA 0 /* a call pushed the return address: the CFA is above sp */
-#elif defined(__aarch64__)
-#include "arch/aarch64/frames.h"
-#define PD_DWARF_FP 29
-#define PD_LEAF_CFA 1 /* at a function's entry the CFA is sp, x30 the return address */
-#endif
-
-/* The return address of the frame `n` (1: the probe's) whose CFA is `cfa`, by row r. */
-static int pd_walk_ra(const struct pd_regs *regs, const struct pd_cfarow *r, uintptr_t cfa,
-                      unsigned n, uintptr_t *ra)
-{
-#if defined(__aarch64__)
-    if (!r->ra_off) {
-        *ra = (uintptr_t)regs->r[30];
-        return n == 1; /* an outer frame has saved x30 before its call */
-    }
-    const void *slot = (const void *)(cfa + (intptr_t)r->ra_off);
-    if (pd_read_self(ra, slot, sizeof *ra) != (ssize_t)sizeof *ra)
-        return 0;
-    *ra = pd_a64_strip(*ra);
-    return 1;
-#else
-    (void)regs, (void)r, (void)n;
-    return pd_read_self(ra, (const void *)(cfa - sizeof *ra), sizeof *ra) == (ssize_t)sizeof *ra;
-#endif
-}
+#include PD_ARCH_WALK_H /* PD_DWARF_FP, PD_LEAF_CFA, pd_walk_ra */
 
 /* dl_iterate_phdr's counts of objects loaded and unloaded: the biases found for objects
  * with no probe hold while they do not change. */

@@ -28,6 +28,11 @@ MULTIARCH_INCLUDE = "/usr/include/x86_64-linux-gnu"
 
 Source = str | os.PathLike[str]
 
+# -D values of a run whose handler errors must not end the session: those
+# --suppress-handler-errors adds.  Each set of -D values compiles the runtime once per
+# session and ABI (conftest.py's runtime_store), so the tests that count errors share one.
+ERRORS_RUN_ON = ("-D", "MAXERRORS=1000000000")
+
 
 @dataclass(frozen=True)
 class Build:

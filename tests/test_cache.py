@@ -15,6 +15,7 @@ import os
 import pwd
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -30,23 +31,33 @@ def counter(tmp_path_factory: pytest.TempPathFactory, sdt_cflags: object) -> Pat
 
 
 class FakeGcc:
-    """A gcc on PATH that logs its calls and fails when `armed`."""
+    """A gcc on PATH that logs its calls and fails when `armed`.  The wrapper is one file
+    for the whole session (beside the tests' directories), told its log and marker by
+    the environment: the runtime objects precompiled with it (keyed by the compiler's
+    path and stat) are then compiled once into the session's runtime store (`new_cache`)
+    and found there by every later test."""
 
     def __init__(self, tmp: Path) -> None:
         real = shutil.which(os.environ.get("CC", "gcc"))
         assert real is not None
-        bindir = tmp / "fakebin"
-        bindir.mkdir()
+        bindir = tmp.parent / "fakebin"   # tmp_path's parent: the session's base directory
         self.log = tmp / "gcc.log"
         self.marker = tmp / "gcc.fail"
         self.path = bindir / "gcc"
-        self.path.write_text(
-            "#!/bin/sh\n"
-            f'echo "$@" >> {self.log}\n'
-            f'if [ -e {self.marker} ]; then echo "fake gcc called: $*" >&2; exit 1; fi\n'
-            f'exec {real} "$@"\n')
-        self.path.chmod(0o755)
-        self.env = {"CC": str(self.path), "PATH": f"{bindir}:{os.environ['PATH']}"}
+        text = ("#!/bin/sh\n"
+                'echo "$@" >> "$PYDYN_TEST_GCC_LOG"\n'
+                'if [ -e "$PYDYN_TEST_GCC_FAIL" ]; then\n'
+                '  echo "fake gcc called: $*" >&2; exit 1\n'
+                'fi\n'
+                f'exec {real} "$@"\n')
+        if not self.path.exists() or self.path.read_text() != text:
+            bindir.mkdir(exist_ok=True)
+            tmp_file = bindir / f"gcc.{os.getpid()}"
+            tmp_file.write_text(text)
+            tmp_file.chmod(0o755)
+            os.replace(tmp_file, self.path)
+        self.env = {"CC": str(self.path), "PATH": f"{bindir}:{os.environ['PATH']}",
+                    "PYDYN_TEST_GCC_LOG": str(self.log), "PYDYN_TEST_GCC_FAIL": str(self.marker)}
 
     def arm(self) -> None:
         self.marker.touch()
@@ -75,9 +86,10 @@ def key_of(res: subprocess.CompletedProcess[str]) -> str:
     return module_paths(res)[0].name.split("_")[1]
 
 
-def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path) -> None:
+def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path,
+                                                new_cache: Callable[[str], Path]) -> None:
     gcc = FakeGcc(tmp_path)
-    cache = tmp_path / "cache"
+    cache = new_cache("hit")
     script = script_for(counter)
     cold = run_pydyn(cache, "-v", "-e", script, "-c", f"{counter} 100", env=gcc.env)
     assert cold.returncode == 0, cold.stderr

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -53,9 +54,10 @@ def split(tmp: Path, b: Build, name: str = "prog", link: bool = True) -> tuple[P
     return exe, dbg
 
 
-def probe_adds(tmp: Path, exe: Path, cache: str = "cache") -> subprocess.CompletedProcess[str]:
-    return run_pydyn(tmp / cache, "-e", SCRIPT.format(exe=exe), "-c", f"{exe} 3",
-                     timeout=120)
+def probe_adds(cache: Path, exe: Path) -> subprocess.CompletedProcess[str]:
+    """The probe run on a module cache of its own (`new_cache`: the session's runtime
+    objects, no module built before)."""
+    return run_pydyn(cache, "-e", SCRIPT.format(exe=exe), "-c", f"{exe} 3", timeout=120)
 
 
 def assert_adds(res: subprocess.CompletedProcess[str]) -> None:
@@ -65,15 +67,17 @@ def assert_adds(res: subprocess.CompletedProcess[str]) -> None:
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_debuglink_beside_the_binary(tmp_path: Path, b: Build,
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                     monkeypatch: pytest.MonkeyPatch,
+                                     new_cache: Callable[[str], Path]) -> None:
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:.debug:{tmp_path}/root")
     exe, dbg = split(tmp_path, b)
     assert find_debug_file(str(exe)).path == str(dbg)
-    assert_adds(probe_adds(tmp_path, exe, "cache2"))
+    assert_adds(probe_adds(new_cache("cache2"), exe))
 
 
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
-def test_build_id_layout(tmp_path: Path, b: Build, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_build_id_layout(tmp_path: Path, b: Build, monkeypatch: pytest.MonkeyPatch,
+                         new_cache: Callable[[str], Path]) -> None:
     root = tmp_path / "root"
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:.debug:{root}")
     exe, dbg = split(tmp_path, b, link=False)
@@ -82,11 +86,12 @@ def test_build_id_layout(tmp_path: Path, b: Build, monkeypatch: pytest.MonkeyPat
     where.parent.mkdir(parents=True)
     shutil.move(dbg, where)
     assert find_debug_file(str(exe)).path == str(where)
-    assert_adds(probe_adds(tmp_path, exe))
+    assert_adds(probe_adds(new_cache("cache"), exe))
 
 
 def test_debuglink_in_dot_debug_and_under_a_root(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 new_cache: Callable[[str], Path]) -> None:
     root = tmp_path / "root"
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:.debug:{root}")
     b = BUILDS[1]
@@ -94,23 +99,24 @@ def test_debuglink_in_dot_debug_and_under_a_root(tmp_path: Path,
     (tmp_path / ".debug").mkdir()
     shutil.move(dbg, tmp_path / ".debug" / dbg.name)
     assert find_debug_file(str(exe)).path == str(tmp_path / ".debug" / dbg.name)
-    assert_adds(probe_adds(tmp_path, exe))
+    assert_adds(probe_adds(new_cache("cache"), exe))
     # ROOT + the binary's directory, as /usr/lib/debug/usr/bin/prog.debug
     under = root / str(tmp_path).lstrip("/")
     under.mkdir(parents=True)
     shutil.move(tmp_path / ".debug" / dbg.name, under / dbg.name)
     assert find_debug_file(str(exe)).path == str(under / dbg.name)
-    assert_adds(probe_adds(tmp_path, exe, "cache2"))   # not the first run's module
+    assert_adds(probe_adds(new_cache("cache2"), exe))   # not the first run's module
 
 
 def test_crc_mismatch_is_rejected_and_named(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           new_cache: Callable[[str], Path]) -> None:
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:.debug:{tmp_path}/root")
     exe, dbg = split(tmp_path, BUILDS[1])
     good = file_crc(str(dbg))
     with open(dbg, "ab") as f:   # still an ELF file, no longer the one linked
         f.write(b"\0")
-    res = probe_adds(tmp_path, exe)
+    res = probe_adds(new_cache("cache"), exe)
     assert res.returncode == 1
     err = res.stderr.strip()
     assert "no DWARF debug information" in err and f"{dbg}: CRC" in err, err
@@ -118,11 +124,12 @@ def test_crc_mismatch_is_rejected_and_named(tmp_path: Path,
     # '-' skips the CRC check, as in elfutils: the file is taken
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"-:.debug:{tmp_path}/root")
     assert find_debug_file(str(exe)).path == str(dbg)
-    assert_adds(probe_adds(tmp_path, exe, "cache2"))
+    assert_adds(probe_adds(new_cache("cache2"), exe))
 
 
 def test_build_id_of_another_binary_is_rejected(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                new_cache: Callable[[str], Path]) -> None:
     root = tmp_path / "root"
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:{root}")
     exe, _ = split(tmp_path, BUILDS[1], link=False)
@@ -131,18 +138,19 @@ def test_build_id_of_another_binary_is_rejected(tmp_path: Path,
     where = root / ".build-id" / bid[:2] / f"{bid[2:]}.debug"
     where.parent.mkdir(parents=True)
     shutil.copy(other_dbg, where)
-    res = probe_adds(tmp_path, exe)
+    res = probe_adds(new_cache("cache"), exe)
     assert res.returncode == 1
     assert f"{where}: build-id {build_id(other)}, not {bid}" in res.stderr, res.stderr
 
 
 def test_nothing_found_names_where_it_looked(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            new_cache: Callable[[str], Path]) -> None:
     root = tmp_path / "root"
     monkeypatch.setenv("SYSTEMTAP_DEBUGINFO_PATH", f"+:.debug:{root}")
     exe, dbg = split(tmp_path, BUILDS[0])
     os.unlink(dbg)
-    res = probe_adds(tmp_path, exe)
+    res = probe_adds(new_cache("cache"), exe)
     assert res.returncode == 1
     err = res.stderr
     assert "no DWARF debug information" in err and str(root / ".build-id") in err, err

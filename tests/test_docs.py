@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -81,23 +82,23 @@ def _command_part(example: str) -> str:
     return example
 
 
-def _run_example(example: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """One example with this interpreter's pydyn and a cache of the test's own."""
+def _run_example(example: str, cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """One example with this interpreter's pydyn and a module cache of the test's own."""
     words = shlex.split(_command_part(example))
     assert words[0] == "pydyn"
-    env = dict(os.environ, PYDYN_CACHE_DIR=str(cwd / "cache"))
+    env = dict(os.environ, PYDYN_CACHE_DIR=str(cache))
     return subprocess.run([sys.executable, "-m", "pydyn.launcher.cli", *words[1:]], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_first_help_example_counts(tmp_path: Path) -> None:
+def test_first_help_example_counts(tmp_path: Path, new_cache: Callable[[str], Path]) -> None:
     """The one-liner a new user copies first prints the number of hits, not 0."""
     src = tmp_path / "app.c"
     src.write_text(APP_C)
     build_c(src, tmp_path / "app")
     first = _examples()[0]
     assert "-c ./app" in first
-    res = _run_example(first, tmp_path)
+    res = _run_example(first, tmp_path, new_cache("help"))
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == "7", res.stdout
 
@@ -110,7 +111,7 @@ def test_listing_help_examples_run(tmp_path: Path) -> None:
         binary = shlex.split(_command_part(command))[2].split('"')[1]
         if not any(Path("/").glob(binary.lstrip("/"))):
             continue
-        res = _run_example(command, tmp_path)
+        res = _run_example(command, tmp_path, tmp_path / "cache")
         assert res.returncode == 0, (command, res.stderr)
         assert res.stdout.startswith("process("), (command, res.stdout)
 
@@ -138,7 +139,8 @@ int main(int argc, char **argv)
 """
 
 
-def test_every_other_help_example_runs(tmp_path: Path) -> None:
+def test_every_other_help_example_runs(tmp_path: Path,
+                                       new_cache: Callable[[str], Path]) -> None:
     """The script examples of --help, on a script.stp, ./app and ./server of the test's
     own: ./server N runs N ./app at once.  `-x 1234 -T 10` attaches to a real ./app and
     waits 1 second, not 10."""
@@ -152,6 +154,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
     (tmp_path / "script.stp").write_text(
         'global n\nprobe process("./app").mark("tick") { n++ }\n'
         'probe end { printf("n=%d\\n", n) }\n')
+    cache = new_cache("examples")
     scripted = [c for c in _examples() if " script.stp" in c]
     assert len(scripted) == 4, scripted
     for example in scripted:
@@ -161,7 +164,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
             try:
                 assert app.stdout is not None and app.stdout.readline() == "ready\n"
                 res = _run_example(example.replace("1234", str(app.pid))
-                                   .replace("-T 10", "-T 1"), tmp_path)
+                                   .replace("-T 10", "-T 1"), tmp_path, cache)
                 assert app.poll() is None, "the attached process did not run on"
             finally:
                 app.kill()
@@ -169,7 +172,7 @@ def test_every_other_help_example_runs(tmp_path: Path) -> None:
             assert res.returncode == 0, (example, res.stderr)
             assert int(res.stdout.removeprefix("n=")) > 10, (example, res.stdout)
             continue
-        res = _run_example(example, tmp_path)
+        res = _run_example(example, tmp_path, cache)
         assert res.returncode == 0, (example, res.stderr)
         if "-p3" in example:
             assert "#include" in res.stdout, (example, res.stdout[:500])

@@ -204,8 +204,7 @@ def test_without_dwarf(progs: Progs, cache: Path) -> None:
     ('probe process("{exe}").function("add").return {{ println($$parms) }}',
      "'$$parms' is not available in .return probes"),
     ('probe process("{exe}").function("mixed") {{ println($p) }}',
-     "'$p': {exe}: parameter 'p' of mixed@{src}:{mline} cannot be read at the entry: "
-     "'struct pair' is not a scalar"),
+     "'$p': {exe}: 'struct pair' is being accessed instead of a member of parameter 'p'"),
     ('probe process("{exe}").function("add@dwarf_params.c:x") {{ }}', "bad line number 'x'"),
 ])
 def test_bad_parameter_uses(progs: Progs, cache: Path, script: str,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from cbuild import (
+    ERRORS_RUN_ON,
     PROGS,
     assert_thread_sums,
     build_c,
@@ -132,7 +133,9 @@ def test_probe_in_signal_handler_inside_a_handler_is_skipped(
               '{ ticks++; for (i = 0; i < 2000; i++) busy++ }\n'
               f'probe process("{t}").mark("sig") {{ sigs++ }}\n'
               'probe end { printf("ticks=%d sigs=%d busy>0=%d\\n", ticks, sigs, busy > 0) }\n')
-    res = run_pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=100000", "-e", script,
+    # MAXACTION far above the loop's 2,000 rounds: the value test_quiesce.py and
+    # test_session.py run with, whose precompiled runtime objects serve this run too
+    res = run_pydyn(cache, f"--probe-mode={mode}", "-D", "MAXACTION=100000000", "-e", script,
                     "-c", f"{t} alarm 3000")
     no_traceback(res)
     target = re.search(r"alarm done 3000 signals=(\d+)", res.stdout)
@@ -147,7 +150,7 @@ def test_probe_in_signal_handler_inside_a_handler_is_skipped(
 def test_endless_handler_stops_at_maxaction(bins: dict[str, Path], cache: Path) -> None:
     t = bins["t64"]
     script = f'global x\nprobe process("{t}").mark("tick") {{ while (1) {{ x++ }} }}\n'
-    res = run_pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 20")
+    res = run_pydyn(cache, *ERRORS_RUN_ON, "-e", script, "-c", f"{t} spin 20")
     no_traceback(res)
     assert res.returncode == 1
     assert res.stderr.count("ERROR: MAXACTION exceeded") == 20, res.stderr
@@ -173,7 +176,7 @@ def test_user_string_on_bad_addresses_is_a_counted_error(bins: dict[str, Path], 
                                                          abi: str) -> None:
     t = need(bins, abi)
     script = f'probe process("{t}").mark("str") {{ printf("s=%s\\n", user_string($arg1)) }}\n'
-    res = run_pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{t} strings")
+    res = run_pydyn(cache, *ERRORS_RUN_ON, "-e", script, "-c", f"{t} strings")
     no_traceback(res)
     assert res.returncode == 1
     out = res.stdout.splitlines()
@@ -350,7 +353,7 @@ def test_fork_exec_storm_of_200_mixed_processes(bins: dict[str, Path], cache: Pa
 def test_full_map_is_reported(bins: dict[str, Path], cache: Path) -> None:
     t = bins["t64"]
     script = f'global a[10]\nprobe process("{t}").mark("tick") {{ a[$arg1] = 1 }}\n'
-    res = run_pydyn(cache, "-D", "MAXERRORS=100", "-e", script, "-c", f"{t} spin 15")
+    res = run_pydyn(cache, *ERRORS_RUN_ON, "-e", script, "-c", f"{t} spin 15")
     no_traceback(res)
     assert res.returncode == 1
     assert "spin done 15" in res.stdout

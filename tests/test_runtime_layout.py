@@ -48,11 +48,13 @@ def test_package_data_ships_every_runtime_file() -> None:
 
 
 @pytest.mark.parametrize("abi", build.ABIS)
-def test_precompiled_runtime_holds_the_assembly(tmp_path: Path, abi: str) -> None:
+def test_precompiled_runtime_holds_the_assembly(runtime_store: Path, abi: str) -> None:
     tc = build.get_toolchain(abi)
     if tc is None:
         pytest.skip(f"no {abi} toolchain: {build.INSTALL_HINT[abi]}")
-    objs = build.runtime_objects(tc, [], tmp_path)
+    # the session's store (conftest.py): the very objects every module of the session
+    # links, compiled here unless a run before did
+    objs = build.runtime_objects(tc, [], runtime_store)
     assert [o.stem for o in objs] == [p.stem for p in build.runtime_sources(abi)]
     sums = (objs[0].parent / "sha256.json").read_text()
     asm = [o for o, p in zip(objs, build.runtime_sources(abi), strict=True) if p.suffix == ".S"]

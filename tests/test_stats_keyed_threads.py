@@ -17,7 +17,15 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from cbuild import PROGS, build_c, have_cc, have_m32, have_sdt_h, run_pydyn_clean
+from cbuild import (
+    ERRORS_RUN_ON,
+    PROGS,
+    build_c,
+    have_cc,
+    have_m32,
+    have_sdt_h,
+    run_pydyn_clean,
+)
 from test_stats_threads import value
 
 from pydyn.launcher.stats import (
@@ -185,7 +193,7 @@ def test_full_table_is_an_error_per_hit(progs: dict[str, Path], cache: Path,
     stp = (f'global s[16]\nprobe process("{binary}").mark("hit") '
            f'{{ s[$arg1, $arg2 % 20] {update} }}\n'
            'probe end { n = 0; foreach ([t, k] in s) n++; printf("merged %d\\n", n) }\n')
-    r = run_pydyn_clean(cache, "-D", "MAXERRORS=100000", "-e", stp, "-c", f"{binary} 8 {per}", rc=1)
+    r = run_pydyn_clean(cache, *ERRORS_RUN_ON, "-e", stp, "-c", f"{binary} 8 {per}", rc=1)
     fails = 8 * 2 * per * 4 // 20
     assert r.stderr.count("ERROR: Array overflow, check size limit (16)") == fails
     assert r.stderr.count("ERROR: aggregation overflow in s (16 entries)") == 1

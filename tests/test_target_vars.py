@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
+from cbuild import BUILDS, ERRORS_RUN_ON, PROGS, Build, builder, run_pydyn
 
 SRC = PROGS / "dwarf_tvars.c"
 ROUNDS = 3
@@ -70,7 +70,7 @@ def test_null_dereference_is_a_counted_error(progs: Progs, cache: Path, b: Build
     script = (f'probe process("{exe}").function("visit") {{ '
               'printf("d %d %d\\n", @defined($n->nope), @defined($n->next->a)); '
               'println($n->next->next->a) }')
-    res = run_pydyn(cache, "-D", "MAXERRORS=10", "-e", script, "-c", f"{exe} {ROUNDS}")
+    res = run_pydyn(cache, *ERRORS_RUN_ON, "-e", script, "-c", f"{exe} {ROUNDS}")
     assert res.returncode == 1, res.stderr   # as stap: a run with errors fails
     assert res.stdout.count("d 0 1\n") == ROUNDS, res.stdout
     assert "sum=" in res.stdout   # the program ran to its end

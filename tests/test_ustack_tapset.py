@@ -243,10 +243,11 @@ def test_errors_are_stap_s(progs: Path, cache: Path, b: Build) -> None:
 
 
 def test_d_names_a_missing_file(progs: Path, cache: Path) -> None:
+    """As stap, which takes any -d path (its transok/eleven runs -d of a missing one)."""
     exe, _lib = _built(progs, BUILDS[1])
-    res = run_pydyn(cache, "-d", "/nonexistent/libx.so", "-e",
+    res = run_pydyn(cache, "-d", "/nonexistent/libx.so", "-p4", "-e",
                     'probe process(@1).function("probed") { print_ubacktrace() }', str(exe),
-                    "-c", str(exe), timeout=120)
-    assert res.returncode == 1
-    assert res.stderr.strip().splitlines() == [
-        "pydyn: error: /nonexistent/libx.so: no such file (named by -d)"], res.stderr
+                    timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "pydyn: warning: -d /nonexistent/libx.so: no such file (named by -d): its symbols are " \
+        "unknown" in res.stderr, res.stderr

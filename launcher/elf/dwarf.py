@@ -25,7 +25,9 @@ parameter's home is a stack slot the prologue has not written yet at the entry
 (optimized out) or one whose expression pydyn cannot evaluate, falls back to
 the platform ABI when its position is known (x86-64: the Nth integer-class
 parameter is in rdi, rsi, rdx, rcx, r8, r9; i386: the stack above the return
-address) — `via_abi` says so, and `-L -v` prints it.  Otherwise the parameter
+address) — `via_abi` says so, and `-L -v` prints it.  Not an i386 int or pointer
+that -O0 homes below the CFA: gcc leaves a stack-passed one in the caller's slot, so
+that one came in a register (regparm, fastcall) the DWARF does not name.  Otherwise the parameter
 has no location and `why` says why; using it is a translate-time error.
 """
 
@@ -41,7 +43,7 @@ from typing import Any
 
 from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
-from .dwarf_expr import ExprError, Frame, FrameBase, compile_expr
+from .dwarf_expr import ExprError, Frame, FrameBase, compile_expr, needs_entry
 
 _X86_64_REGS = ("%rax", "%rdx", "%rcx", "%rbx", "%rsi", "%rdi", "%rbp", "%rsp",
                 *(f"%r{i}" for i in range(8, 16)), "%rip")
@@ -58,6 +60,7 @@ _QUALIFIERS = {"DW_TAG_const_type": "const", "DW_TAG_volatile_type": "volatile",
                "DW_TAG_restrict_type": "restrict", "DW_TAG_atomic_type": "_Atomic"}
 _AGGREGATES = {"DW_TAG_structure_type": "struct", "DW_TAG_union_type": "union",
                "DW_TAG_class_type": "class", "DW_TAG_enumeration_type": "enum"}
+_PROLOGUE_FRAME = "in the stack frame the prologue builds"
 _NO_FRAME = Frame()   # no frame base, no CFA, not the entry
 _DW_ATE_FLOAT, _DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR = 4, 5, 6
 
@@ -409,7 +412,7 @@ class _Reader:
             p = DwarfParam(pname, type_name(tdie), size, signed, is_float, scalar, None,
                            placeholder=_placeholder(tdie),
                            type_offset=tdie.offset if tdie is not None else -1)
-            if not scalar:
+            if not scalar and not _by_value(tdie, word):
                 params.append(replace(p, why=f"'{p.type_name}' is not a scalar: pydyn "
                                              "reads integers, pointers and floats"))
                 continue
@@ -417,6 +420,15 @@ class _Reader:
                                       frame=self._frame(cu, func, low_pc, base, None))
             if loc is not None:
                 params.append(replace(p, location=loc))
+            elif fallback is not None and self.machine == "i386" and size == 4 and \
+                    not is_float and why.startswith(_PROLOGUE_FRAME):
+                # i386 -O0 keeps a stack-passed int or pointer in the caller's slot (above
+                # the CFA; it copies only narrower ones and 8-byte ones into its frame): one
+                # homed below it came in a register (regparm, fastcall), which the DWARF
+                # does not name and the stack convention would misread
+                params.append(replace(p, why="passed in a register (regparm or fastcall) "
+                                             "that DWARF does not name at the entry; its "
+                                             "home is written by the prologue"))
             elif fallback is not None:
                 params.append(replace(p, location=replace(fallback, size=size, signed=signed),
                                       via_abi=True, why=why))
@@ -528,7 +540,7 @@ class _Reader:
                 p = DwarfParam(name.decode(errors="replace"), type_name(tdie), size, signed,
                                is_float, scalar, None, placeholder=_placeholder(tdie),
                                type_offset=tdie.offset if tdie is not None else -1)
-                if not scalar:
+                if not scalar and not _by_value(tdie, word):
                     found[p.name] = replace(p, why=f"'{p.type_name}' is not a scalar")
                     continue
                 where, why = self._location(cu, child, pc, base, cfa_base, size, signed,
@@ -665,7 +677,7 @@ class _Reader:
         if n == "DW_OP_fbreg" and cfa_base:
             off = cfa + int(op.args[0])
             if not at_entry and off < cfa:   # below the CFA: the callee's frame
-                return None, "in the stack frame the prologue builds, not yet at the entry"
+                return None, f"{_PROLOGUE_FRAME}, not yet at the entry"
             return ArgSpec(f"{off}({names[sp]})", size, signed, False, ArgKind.MEM,
                            base=sp, disp=off, machine=self.machine), ""
         return self._compiled(ops, size, signed, at_entry, frame, pc)
@@ -806,30 +818,60 @@ def _scalar(tdie: Any, word: int) -> tuple[int, bool, bool, bool]:
     return size, False, False, False
 
 
+def _by_value(tdie: Any, word: int) -> bool:
+    """Whether a variable of this type is a struct or union whose members a probe reads
+    where its location puts them (registers, pieces, memory: dwarf_expr.narrow)."""
+    t = strip_type(tdie)
+    return t is not None and t.tag in ("DW_TAG_structure_type", "DW_TAG_union_type",
+                                       "DW_TAG_class_type") and type_size(t, word) > 0
+
+
 def type_name(t: Any) -> str:
-    """A type as stap spells it: `char const*`, `long int`, `struct pair`."""
+    """A type as stap spells it (dwarf_wrappers.cxx's dwarf_type_name): `char const*`,
+    `long int`, `struct pair`, `struct {...}`, `int (*) (int, char)`, `va_list`."""
+    sub: list[Any] = []   # the subroutine type a function pointer's modifiers wrap
+    text = _type_text(t, sub)
+    if not sub:
+        return text
+    params = []
+    for c in sub[0].iter_children():
+        if c.tag == "DW_TAG_unspecified_parameters":
+            params.append("...")
+        elif c.tag == "DW_TAG_formal_parameter":
+            params.append(type_name(type_die(c)))
+    return f"{type_name(type_die(sub[0]))} ({text}) ({', '.join(params) or 'void'})"
+
+
+def _type_text(t: Any, sub: list[Any]) -> str:
+    """`t` spelled from its innermost type out; a subroutine type is left in `sub` for
+    type_name to put its modifiers between the return and the parameter types."""
     if t is None:
         return "void"
+    if t.tag == "DW_TAG_subroutine_type":
+        sub.append(t)
+        return ""
     name = t.attributes.get("DW_AT_name")
     text = name.value.decode(errors="replace") if name is not None else None
     if t.tag in ("DW_TAG_base_type", "DW_TAG_typedef"):
         return text or "?"
-    if t.tag in _QUALIFIERS:
-        return f"{type_name(type_die(t))} {_QUALIFIERS[t.tag]}"
-    if t.tag == "DW_TAG_pointer_type":
-        target = type_die(t)
-        if target is not None and target.tag == "DW_TAG_subroutine_type":
-            params = [type_name(type_die(c)) for c in target.iter_children()
-                      if c.tag == "DW_TAG_formal_parameter"]
-            return f"{type_name(type_die(target))} (*)({', '.join(params)})"
-        return f"{type_name(target)}*"
-    if t.tag in ("DW_TAG_reference_type", "DW_TAG_rvalue_reference_type"):
-        return f"{type_name(type_die(t))}&"
     if t.tag in _AGGREGATES:
         return f"{_AGGREGATES[t.tag]} {text or '{...}'}"
-    if t.tag == "DW_TAG_array_type":
-        return f"{type_name(type_die(t))}[]"
-    return text or "?"
+    inner = type_die(t)
+    if t.tag == "DW_TAG_pointer_type" and inner is not None and \
+            inner.tag == "DW_TAG_structure_type" and \
+            die_attr(inner, "DW_AT_name") == b"__va_list_tag":
+        return "va_list"   # the builtin, as stap and gcc name it
+    under = _type_text(inner, sub)
+    if t.tag in _QUALIFIERS:
+        # a const on a reference is redundant
+        redundant = t.tag == "DW_TAG_const_type" and inner is not None and inner.tag in (
+            "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
+        return under if redundant else f"{under} {_QUALIFIERS[t.tag]}"
+    suffix = {"DW_TAG_pointer_type": "*", "DW_TAG_reference_type": "&",
+              "DW_TAG_rvalue_reference_type": "&&", "DW_TAG_array_type": "[]"}.get(t.tag)
+    if suffix is None:
+        return text or "?"
+    return under + suffix
 
 
 # -- what the translator asks of a function site ----------------------------------
@@ -857,6 +899,9 @@ def readable_param(path: str, func_addr: int, name: str, pc: int | None = None
         raise TargetError(path, f"function {func.where} has no {what} '{name}' "
                                 + (f"at {pc:#x} " if inside and pc is not None else "")
                                 + f"({what}s: {have})")
+    if not p.scalar:
+        raise TargetError(path, f"'{p.type_name}' is being accessed instead of a member "
+                                f"of {'variable' if inside else 'parameter'} '{name}'")
     if p.location is None:
         where = f"at {pc:#x}" if inside and pc is not None else "at the entry"
         raise TargetError(path, f"{'variable' if inside else 'parameter'} '{name}' of "
@@ -905,6 +950,24 @@ def site_params(path: str, func_addr: int, pc: int | None = None) -> tuple[Dwarf
         return copy + tuple(p for p in func.params
                             if all(p.name != q.name for q in copy)) if copy else func.params
     return get_dwarf(path).variables_at(func, pc)
+
+
+def entry_frame(path: str, func_addr: int, pc: int, names: frozenset[str] | None
+                ) -> tuple[int, int] | None:
+    """At a site inside a function where a variable among `names` (None: any) is read
+    from a register's value at the function's entry (`DW_OP_entry_value`): the CFA there
+    as (DWARF register, offset), which finds the values a hidden entry probe kept for the
+    call (launcher/entry.py); None where no such variable is read."""
+    try:
+        params = site_params(path, func_addr, pc)
+    except TargetError:
+        return None
+    if params is site_function(path, func_addr).params:
+        return None   # at the entry the registers themselves are read
+    if not any(needs_entry(p.location) and (names is None or p.name in names)
+               for p in params):
+        return None
+    return _cfa_rule(path, pc)
 
 
 def param_locations(path: str, func_addr: int, pc: int | None = None) -> dict[str, ArgSpec]:

@@ -88,7 +88,16 @@ class Bits:
         return f"bits{'s' if self.signed else 'u'}[{self.shift}:{self.width}]"
 
 
-Step = Offset | Index | Load | Bits
+@dataclass(frozen=True)
+class Float32:
+    """value = the loaded 32-bit float as a double's bits: stap reads a `float` so
+    (its fp32_to_fp64), a `double` as its bits; fp_to_string() prints either."""
+
+    def __str__(self) -> str:
+        return "fp32"
+
+
+Step = Offset | Index | Load | Bits | Float32
 
 
 @dataclass(frozen=True)
@@ -133,8 +142,8 @@ def _base_kind(t: Any, word: int) -> tuple[int, bool]:
         return type_size(t, word), False
     if t.tag == "DW_TAG_base_type":
         enc = die_attr(t, "DW_AT_encoding") or 0
-        if enc == _DW_ATE_FLOAT:
-            raise ValueError("floating point")
+        if enc == _DW_ATE_FLOAT and type_size(t, word) not in (4, 8):
+            raise ValueError(f"{type_size(t, word) * 8}-bit floating point")
         return type_size(t, word), enc in (_DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR)
     if t.tag == "DW_TAG_enumeration_type":
         under = strip_type(type_die(t))
@@ -227,7 +236,15 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
     steps: list[Step] = []
     memory = in_memory
     bitfield: tuple[int, int] | None = None     # (bit offset in the struct, width)
+    done = 0
+    by_value_bits: Bits | None = None
+    if root.kind == "param" and not in_memory:
+        root, t_full, done, by_value_bits = _by_value_member(info, root, root_type,
+                                                             components, word)
+        memory = done > 0 and _is_address_part(root.name)
     for i, comp in enumerate(components):
+        if i < done:
+            continue
         t = strip_type(t_full)
         if t is None:
             raise DwarfAccessError(f"invalid access '{_component_text(comp)}' vs 'void'", i)
@@ -244,9 +261,6 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
             if t.tag not in _RECORDS:
                 raise DwarfAccessError(f"invalid access '->{comp[1]}' vs. {type_name(t)}", i)
             t = _resolve_declaration(info, t)
-            if not memory:
-                raise DwarfAccessError(f"'{type_name(t)}' passed by value: its members are "
-                                       "in registers pydyn does not address", i)
             chain = _find_member(t, comp[1])
             if chain is None:
                 names = _members(t)
@@ -255,6 +269,9 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
                 alt = f" (alternatives: {', '.join(close)})" if close else ""
                 raise DwarfAccessError(f"unable to find member '{comp[1]}' for "
                                        f"{type_name(t)}{alt}", i)
+            if not memory:
+                raise DwarfAccessError(f"'{type_name(t)}' passed by value: its members are "
+                                       "in registers pydyn does not address", i)
             off = 0
             bitfield = None
             for m in chain:
@@ -327,7 +344,76 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
             steps.append(Bits(bit - first * 8, width, signed))
         else:
             steps.append(Load(size, signed))
+    if not memory and done and by_value_bits is not None:
+        steps.append(by_value_bits)
+    if is_float32(t):
+        steps.append(Float32())
     return Access(root, tuple(s for s in steps if s != Offset(0)), tname, False, offset)
+
+
+def _by_value_member(info: DwarfInfo, root: Root, root_type: Any,
+                     components: list[tuple[str, Any]], word: int
+                     ) -> tuple[Root, Any, int, Bits | None]:
+    """A struct passed by value (in registers, pieces or memory): its members named first
+    in `components` (`$s->a`, `$s->in->b`, as stap spells `.`) are a part of the variable,
+    read where its location puts that part (dwarf_expr.narrow through the part's slot);
+    an array or struct member is a part of size 0, its address, where the variable is in
+    memory.
+    Returns the root (the part), its type, how many components it took and, for a
+    bitfield, the step taking its bits from the bytes holding them."""
+    from .dwarf_expr import part_name
+
+    t_full, off, done = root_type, 0, 0
+    bits: Bits | None = None
+    size = 0
+    for i, comp in enumerate(components):
+        t = strip_type(t_full)
+        if comp[0] != "member" or t is None or t.tag not in _RECORDS or bits is not None:
+            break
+        t = _resolve_declaration(info, t)
+        chain = _find_member(t, comp[1])
+        if chain is None:
+            break   # resolve() names the alternatives
+        for m in chain:
+            byte, bit = _member_offset(m)
+            if bit is not None and "DW_AT_bit_size" in m.attributes:
+                width = int(m.attributes["DW_AT_bit_size"].value)
+                at = off * 8 + bit
+                first = at // 8
+                nbytes = next(n for n in (1, 2, 4, 8) if (at - first * 8) + width <= n * 8)
+                signed = _base_kind(strip_type(type_die(m)), word)[1]
+                bits = Bits(at - first * 8, width, signed)
+                off = first
+                size = nbytes
+            off += byte if bits is None else 0
+        t_full, done = type_die(chain[-1]), i + 1
+    if not done:
+        return root, root_type, 0, None
+    t = strip_type(t_full)
+    if bits is not None:
+        return Root("param", part_name(root.name, off, size, False)), t_full, done, bits
+    if t is not None and (t.tag in _RECORDS or t.tag == "DW_TAG_array_type"):
+        # an array or struct member: addressed, so only where the variable is in memory
+        return Root("param", part_name(root.name, off, 0, False)), t_full, done, None
+    try:
+        size, signed = _base_kind(t, word)
+    except ValueError as exc:
+        raise DwarfAccessError(f"'{type_name(t_full)}' cannot be read: {exc} values are not "
+                               "supported", done - 1) from None
+    return Root("param", part_name(root.name, off, size, signed)), t_full, done, None
+
+
+def _is_address_part(slot: str) -> bool:
+    from .dwarf_expr import split_part
+
+    part = split_part(slot)
+    return part is not None and part[2] == 0
+
+
+def is_float32(t: Any) -> bool:
+    """Whether `t` (typedefs and qualifiers stripped) is a 4-byte `float`."""
+    return t is not None and t.tag == "DW_TAG_base_type" and \
+        die_attr(t, "DW_AT_encoding") == _DW_ATE_FLOAT and type_size(t, 8) == 4
 
 
 def _object_size(info: DwarfInfo, t: Any, word: int, i: int) -> int:

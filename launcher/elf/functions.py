@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 import fnmatch
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import TargetError
@@ -142,6 +142,14 @@ class FunctionTable:
 
 
 _cache: dict[tuple[str, int, int], FunctionTable] = {}
+
+
+def entry_site(site: FunctionSite) -> FunctionSite:
+    """The entry of the function a site inside it (a statement, a label) belongs to,
+    where a function probe on it would go (after an endbr/bti)."""
+    f = next((f for f in get_functions(site.path).functions if f.addr == site.func_addr),
+             None)
+    return replace(site, pc=f.entry if f is not None else site.func_addr, is_return=False)
 
 
 def get_functions(path: str) -> FunctionTable:

@@ -148,15 +148,20 @@ def find_library(name: str, info: ElfInfo, env_library_path: str | None = None) 
 def symbol_objects(named: Sequence[str], probed: Iterable[ElfInfo], ldd: bool,
                    warn: Callable[[str], None]) -> list[tuple[str, str]]:
     """(realpath, ABI) of the objects stap's `-d PATH` and `--ldd` add to the symbol and
-    unwind tables: each `named` file (TargetError if it is no ELF file), and with `ldd`
-    every library the probed and named objects need, as ld.so would find it for each
-    (one it cannot find is warned about, not an error: stap's --ldd skips it too)."""
+    unwind tables: each `named` file, and with `ldd` every library the probed and named
+    objects need, as ld.so would find it for each.  A named file that is missing or no
+    ELF file, and a library ld.so would not find, are warned about, not errors: stap
+    takes any `-d` path and its --ldd skips what it cannot find."""
     out: dict[str, str] = {}
     todo: list[ElfInfo] = []
     for path in named:
-        if not os.path.exists(path):
-            raise TargetError(path, "no such file (named by -d)")
-        info = get_elf_info(path)
+        try:
+            if not os.path.exists(path):
+                raise TargetError(path, "no such file (named by -d): its symbols are unknown")
+            info = get_elf_info(path)
+        except TargetError as exc:
+            warn(f"-d {exc}")
+            continue
         out.setdefault(info.path, info.abi)
         todo.append(info)
     if not ldd:

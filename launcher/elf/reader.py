@@ -39,6 +39,12 @@ _MACHINES = {"EM_X86_64": "x86_64", "EM_386": "i386", "EM_AARCH64": "aarch64"}
 _ABIS = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
 SUPPORTED_MACHINES = ("x86_64", "i386", "aarch64")
 
+
+def abi_of_machine(machine: str) -> str | None:
+    """'m64' | 'm32' | 'aarch64': the probe module a process of `machine` loads; None
+    for a machine pydyn builds none for."""
+    return _ABIS.get(machine)
+
 # What pyelftools (and its bundled construct) and struct raise on corrupt input.
 _PARSE_ERRORS = (ELFError, ConstructError, struct.error, UnicodeDecodeError)
 

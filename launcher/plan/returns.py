@@ -133,9 +133,7 @@ def plan_returns(site: FunctionSite, func_addr: int, func_size: int, *,
                  return_value: bool = False,
                  forced: bool = False, mark_at_entry: bool = False) -> ReturnPlan:
     """The return mechanism of the function at [func_addr, +func_size) whose entry site
-    is `site`."""
-    if site.machine not in ("x86_64", "i386"):
-        return hijack(f"{site.machine} keeps the return-address swap")
+    is `site` (an x86-64 or i386 one: plan/__init__.py chooses by machine)."""
     if forced:
         return hijack("-D PD_RETURN_HIJACK=1")
     if mark_at_entry:

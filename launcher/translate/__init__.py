@@ -59,6 +59,7 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     plan = analyse(script, types)
     layout = lay_out(types, plan, limits)
     unit = Unit(types, plan, layout, limits)
+    unit.entry_keeps = plans.entry_keeps
     handlers = emit(script, unit)
     report = exit_report(unit)
     tables = build_tables(resolution, plans, unit, handlers, report, symbols)

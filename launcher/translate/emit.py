@@ -23,6 +23,7 @@ from ..elf import dwarf
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
+from ..entry import peek_c as entry_peek_c
 from ..entry import pop_c as entry_pop_c
 from ..errors import ScriptError
 from ..format import FormatSpec, parse_format
@@ -33,6 +34,7 @@ from ..guru import (
     set_user_c,
     toplevel_c,
 )
+from ..plan import EntryKeep
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes
@@ -71,6 +73,8 @@ class Unit:
         self._format_ids: dict[object, int] = {}
         self.report: dict[int, ReportTag] = {}   # exit-report format id -> its tag
         self.entry_index: dict[int, int] = {}   # id(@entry node) -> its value slot
+        # per probe: its sites reading values of the function's entry (plan.EntryKeep)
+        self.entry_keeps: dict[int, tuple[EntryKeep, ...]] = {}
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
         self.is_return = False  # is_return() used: pd_probe_is_return[] is emitted
@@ -450,7 +454,11 @@ class Emitter:
             if tvars.has_suffix(e) or any(isinstance(s, FunctionSite) and tvars.is_static(s, e)
                                           for s in self.sites):
                 return self.target_access(e)
-            return f"{self.fetch_arg()}(c, {self.tr.types.param_slot(name[1:])})"
+            fetched = f"{self.fetch_arg()}(c, {self.tr.types.param_slot(name[1:])})"
+            return tvars.by_site({(s.path, s.pc): tvars.read_c(s, name[1:], fetched)
+                                  for s in self.sites if isinstance(s, FunctionSite)}) \
+                if self.sites and all(isinstance(s, FunctionSite) for s in self.sites) \
+                else fetched
         if name in ("$$parms", "$$vars"):
             t = self.strtemp()
             n = min(len(s.args) for s in self.sites) if self.sites else 0
@@ -478,8 +486,10 @@ class Emitter:
                                            for s in self.sites):
             return False    # (an @entry operand is read at the entry)
         if is_param_name(e.name):
+            # a float is widened by pd_fp32_to_fp64, which uses the vector registers
             return id(e) not in self.tr.entry_index and not any(
-                isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in self.sites)
+                isinstance(s, FunctionSite) and (tvars.is_static(s, e) or tvars.is_float32(
+                    s, e.name[1:])) for s in self.sites)
         return e.name.startswith("$arg") and e.name[4:].isdigit()
 
     def target_access(self, e: ast.TargetSymbol,
@@ -540,8 +550,8 @@ class Emitter:
                     parts.append(f"{p.name}=?")
                 else:
                     parts.append(f"{p.name}=0x%llx")
-                    args.append(f"(unsigned long long)pd_fetch_arg(c, "
-                                f"{self.tr.types.param_slot(p.name)})")
+                    fetched = f"pd_fetch_arg(c, {self.tr.types.param_slot(p.name)})"
+                    args.append(f"(unsigned long long){tvars.read_c(site, p.name, fetched)}")
             for v in func.locals if func is not None and name != "$$parms" else ():
                 if inside and not v.static:
                     continue   # site_vars had it, located here
@@ -1227,14 +1237,17 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     entry_locks: dict[int, int] = {}
     entries_of = [entry_values(p, _returns_only(scope))
                   for p, scope in zip(script.probes, unit.types.probe_scopes, strict=True)]
-    if any(entries_of):
-        out.extend(entry_helpers_c(max(len(n) for n in entries_of)))
+    if any(entries_of) or unit.entry_keeps:
+        # a kept entry holds every register, by DWARF number (aarch64: 33)
+        out.extend(entry_helpers_c(max([len(n) for n in entries_of]
+                                       + ([33] if unit.entry_keeps else []))))
     for nodes in entries_of:
         unit.entry_index.update((id(n), k) for k, n in enumerate(nodes))
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
         check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
-        fast = check.is_fast(probe.body)
+        # a probe reading the registers kept at the entry sets c->entry_regs: not FAST
+        fast = check.is_fast(probe.body) and pi not in unit.entry_keeps
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
@@ -1248,11 +1261,28 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
             handler, entry_locks[pi] = _entry_handler(unit, pi, scope, entries_of[pi])
             out.extend(handler)
+        elif pi in unit.entry_keeps:
+            pop = entry_peek_c(pi, _return_slot(unit.entry_keeps[pi]))
+            out.extend(["", f"static void probe_{pi}_entry(struct pd_ctx *c)", "{",
+                        f"    pd_entry_keep(c, {pi});", "}"])
+            entry_locks[pi] = 0   # no lock, not FAST
         out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
                     f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
                     "{", *local_decls, *pop, *em.lines,
                     "out:", "    return;", "}"])
     return Handlers(out, locks, entry_locks)
+
+
+def _return_slot(keeps: tuple[EntryKeep, ...]) -> str:
+    """C of the return-address slot of the running call at each site: its CFA (by the
+    `.eh_frame` rule there) less a word, where the entry found it (entry.py)."""
+    cases = {}
+    for k in keeps:
+        reg, off = k.cfa
+        word = 4 if k.site.machine == "i386" else 8
+        cases[(k.site.path, k.site.pc)] = \
+            f"(int64_t)((uint64_t)pd_reg(c->regs, {reg}) + {off - word})"
+    return tvars.by_site(cases)
 
 
 def _returns_only(scope: Scope) -> bool:

@@ -13,6 +13,7 @@ from typing import NamedTuple
 from ...shmlayout.globals import PD_PROBE_FAST
 from ..elf.argspec import ArgKind, ArgSpec
 from ..elf.functions import FunctionSite
+from ..elf.reader import abi_of_machine
 from ..elf.stapsdt import ProbeSite
 from ..elf.unwind import unwind_c
 from ..plan import PatchPlan, ReturnPlan, SitePlans, plan_c
@@ -21,7 +22,6 @@ from ..script import ast
 from .common import _c_string, _err
 from .emit import Handlers, Unit
 
-ABI_OF_MACHINE = {"x86_64": "m64", "i386": "m32", "aarch64": "aarch64"}
 PD_ABI = {"m64": "PD_ABI_X86_64", "m32": "PD_ABI_I386", "aarch64": "PD_ABI_AARCH64"}
 PROBE_KIND_C = {"begin": "PD_PROBE_BEGIN", "end": "PD_PROBE_END", "error": "PD_PROBE_ERROR",
                 "mark": "PD_PROBE_MARK", "process_begin": "PD_PROBE_PROCESS_BEGIN",
@@ -149,7 +149,7 @@ class _Builder:
         obj = -1
         if rp.kind in PROCESS_EVENTS and rp.object_path:
             info = self.resolution.objects.get(rp.object_path)
-            abi = ABI_OF_MACHINE.get(info.machine, "m64") if info else "m64"
+            abi = (abi_of_machine(info.machine) if info else None) or "m64"
             obj = self.object_index(rp.object_path, abi)
             self.required.add(abi)
         if rp.kind == "never":
@@ -168,7 +168,7 @@ class _Builder:
         if rp.kind == "timer":
             self.timers.append((pidx, rp.period_ns, rp.randomize_ns))
         for site in rp.sites:
-            site_abi = ABI_OF_MACHINE.get(site.machine)
+            site_abi = abi_of_machine(site.machine)
             if site_abi is None:
                 raise _err(f"{site.path}: {site.machine} targets are not supported yet",
                            rp.point)
@@ -177,8 +177,16 @@ class _Builder:
             if isinstance(site, FunctionSite):
                 group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
-                if pi in self.entry_locks:
+                if pi in self.entry_locks and pi not in self.site_plans.entry_keeps:
                     group[2].append(self.hidden_entry(pi, ri, rp))
+                keep = next((k for k in self.site_plans.entry_keeps.get(pi, ())
+                             if k.site == site), None)
+                if keep is not None:   # the registers at the entry of the call
+                    entry = self.functions.setdefault((keep.entry.path, keep.entry.pc),
+                                                      (keep.entry, oi, [], []))
+                    row = self.hidden_entry(pi, ri, rp)
+                    if row not in entry[2]:
+                        entry[2].append(row)
             else:
                 self.add_mark(site, oi, pidx)
 

@@ -19,10 +19,12 @@ from collections.abc import Callable
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind, ArgSpec
+from ..elf.dwarf_expr import ExprError, narrow, split_part
 from ..elf.dwarf_types import (
     Access,
     Bits,
     DwarfAccessError,
+    Float32,
     Index,
     Load,
     Offset,
@@ -66,6 +68,21 @@ def _site_var(site: FunctionSite, name: str) -> dwarf.DwarfParam | None:
                  if p.name == name), None)
 
 
+def is_float32(site: FunctionSite, name: str) -> bool:
+    """Whether `$name` at `site` is a 4-byte `float`."""
+    try:
+        p = _site_var(site, name)
+    except TargetError:
+        return False
+    return p is not None and p.is_float and p.size == 4
+
+
+def read_c(site: FunctionSite, name: str, fetched: str) -> str:
+    """C of `$name` at `site` given `fetched`, its location's value: a `float` becomes a
+    double's bits, as stap reads one (fp32_to_fp64)."""
+    return f"pd_fp32_to_fp64({fetched})" if is_float32(site, name) else fetched
+
+
 def _type_of(info: dwarf.DwarfInfo, p: dwarf.DwarfParam) -> object:
     return info.dwarf.get_DIE_from_refaddr(p.type_offset) if p.type_offset >= 0 else None
 
@@ -102,7 +119,15 @@ def access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
             if place is not None:
                 raise _err(f"cannot take address of {place}", e)
             ptype = _type_of(info, p)
-            return resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+            acc = resolve(info, Root("param", name), ptype, False, comps, e.addressof)
+            part = split_part(acc.root.name)
+            if part is not None:   # a member of a struct passed by value
+                try:
+                    narrow(p.location, *part[1:])
+                except ExprError as exc:
+                    raise _err(f"'{e.name}': a member of '{name}' {_where_at(site)}: {exc}",
+                               e) from None
+            return acc
         var = find_variable(info, func.cu_offset, func.die_offset, name)
         if var is None:
             have = " ".join(f"${q.name}" for q in func.params) or "none"
@@ -149,6 +174,8 @@ def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str
             v = f"(int64_t)((uint64_t)({v}) + (uint64_t)({index_c(step.which)}) * {step.stride}u)"
         elif isinstance(step, Load):
             v = f"(c->where = {where}, pd_user_read(c, {v}, {step.size}, {int(step.signed)}))"
+        elif isinstance(step, Float32):
+            v = f"pd_fp32_to_fp64({v})"
         elif isinstance(step, Bits):
             if step.signed:
                 v = (f"((int64_t)((uint64_t)({v}) << {64 - step.shift - step.width}) "

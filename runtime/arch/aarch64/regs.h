@@ -10,8 +10,8 @@
  *     the BRK re-traps forever;
  *   - an instruction written through the data path needs an i-cache flush
  *     before it is fetched (__builtin___clear_cache). */
-#ifndef PD_ARCH_REGS_H
-#define PD_ARCH_REGS_H
+#ifndef PD_ARCH_REGS_H_
+#define PD_ARCH_REGS_H_
 #include <stdint.h>
 #include <string.h>
 #include <ucontext.h>
@@ -26,6 +26,7 @@
 #define PD_ARCH_FUNC_H "arch/aarch64/func.h"     /* for pd_func.c */
 #define PD_ARCH_UNHOOK_H "arch/aarch64/unhook.h" /* for pd_func.c */
 #define PD_ARCH_HOST_H "arch/aarch64/host.h"     /* for pd_internal.h */
+#define PD_ARCH_WALK_H "arch/aarch64/walk.h"     /* for pd_usym.c */
 #define PD_A64_NOP 0xd503201fu
 #define PD_A64_BRK0 0xd4200000u
 
@@ -98,6 +99,9 @@ static inline uintptr_t pd_thread_pointer(void)
     __asm__ volatile("mrs %0, tpidr_el0" : "=r"(tp));
     return tp;
 }
+
+/* The same for PD_FAST_FN code (ordinary code here). */
+static inline uintptr_t pd_fast_thread_pointer(void) { return pd_thread_pointer(); }
 
 /* Guarded reads of our own memory.  process_vm_readv(getpid()) is what x86 uses,
  * but under qemu-user it takes the guest's addresses as host ones (it fails, or

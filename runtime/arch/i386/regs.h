@@ -1,6 +1,6 @@
 /* i386 register context and trap mechanics (see x86_64/regs.h). */
-#ifndef PD_ARCH_REGS_H
-#define PD_ARCH_REGS_H
+#ifndef PD_ARCH_REGS_H_
+#define PD_ARCH_REGS_H_
 #include <stdint.h>
 #include <ucontext.h>
 
@@ -16,6 +16,9 @@
 #define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
 #define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
 #define PD_ARGS_ON_STACK 1 /* *_arg() beyond the argument registers: the caller's stack */
+#define PD_ARCH_COUNTER_H "arch/i386/counter.h" /* for pd_runtime.h */
+#define PD_ARCH_WALK_H "arch/x86/walk.h"       /* for pd_usym.c */
+#define PD_ARCH_GOT_H "arch/i386/got.h"        /* for pd_got.c */
 
 typedef uint32_t pd_ureg;
 
@@ -29,6 +32,15 @@ static inline uintptr_t pd_thread_pointer(void)
 {
     uintptr_t tp;
     __asm__ volatile("mov %%gs:0, %0" : "=r"(tp));
+    return tp;
+}
+
+/* The same for PD_FAST_FN code, into which gcc does not inline pd_thread_pointer (another
+ * target); not volatile: it may be shared. */
+static inline PD_FAST_FN uintptr_t pd_fast_thread_pointer(void)
+{
+    uintptr_t tp;
+    __asm__("mov %%gs:0, %0" : "=r"(tp));
     return tp;
 }
 

@@ -3,8 +3,8 @@
  * generated code only sees struct pd_regs through pd_reg() with DWARF register
  * numbers (the numbering sdt.h operands and the launcher's argument descriptors
  * use). */
-#ifndef PD_ARCH_REGS_H
-#define PD_ARCH_REGS_H
+#ifndef PD_ARCH_REGS_H_
+#define PD_ARCH_REGS_H_
 #include <stdint.h>
 #include <ucontext.h>
 
@@ -20,6 +20,9 @@
 #define PD_ARCH_UNHOOK_H "arch/x86/unhook.h" /* for pd_func.c */
 #define PD_ARCH_HOST_H "arch/x86/host.h"     /* for pd_internal.h */
 #define PD_ARGS_ON_STACK 1 /* *_arg() beyond the argument registers: the caller's stack */
+#define PD_ARCH_COUNTER_H "arch/x86_64/counter.h" /* for pd_runtime.h */
+#define PD_ARCH_WALK_H "arch/x86/walk.h"         /* for pd_usym.c */
+#define PD_ARCH_GOT_H "arch/x86_64/got.h"        /* for pd_got.c */
 #define PD_ARCH_RET_FAST 1 /* x86_64_ret.S tries pd_ret_fast (pd_func.c) first */
 
 typedef uint64_t pd_ureg;
@@ -35,6 +38,15 @@ static inline uintptr_t pd_thread_pointer(void)
 {
     uintptr_t tp;
     __asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+    return tp;
+}
+
+/* The same for PD_FAST_FN code, into which gcc does not inline pd_thread_pointer (another
+ * target); not volatile: it may be shared. */
+static inline PD_FAST_FN uintptr_t pd_fast_thread_pointer(void)
+{
+    uintptr_t tp;
+    __asm__("mov %%fs:0, %0" : "=r"(tp));
     return tp;
 }
 

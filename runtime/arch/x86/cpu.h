@@ -1,0 +1,19 @@
+/* What x86-64 and i386 code may use of the CPU (pd_arch.h). */
+#ifndef PD_ARCH_X86_CPU_H
+#define PD_ARCH_X86_CPU_H
+
+/* A spinning waiter's pause (pd_lock.h). */
+static inline void pd_cpu_relax(void)
+{
+    __builtin_ia32_pause();
+}
+
+/* Code that runs from a trampoline before the vector registers are saved: gcc may use
+ * no xmm (nor, on i386, x87) register in it. */
+#define PD_FAST_FN __attribute__((target("general-regs-only")))
+#define PD_FAST_UNIT _Pragma("GCC target(\"general-regs-only\")") /* every function after it */
+
+/* The stubs run the probes' C on a per-thread private stack (pd_pstack.c). */
+#define PD_ARCH_PRIVATE_STACK 1
+
+#endif

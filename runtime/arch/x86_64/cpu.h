@@ -1,0 +1,13 @@
+/* x86-64 (pd_arch.h). */
+#ifndef PD_ARCH_CPU_H
+#define PD_ARCH_CPU_H
+
+#if defined(__ILP32__)
+#error "pydyn runtime: x32 is not supported (its futex timeout is not two longs)"
+#endif
+
+#define PD_ARCH_REGS_H "arch/x86_64/regs.h" /* for pd_runtime.h */
+
+#include "../x86/cpu.h"
+
+#endif
