@@ -449,6 +449,8 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "Elsewhere: SystemTap's testsuite figures are in "
         "[differences-from-stap.md](differences-from-stap.md#systemtaps-testsuite), "
         "aarch64 under qemu in [platforms.md](platforms.md#aarch64-under-qemu-user), "
+        "`make demo` on a fresh Debian 12 in "
+        "[platforms.md](platforms.md#set-up-on-a-fresh-debian-12), "
         "which sites get trampolines in "
         "[architecture.md](architecture.md#probe-mechanisms-runtime).",
         "",
