@@ -5,6 +5,7 @@ the clear refusals (no such process, another user's process, a static program)."
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -498,7 +499,9 @@ def test_timeout_ends_a_command_session_as_exit_does(cache: Path, tmp_path: Path
                          start_new_session=False).wait(timeout=TIMEOUT)
     text = out.read_text()
     assert rc == 0 and "end\n" in text, text
-    pid = int(text.split("pydyn: started sleep as pid ")[1].split()[0])
+    m = re.search(r"pydyn: started \S*sleep as pid (\d+)", text)
+    assert m, text
+    pid = int(m.group(1))
     try:   # the session ended while the command still ran
         assert Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "SR"
     finally:
