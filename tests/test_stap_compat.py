@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +18,7 @@ import cbuild  # noqa: E402
 PROG = Path(__file__).resolve().parent / "progs" / "stap_compat.c"
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
-    m32 = request.param == "m32"
-    out = tmp_path_factory.mktemp("stap-compat") / f"compat_{request.param}"
-    return cbuild.build_c(PROG, out, m32=m32, extra=sdt_cflags(m32))
+target = cbuild.abi_program_fixture(PROG, "compat")
 
 
 def run(cache: Path, script: str, *args: str) -> tuple[int, str, str]:

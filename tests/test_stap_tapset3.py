@@ -5,10 +5,7 @@ documents it."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -17,12 +14,7 @@ import cbuild  # noqa: E402
 PROG = Path(__file__).resolve().parent / "progs" / "stap_tapset3.c"
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-           sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
-    m32 = request.param == "m32"
-    out = tmp_path_factory.mktemp("stap-tapset3") / f"tapset3_{request.param}"
-    return cbuild.build_c(PROG, out, m32=m32, extra=sdt_cflags(m32))
+target = cbuild.abi_program_fixture(PROG, "tapset3")
 
 
 def run(cache: Path, *args: str) -> tuple[int, str, str]:
