@@ -83,7 +83,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
 
 # stap's macro libraries (.stpm): @prints(s) prints a statistic as the exit report
 # does, @printsN(a) each entry of an N-index array of statistics; @try_assign(v, try,
-# catch) assigns the try expression, or the catch one if it raises an error
+# catch) assigns the try expression, or the catch one if it raises an error;
+# @choose_defined(a, b) is a if @defined(a), else b
 def _prints_n(n: int) -> str:
     keys = ",".join(f"__k{i}" for i in range(n))
     label = ', ",", '.join(f"__k{i}" for i in range(n))
@@ -97,7 +98,9 @@ _MACROS = ('@define prints(s) %(\n  printf("@count=%d @min=%d @max=%d @sum=%d @a
            "         @count(@s), @min(@s), @max(@s), @sum(@s), @avg(@s))\n%)\n"
            + "".join(_prints_n(n) for n in range(1, 10))
            + "@define try_assign(v, try_expr, catch_expr) %(\n"
-           "  try { @v = @try_expr } catch { @v = @catch_expr }\n%)\n")
+           "  try { @v = @try_expr } catch { @v = @catch_expr }\n%)\n"
+           + "@define choose_defined(value_if_defined, alternate) %(\n"
+           "  ( @defined(@value_if_defined) ? (@value_if_defined) : (@alternate) )\n%)\n")
 
 MACRO_GROUPS: tuple[tuple[str, str], ...] = (("<pydyn tapset macros>", _MACROS),)
 

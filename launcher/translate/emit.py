@@ -25,7 +25,6 @@ from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
 from ..entry import peek_c as entry_peek_c
 from ..entry import pop_c as entry_pop_c
-from ..errors import ScriptError
 from ..format import FormatSpec, parse_format
 from ..guru import (
     SET_USER,
@@ -274,6 +273,9 @@ class Emitter:
         if isinstance(e, ast.Assign):
             return self.assign(e)
         if isinstance(e, ast.Ternary):
+            chosen = self.tr.types.defined_choice(e, self.scope)
+            if chosen is not None:
+                return self.expr(chosen)
             return f"(({self.expr(e.cond)}) ? ({self.expr(e.then)}) : ({self.expr(e.else_)}))"
         if isinstance(e, ast.ArrayIn):
             assert isinstance(e.array, ast.Symbol)
@@ -319,19 +321,7 @@ class Emitter:
         return tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
 
     def _defined(self, e: ast.Expr) -> bool:
-        if isinstance(e, ast.Cast | ast.AtVar):
-            try:
-                self.tr.types._cast_type(e, self.scope)
-                return True
-            except ScriptError:
-                return False
-        if isinstance(e, ast.TargetSymbol):
-            try:
-                self.tr.types._target_type(e, self.scope)
-                return True
-            except ScriptError:
-                return False
-        return True
+        return self.tr.types.is_defined(e, self.scope)
 
     def stat_ptr(self, e: ast.Expr) -> str:
         if isinstance(e, ast.Symbol):

@@ -362,6 +362,9 @@ class Types:
         if isinstance(e, ast.Assign):
             return self._infer_assign(e, scope)
         if isinstance(e, ast.Ternary):
+            chosen = self.defined_choice(e, scope)
+            if chosen is not None:   # the other branch may name what is not defined here
+                return self._infer(chosen, scope, want)
             self._expect(e.cond, LONG, scope)
             a = self._infer(e.then, scope, want)
             b = self._infer(e.else_, scope, a or want)
@@ -417,6 +420,28 @@ class Types:
                 raise _err(f"bad regular expression: {exc}", e.pattern) from None
             return LONG
         raise _err(f"{type(e).__name__} expressions are not supported yet", e)
+
+    def is_defined(self, e: ast.Expr, scope: Scope) -> bool:
+        """`@defined(e)`: whether the target variable or @cast/@var `e` resolves here."""
+        try:
+            if isinstance(e, ast.Cast | ast.AtVar):
+                self._cast_type(e, scope)
+            elif isinstance(e, ast.TargetSymbol):
+                self._target_type(e, scope)
+        except ScriptError:
+            return False
+        return True
+
+    def defined_choice(self, e: ast.Ternary, scope: Scope) -> ast.Expr | None:
+        """`@defined(x) ? a : b` (stap's @choose_defined): the branch taken, decided
+        here as stap decides it in pass 2, so that the other is never typed or
+        emitted; None for any other condition."""
+        cond, negated = e.cond, False
+        while isinstance(cond, ast.Unary) and cond.op == "!":
+            cond, negated = cond.operand, not negated
+        if not isinstance(cond, ast.Defined):
+            return None
+        return e.then if self.is_defined(cond.operand, scope) != negated else e.else_
 
     def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
         if isinstance(e, ast.Symbol):
