@@ -276,13 +276,60 @@ def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyVa
 
 # -- @cast and @var ------------------------------------------------------------------------
 
+_HEADER_OBJECTS: dict[tuple[str, str], str] = {}
+
+
+def _header_types(headers: str, sites: tuple[ProbeSite, ...], node: ast.Expr) -> str:
+    """`@cast(p, "struct stat", "<sys/stat.h>")`: as stap, the headers are compiled with
+    -g for the probed processes' ABI, every type kept, and the object's DWARF read.
+    Returns the object's path (in a directory removed at exit)."""
+    import atexit
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+
+    from ..build import get_toolchain
+    from ..elf.reader import abi_of_machine
+
+    names = re.findall(r"<([^<>]+)>", headers)
+    if not names or "".join(f"<{n}>" for n in names) != headers.replace(" ", ""):
+        raise _err(f"'{headers}': name headers as \"<a.h>\" or \"<a.h><b.h>\"", node)
+    abis = {abi_of_machine(s.machine) or "m64" for s in sites} or {"m64"}
+    if len(abis) != 1:
+        raise _err(f"@cast with headers in a probe of several ABIs ({', '.join(sorted(abis))}):"
+                   " their types differ", node, "write one probe for each")
+    abi = abis.pop()
+    key = (headers, abi)
+    if key in _HEADER_OBJECTS:
+        return _HEADER_OBJECTS[key]
+    tc = get_toolchain(abi)
+    if tc is None:
+        raise _err(f"@cast(..., \"{headers}\"): no {abi} compiler to read the headers with",
+                   node)
+    tmp = tempfile.mkdtemp(prefix="pydyn-hdr-")
+    atexit.register(shutil.rmtree, tmp, True)
+    obj = f"{tmp}/types_{abi}.o"
+    src = "".join(f"#include <{n}>\n" for n in names)
+    proc = subprocess.run([tc.cc, *tc.flags, "-g", "-fno-eliminate-unused-debug-types",
+                           "-c", "-x", "c", "-", "-o", obj], input=src.encode(),
+                          capture_output=True)
+    if proc.returncode != 0:
+        first = (proc.stderr.decode(errors="replace").strip().splitlines() or ["?"])[0]
+        raise _err(f"@cast(..., \"{headers}\"): the headers do not compile: {first}", node)
+    _HEADER_OBJECTS[key] = obj
+    return obj
+
+
 def _module(sites: tuple[ProbeSite, ...], module: str | None, node: ast.Expr) -> str:
-    """The binary whose DWARF a @cast/@var reads: its module argument, else the one
-    binary the probe's sites are in."""
+    """The binary whose DWARF a @cast/@var reads: its module argument (headers compiled
+    for the purpose: `<sys/stat.h>`), else the one binary the probe's sites are in."""
     if module is not None:
-        if module.startswith("<") or module.startswith("kernel"):
+        if module.startswith("<"):
+            return _header_types(module, sites, node)
+        if module.startswith("kernel"):
             raise _err(f"'{module}': pydyn reads types from the DWARF of a binary, not "
-                       "from headers or the kernel", node)
+                       "from the kernel", node)
         return module
     paths = {s.path for s in sites}
     if len(paths) != 1:
