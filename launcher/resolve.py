@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from .build import find_program
+from .elf.callees import callee_sites
 from .elf.functions import function_sites
 from .elf.inlines import inline_sites
 from .elf.libraries import find_library
@@ -301,6 +302,9 @@ class Resolver:
                 finder = label_sites
             elif len(rest) == 2 and rest[0].name == "function" and rest[1].name == "inline":
                 finder = inline_sites
+            elif len(rest) >= 2 and rest[0].name == "function" and \
+                    rest[1].name in ("callee", "callees"):
+                finder = callee_sites
             elif rest[0].name == "function":
                 finder = function_sites
         if finder is not None:

@@ -75,6 +75,9 @@ class FunctionSite(ProbeSite):
     is_return: bool = False
     func_addr: int = 0
     func_size: int = 0
+    # `.callee`: the link-time return addresses of the calls the probe covers; empty:
+    # every call
+    callers: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         kind = ".return" if self.is_return else ""

@@ -1236,8 +1236,10 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
         check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
-        # a probe reading the registers kept at the entry sets c->entry_regs: not FAST
-        fast = check.is_fast(probe.body) and pi not in unit.entry_keeps
+        guard = _callee_guard(scope)
+        # a probe reading the registers kept at the entry sets c->entry_regs, and a
+        # callee probe reads the stack: not FAST
+        fast = check.is_fast(probe.body) and pi not in unit.entry_keeps and guard is None
         em = Emitter(unit, scope, scope.sites, fast=fast)
         em.outline = outline_statements(probe.body)
         em.stmt(probe.body)
@@ -1258,7 +1260,9 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             entry_locks[pi] = 0   # no lock, not FAST
         out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
                     f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
-                    "{", *local_decls, *pop, *em.lines,
+                    "{", *local_decls, *pop,
+                    *([f"    if (!({guard}))", "        goto out;"] if guard else []),
+                    *em.lines,
                     "out:", "    return;", "}"])
     return Handlers(out, locks, entry_locks)
 
@@ -1272,6 +1276,41 @@ def _return_slot(keeps: tuple[EntryKeep, ...]) -> str:
         word = 4 if k.site.machine == "i386" else 8
         cases[(k.site.path, k.site.pc)] = \
             f"(int64_t)((uint64_t)pd_reg(c->regs, {reg}) + {off - word})"
+    return tvars.by_site(cases)
+
+
+# Where a function's return address is at its entry, by machine: on the stack's top
+# word (x86), in the link register (aarch64).
+_RETURN_ADDRESS_AT_ENTRY = {
+    "x86_64": "(uint64_t)*(const uint64_t *)(uintptr_t)pd_reg(c->regs, 7)",
+    "i386": "(uint64_t)*(const uint32_t *)(uintptr_t)pd_reg(c->regs, 4)",
+    "aarch64": "(uint64_t)pd_reg(c->regs, 30)",
+}
+
+
+def _callee_guard(scope: Scope) -> str | None:
+    """C of the test a `.callee` probe passes before its body: the call returns to one
+    of the call sites DWARF names (link-time addresses: less the object's load bias).
+    None when no site of the probe is a callee's."""
+    callers: dict[tuple[str, int], set[int] | None] = {}
+    machines: dict[tuple[str, int], str] = {}
+    for s in scope.sites:
+        key = (s.path, s.pc)
+        machines[key] = s.machine
+        mine = set(s.callers) if isinstance(s, FunctionSite) and s.callers else None
+        have = callers.get(key, set())
+        callers[key] = None if mine is None or (key in callers and have is None) \
+            else (have or set()) | mine
+    if all(v is None for v in callers.values()):
+        return None
+    cases = {}
+    for key, rets in callers.items():
+        if rets is None:
+            cases[key] = "1"
+            continue
+        test = " || ".join(f"r_ == {r:#x}u" for r in sorted(rets))
+        cases[key] = (f"({{ uint64_t r_ = {_RETURN_ADDRESS_AT_ENTRY[machines[key]]} - "
+                      f"(uint64_t)c->bias; {test}; }})")
     return tvars.by_site(cases)
 
 
