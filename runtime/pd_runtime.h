@@ -439,6 +439,7 @@ struct pd_unwind {
 char *pd_usymname(struct pd_ctx *c, char *dst, int64_t addr);
 char *pd_umodname(struct pd_ctx *c, char *dst, int64_t addr);
 int64_t pd_ustack(struct pd_ctx *c, int64_t n);
+int64_t pd_ustack_or_zero(struct pd_ctx *c, int64_t n);
 char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n);
 char *pd_sprint_ubacktrace(struct pd_ctx *c, char *dst);
 char *pd_sprint_usyms(struct pd_ctx *c, char *dst, const char *stk);

@@ -422,6 +422,15 @@ int64_t pd_ustack(struct pd_ctx *c, int64_t n)
     return (int64_t)pcs[n];
 }
 
+/* The pc of frame n, 0 where the stack ends before it: a `.callees(N)` probe's test of
+ * the calls up the stack, which is no error when it fails. */
+int64_t pd_ustack_or_zero(struct pd_ctx *c, int64_t n)
+{
+    uintptr_t pcs[PD_MAXBACKTRACE];
+    unsigned depth = pd_frames(c, pcs);
+    return n >= 0 && (uint64_t)n < depth ? (int64_t)pcs[n] : 0;
+}
+
 /* stap's ucallers(n): frames 0..n as "0x.." words (n -1: every frame); an error if the
  * stack ends before frame n; whole words within MAXSTRINGLEN. */
 char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n)

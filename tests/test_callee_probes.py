@@ -1,6 +1,7 @@
 """`.function("F").callee("G")` fires in G only when F called it (the return address at
-G's entry is one of F's DWARF call sites), `.callees` in every direct callee of F, m64
-and m32 at -O2; without call sites (-O0) and for callees(N > 1), a clear error."""
+G's entry is one of F's DWARF call sites), `.callees(N)` in every function F reaches in N
+calls, each level checked up the stack; m64 and m32 at -O2; without call sites (-O0),
+a clear error."""
 
 from __future__ import annotations
 
@@ -42,5 +43,21 @@ def test_callee_errors(cache: Path, tmp_path: Path) -> None:
     assert 'function("top").callee("leaf") matches no call' in res.stderr, res.stderr
     assert "DWARF call sites" in res.stderr and "Traceback" not in res.stderr
     res = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("top")'
-                    '.callees(2) { }')
-    assert res.returncode == 1 and "only direct callees" in res.stderr, res.stderr
+                    '.callees(0) { }')
+    assert res.returncode == 1 and "a depth of 1 or more" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("abi", ["m64", "m32"])
+def test_callees_n_levels_deep(cache: Path, tmp_path: Path, abi: str) -> None:
+    """Each level's calls are checked up the stack: leaf is reached from main directly,
+    through top, and (three deep) through top and other."""
+    exe = build_c(PROGS / "callees.c", tmp_path / "callees", m32=abi == "m32", opt="-O2",
+                  extra=("-g",))
+    for depth, leaf in ((1, 5), (2, 10), (3, 15)):
+        script = (f'global d\nprobe process("{exe}").function("main").callees({depth}) '
+                  '{ d[ppfunc()]++ }\nprobe end { foreach (f+ in d) printf("%s %d\\n", f, '
+                  'd[f]) }\n')
+        res = run_pydyn(cache, "-e", script, "-c", f"{exe} 5")
+        assert res.returncode == 0, res.stderr
+        want = [f"leaf {leaf}", "s=75", "top 5"] + (["other 5"] if depth > 1 else [])
+        assert sorted(res.stdout.splitlines()) == sorted(want), (depth, res.stdout)

@@ -1,10 +1,11 @@
-"""`.function("F").callee("G")` and `.function("F").callees`: G where F calls it.
+"""`.function("F").callee("G")` and `.function("F").callees(N)`: G where F calls it.
 
 The calls come from F's DWARF call sites (`DW_TAG_call_site`, gcc's older
 `DW_TAG_GNU_call_site`: gcc emits them when optimizing), each naming its callee and
 the address the call returns to.  The probe goes on G's entry and fires only when the
-return address there is one of those (stap checks the same; calls through pointers
-and into other objects have no static call site, as in stap).
+return address there is one of those; `.callees(N)` goes N calls deep and checks the
+return addresses of every level up the stack (stap checks the same; calls through
+pointers and into other objects have no static call site, as in stap).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def iter_calls(info: Any, func: Any) -> list[tuple[str, int]]:
 
 
 def callee_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
-    """The sites of `.function("F").callee("G")[.call]` and `.callees[(1)]`."""
+    """The sites of `.function("F").callee("G")[.call]` and `.callees[(N)]`."""
     from .dwarf import get_dwarf
 
     caller = rest[0].arg
@@ -57,33 +58,41 @@ def callee_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite
         raise ScriptError('callee probes are .function("F").callee("G")[.call] or '
                           '.function("F").callees', point.loc,
                           "a callee's .return is not supported")
+    depth = 1
     if kind.name == "callee":
         if not isinstance(kind.arg, str):
             raise ScriptError('callee() takes a function name or glob', point.loc)
         pattern = kind.arg
     else:
-        if kind.arg not in (None, 1):
-            raise ScriptError(f"callees({kind.arg}): only direct callees (depth 1) are "
-                              "supported", point.loc,
-                              "probe each level with its own .callee")
-        pattern = "*"
+        if kind.arg is not None and (not isinstance(kind.arg, int) or kind.arg < 1):
+            raise ScriptError("callees(N) takes a depth of 1 or more", point.loc)
+        pattern, depth = "*", kind.arg or 1
     try:
         table = get_functions(binary)
         info = get_dwarf(binary)
     except TargetError as exc:
         raise ScriptError(f'function("{caller}").{kind.name}: {exc}', point.loc) from exc
-    returns: dict[str, set[int]] = {}
-    for f in table.match(caller):
-        func = info.function_at(f.addr)
-        if func is None:
-            continue
-        for name, ret in iter_calls(info, func):
-            if fnmatch.fnmatchcase(name, pattern):
-                returns.setdefault(name, set()).add(ret)
+    # callee name -> the chains of return addresses that reach it, innermost first;
+    # level by level down from F, up to `depth` calls deep (stap's .callees(N))
+    chains: dict[str, set[tuple[int, ...]]] = {}
+    level: list[tuple[Any, tuple[int, ...]]] = [(f, ()) for f in table.match(caller)]
+    for _ in range(depth):
+        below: list[tuple[Any, tuple[int, ...]]] = []
+        for f, chain in level:
+            func = info.function_at(f.addr)
+            if func is None:
+                continue
+            for name, ret in iter_calls(info, func):
+                if not fnmatch.fnmatchcase(name, pattern):
+                    continue
+                reached = (ret, *chain)
+                chains.setdefault(name, set()).add(reached)
+                below.extend((g, reached) for g in table.match(name) if g.name == name)
+        level = below
     sites: list[FunctionSite] = []
-    for name, rets in sorted(returns.items()):
+    for name, reach in sorted(chains.items()):
         for site in table.sites([f for f in table.match(name) if f.name == name], False):
-            sites.append(_with_callers(site, tuple(sorted(rets))))
+            sites.append(_with_callers(site, tuple(sorted(reach))))
     if not sites:
         arg = "" if kind.arg is None else f'("{kind.arg}")' if isinstance(kind.arg, str) \
             else f"({kind.arg})"
@@ -94,6 +103,6 @@ def callee_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite
     return tuple(sites)
 
 
-def _with_callers(site: FunctionSite, callers: tuple[int, ...]) -> FunctionSite:
+def _with_callers(site: FunctionSite, callers: tuple[tuple[int, ...], ...]) -> FunctionSite:
     from dataclasses import replace
     return replace(site, callers=callers)

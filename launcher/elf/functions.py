@@ -75,9 +75,10 @@ class FunctionSite(ProbeSite):
     is_return: bool = False
     func_addr: int = 0
     func_size: int = 0
-    # `.callee`: the link-time return addresses of the calls the probe covers; empty:
+    # `.callee`/`.callees(N)`: the calls the probe covers, each the link-time return
+    # addresses up the stack from the entry (innermost first, one per level); empty:
     # every call
-    callers: tuple[int, ...] = ()
+    callers: tuple[tuple[int, ...], ...] = ()
 
     def __str__(self) -> str:
         kind = ".return" if self.is_return else ""

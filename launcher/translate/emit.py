@@ -1236,7 +1236,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
     for pi, probe in enumerate(script.probes):
         scope = unit.types.probe_scopes[pi]
         check = FastCheck(unit.plan, Emitter(unit, scope, scope.sites).fast_context)
-        guard = _callee_guard(scope)
+        guard = _callee_guard(unit, scope)
         # a probe reading the registers kept at the entry sets c->entry_regs, and a
         # callee probe reads the stack: not FAST
         fast = check.is_fast(probe.body) and pi not in unit.entry_keeps and guard is None
@@ -1288,11 +1288,11 @@ _RETURN_ADDRESS_AT_ENTRY = {
 }
 
 
-def _callee_guard(scope: Scope) -> str | None:
+def _callee_guard(unit: Unit, scope: Scope) -> str | None:
     """C of the test a `.callee` probe passes before its body: the call returns to one
     of the call sites DWARF names (link-time addresses: less the object's load bias).
     None when no site of the probe is a callee's."""
-    callers: dict[tuple[str, int], set[int] | None] = {}
+    callers: dict[tuple[str, int], set[tuple[int, ...]] | None] = {}
     machines: dict[tuple[str, int], str] = {}
     for s in scope.sites:
         key = (s.path, s.pc)
@@ -1304,13 +1304,23 @@ def _callee_guard(scope: Scope) -> str | None:
     if all(v is None for v in callers.values()):
         return None
     cases = {}
-    for key, rets in callers.items():
-        if rets is None:
+    deeper = False
+    for key, chains in callers.items():
+        if chains is None:
             cases[key] = "1"
             continue
-        test = " || ".join(f"r_ == {r:#x}u" for r in sorted(rets))
-        cases[key] = (f"({{ uint64_t r_ = {_RETURN_ADDRESS_AT_ENTRY[machines[key]]} - "
-                      f"(uint64_t)c->bias; {test}; }})")
+        levels = max(len(ch) for ch in chains)
+        deeper |= levels > 1
+        # level 1 from the stack's top (or lr); further up through the unwind tables
+        reads = [f"uint64_t r0_ = {_RETURN_ADDRESS_AT_ENTRY[machines[key]]} - "
+                 "(uint64_t)c->bias;"]
+        reads += [f"uint64_t r{k}_ = (uint64_t)pd_ustack_or_zero(c, {k + 1}) - "
+                  "(uint64_t)c->bias;" for k in range(1, levels)]
+        test = " || ".join("(" + " && ".join(f"r{k}_ == {r:#x}u" for k, r in enumerate(ch))
+                           + ")" for ch in sorted(chains))
+        cases[key] = f"({{ {' '.join(reads)} {test}; }})"
+    if deeper:
+        unit.usym = True   # the unwind tables for pd_ustack_or_zero
     return tvars.by_site(cases)
 
 
