@@ -11,6 +11,7 @@ pointers and into other objects have no static call site, as in stap).
 from __future__ import annotations
 
 import fnmatch
+from dataclasses import replace
 from typing import Any
 
 from ..errors import ScriptError, TargetError
@@ -92,7 +93,7 @@ def callee_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite
     sites: list[FunctionSite] = []
     for name, reach in sorted(chains.items()):
         for site in table.sites([f for f in table.match(name) if f.name == name], False):
-            sites.append(_with_callers(site, tuple(sorted(reach))))
+            sites.append(replace(site, callers=tuple(sorted(reach))))
     if not sites:
         arg = "" if kind.arg is None else f'("{kind.arg}")' if isinstance(kind.arg, str) \
             else f"({kind.arg})"
@@ -102,7 +103,3 @@ def callee_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite
                           "it optimizes (-O1 and up); calls through pointers have none")
     return tuple(sites)
 
-
-def _with_callers(site: FunctionSite, callers: tuple[tuple[int, ...], ...]) -> FunctionSite:
-    from dataclasses import replace
-    return replace(site, callers=callers)

@@ -126,6 +126,13 @@ class FunctionTable:
                 self._by_addr.setdefault(f.addr, []).append(f)
         return self._by_addr.get(addr, [])
 
+    def containing(self, addr: int) -> Function | None:
+        """The function (its preferred name) whose extent holds `addr`, None if none."""
+        for f in self.functions:
+            if f.addr <= addr < f.addr + f.size:
+                return self.aliases(f.addr)[0]
+        return None
+
     def match(self, pattern: str) -> list[Function]:
         """The functions `pattern` names, their compiler-made clones with them:
         `walk` matches `walk.constprop.0` (gcc's copy for constant arguments) as stap

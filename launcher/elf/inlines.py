@@ -16,7 +16,7 @@ import fnmatch
 from typing import Any
 
 from ..errors import ScriptError, TargetError
-from .functions import FunctionSite, FunctionTable, abi_args, get_functions
+from .functions import FunctionSite, abi_args, get_functions
 
 
 class InlineCopy:
@@ -102,17 +102,10 @@ def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
                 if entry is None or entry in seen:
                     continue
                 seen.add(entry)
-                copies.append(InlineCopy(origins[origin], entry, _holder(table, entry)))
+                copies.append(InlineCopy(origins[origin], entry, table.containing(entry)))
     except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
         raise TargetError(info.debug_path, f"unreadable DWARF: {exc}") from exc
     return sorted(copies, key=lambda c: c.entry)
-
-
-def _holder(table: FunctionTable, pc: int) -> Any:
-    for f in table.functions:
-        if f.addr <= pc < f.addr + f.size:
-            return table.aliases(f.addr)[0]
-    return None
 
 
 def inline_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:

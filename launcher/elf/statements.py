@@ -74,7 +74,7 @@ def statement_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionS
         if tail != ["absolute"]:
             raise ScriptError("statement(ADDRESS) needs .absolute: the address is a "
                               "link-time address in the binary", point.loc)
-        f = _containing(table, arg)
+        f = table.containing(arg)
         if f is None:
             raise ScriptError(f"statement({arg:#x}): no function of {binary} contains "
                               "this address", point.loc)
@@ -93,7 +93,7 @@ def statement_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionS
     best: dict[tuple[int, int], int] = {}   # (function, line) -> lowest address
     funcs = {}
     for addr, line in rows:
-        f = _containing(table, addr)
+        f = table.containing(addr)
         if f is None or not fnmatch.fnmatchcase(f.name, func_pattern):
             continue
         funcs[f.addr] = f
@@ -111,14 +111,6 @@ def _table(point: Any, binary: str) -> FunctionTable:
         return get_functions(binary)
     except TargetError as exc:
         raise ScriptError(str(exc), point.loc) from exc
-
-
-def _containing(table: FunctionTable, addr: int) -> Any:
-    """The function (its preferred name) whose extent holds `addr`."""
-    for f in table.functions:
-        if f.addr <= addr < f.addr + f.size:
-            return table.aliases(f.addr)[0]
-    return None
 
 
 def _site(table: FunctionTable, f: Any, pc: int) -> FunctionSite:
