@@ -571,26 +571,7 @@ class _Reader:
         return found
 
     def _contains(self, cu: Any, die: Any, pc: int, base: int) -> bool:
-        lo = die.attributes.get("DW_AT_low_pc")
-        hi = die.attributes.get("DW_AT_high_pc")
-        if lo is not None and hi is not None:
-            end = hi.value if hi.form == "DW_FORM_addr" else lo.value + hi.value
-            return bool(lo.value <= pc < end)
-        if "DW_AT_ranges" in die.attributes:
-            try:
-                ranges = self.dwarf.range_lists().get_range_list_at_offset(
-                    die.attributes["DW_AT_ranges"].value, cu=cu)
-            except (AttributeError, KeyError, ValueError, TypeError):
-                return False
-            for r in ranges or ():
-                if hasattr(r, "begin_offset"):
-                    lo_r = r.begin_offset + (0 if getattr(r, "is_absolute", False) else base)
-                    hi_r = r.end_offset + (0 if getattr(r, "is_absolute", False) else base)
-                    if lo_r <= pc < hi_r:
-                        return True
-                elif hasattr(r, "base_address"):
-                    base = r.base_address
-        return False
+        return any(lo <= pc < hi for lo, hi in iter_die_ranges(self.dwarf, cu, die, base))
 
     def _location(self, cu: Any, die: Any, pc: int, base: int, cfa_base: bool, size: int,
                   signed: bool, cfa_rule: tuple[int, int] | None = None,
@@ -756,6 +737,30 @@ def _placeholder(t: Any) -> str:
                                    "DW_TAG_class_type"):
         return "{...}"
     return "[...]" if s is not None and s.tag == "DW_TAG_array_type" else ""
+
+
+def iter_die_ranges(dwarf: Any, cu: Any, die: Any, base: int) -> Iterator[tuple[int, int]]:
+    """The address ranges [lo, hi) a DIE covers: its low/high pc, else its DW_AT_ranges
+    list (relative to `base`, the unit's, until a base-address entry); none if neither
+    is there or the list is unreadable."""
+    lo = die.attributes.get("DW_AT_low_pc")
+    hi = die.attributes.get("DW_AT_high_pc")
+    if lo is not None and hi is not None:
+        yield lo.value, hi.value if hi.form == "DW_FORM_addr" else lo.value + hi.value
+        return
+    if "DW_AT_ranges" not in die.attributes:
+        return
+    try:
+        ranges = dwarf.range_lists().get_range_list_at_offset(
+            die.attributes["DW_AT_ranges"].value, cu=cu)
+    except (AttributeError, KeyError, ValueError, TypeError):
+        return
+    for r in ranges or ():
+        if hasattr(r, "begin_offset"):
+            rel = 0 if getattr(r, "is_absolute", False) else base
+            yield r.begin_offset + rel, r.end_offset + rel
+        elif hasattr(r, "base_address"):
+            base = r.base_address
 
 
 def die_holder(die: Any, name: str) -> Any:

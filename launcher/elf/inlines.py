@@ -52,23 +52,12 @@ def _low_pc(dwarf: Any, cu: Any, die: Any) -> int | None:
 
 def _first_address(dwarf: Any, cu: Any, die: Any, base: int, default: int | None
                    ) -> int | None:
+    from .dwarf import iter_die_ranges
+
     low = die.attributes.get("DW_AT_low_pc")
     if low is not None:
         return int(low.value)
-    if "DW_AT_ranges" not in die.attributes:
-        return default
-    try:
-        ranges = dwarf.range_lists().get_range_list_at_offset(
-            die.attributes["DW_AT_ranges"].value, cu=cu)
-    except (AttributeError, KeyError, ValueError, TypeError):
-        return default
-    starts = []
-    for r in ranges or ():
-        if hasattr(r, "begin_offset"):
-            starts.append(r.begin_offset + (0 if getattr(r, "is_absolute", False) else base))
-        elif hasattr(r, "base_address"):
-            base = r.base_address
-    return min(starts) if starts else default
+    return min((lo for lo, _ in iter_die_ranges(dwarf, cu, die, base)), default=default)
 
 
 def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
