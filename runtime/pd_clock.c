@@ -21,7 +21,7 @@
 
 #define PD_CLOCK_SPAN_NS 1000000      /* an anchor serves 1 ms */
 #define PD_CLOCK_BASELINE_NS 2000000  /* the cycle's length is measured over 2 ms at least */
-#define PD_CLOCK_READ_NS 2000         /* an anchor whose reads took longer is not kept */
+#define PD_CLOCK_READ_NS 500          /* an anchor whose reads took longer is not kept */
 #define PD_CLOCK_JITTER_NS 1000       /* a realtime read this much behind the last is kept
                                        * back at it; further behind, the clock was set */
 
@@ -34,11 +34,15 @@ static int64_t pd_clock_read(clockid_t id)
 
 #ifdef PD_ARCH_CYCLES_CLOCKSOURCE
 /* The process's first anchor: the baseline of the cycle's length.  state: 0 not yet,
- * 1 being written, 2 set, 3 the counter is not the kernel's clocksource. */
+ * 1 being written, 2 set, 3 the counter is not the kernel's clocksource.  mult: the
+ * cycle's length the last anchor found; one that differs from it by more than 1/1024
+ * (the counter stopped or was reset while the clock went on: a suspend) starts the
+ * baseline again. */
 static struct {
     uint32_t state;
     uint64_t cyc;
     int64_t mono;
+    uint64_t mult;
 } pd_clock_origin;
 
 static int pd_clock_source_is_cycles(void)
@@ -92,6 +96,16 @@ static void pd_clock_anchor(struct pd_clock_anchor *a)
     if ((double)(c2 - c0) * ns_per_cycle > PD_CLOCK_READ_NS)
         return;
     uint64_t mult = (uint64_t)(ns_per_cycle * 4294967296.0);
+    uint64_t ref = __atomic_load_n(&pd_clock_origin.mult, __ATOMIC_RELAXED);
+    if (ref && (mult > ref + ref / 1024 || mult < ref - ref / 1024)) {
+        uint32_t set = 2;
+        __atomic_store_n(&pd_clock_origin.mult, 0, __ATOMIC_RELAXED);
+        __atomic_compare_exchange_n(&pd_clock_origin.state, &set, 0, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
+        a->span = 0;
+        return;
+    }
+    __atomic_store_n(&pd_clock_origin.mult, mult, __ATOMIC_RELAXED);
     uint64_t at = c0 + (c1 - c0) / 2;
     a->cyc = at;
     a->ns[0] = mono;
