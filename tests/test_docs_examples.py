@@ -1,17 +1,24 @@
 """The examples of docs/functions.md are pydyn: every built-in has one that calls it,
 all of them translate (`-p3`, one script of one probe per example), and those that show
 their output print it on the page's own program, 64- and 32-bit (one session runs them
-all on both builds; pids, times and addresses match the example's pattern)."""
+all on both builds; pids, times and addresses match the example's pattern).  The
+examples of docs/cli.md: every option of pydyn and pydyn-run has one, and it parses
+with the program's own parser into that option."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import io
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from cbuild import build_c, have_m32, run_pydyn
 
+from pydyn.launcher import docgen
 from pydyn.launcher.docgen_functions import EXAMPLE_PROGRAM, PROGRAM, Example, iter_examples
 from pydyn.launcher.guru import SET_USER
 from pydyn.launcher.translate.types import BUILTINS, PRINT_FUNCS
@@ -123,3 +130,52 @@ def test_shown_output_is_printed(app_dir: Path, cache: Path, tmp_path: Path) -> 
             if out is None or not ex.pattern().fullmatch(out):
                 wrong.append(f"{name} ({size * 8}-bit): {out!r}, docs: {ex.prints!r}")
     assert not wrong, "\n".join(wrong)
+
+
+PARSERS = [docgen.pydyn_parser(), docgen.run_parser()]
+
+
+def _uses(argv: list[str], opts: argparse.Namespace, opt: docgen.Option,
+          action: argparse.Action) -> bool:
+    """Whether a parsed command line gives `opt`: a flag among its words (`-vv`, `-p2`,
+    `--color=always` too), a positional a value other than its default."""
+    if opt.positional:
+        return getattr(opts, action.dest) not in (None, [], action.default)
+    return any(word == flag or word.startswith(f"{flag}=") or
+               (not flag.startswith("--") and word.startswith(flag) and
+                not word.startswith("--"))
+               for word in argv for flag in opt.flags)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("parser", PARSERS, ids=[p.prog for p in PARSERS])
+def test_every_option_has_an_example_that_parses(parser: argparse.ArgumentParser) -> None:
+    """Each option's example is a command line of the program that the program's parser
+    (parse_intermixed_args, as the program calls it) takes and reads the option from."""
+    actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    options = list(docgen.iter_options(parser))
+    assert [o.name for o in options] == list(docgen.OPTION_EXAMPLES[parser.prog])
+    for opt, action in zip(options, actions, strict=True):
+        words = shlex.split(opt.example(parser.prog))
+        assert words[0] == parser.prog, opt.example(parser.prog)
+        if action.option_strings == ["--version"]:
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as ended:
+                parser.parse_intermixed_args(words[1:])
+            assert ended.value.code in (0, None) and out.getvalue().startswith("pydyn ")
+            continue
+        err = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(err):
+                opts = parser.parse_intermixed_args(words[1:])
+        except SystemExit:
+            pytest.fail(f"{opt.name}: {opt.example(parser.prog)!r} does not parse: "
+                        f"{err.getvalue()}")
+        assert _uses(words[1:], opts, opt, action), (opt.name, opt.example(parser.prog))
+
+
+@pytest.mark.unit
+def test_an_option_without_an_example_fails_the_page(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(docgen.OPTION_EXAMPLES["pydyn-run"], "-o")
+    with pytest.raises(docgen.MissingExample, match="pydyn-run -o"):
+        docgen.pages()
