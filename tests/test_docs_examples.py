@@ -132,6 +132,17 @@ def test_shown_output_is_printed(app_dir: Path, cache: Path, tmp_path: Path) -> 
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.unit
+def test_every_probe_point_has_an_example() -> None:
+    """Each row of docs/probe-points.md's tables of points has a filled example cell."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "probe-points.md").read_text()
+    tables = re.findall(r"^\| point \|.*\| example \|\n\|[-|]+\|\n((?:\|.*\n)+)", text, re.M)
+    assert len(tables) >= 2
+    rows = [row for table in tables for row in table.splitlines()]
+    empty = [row for row in rows if re.search(r"\|\s*\|\s*$", row)]
+    assert not empty, empty
+    assert len(rows) > 20
+
 PARSERS = [docgen.pydyn_parser(), docgen.run_parser()]
 
 
