@@ -406,8 +406,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
 PRINTING: dict[str, tuple[str, str, Example]] = {
     "printf": ("printf(fmt:string, ...)", "print the arguments as fmt says "
                                           "(`%d %s %x %c %p %%`, widths, `%-*s`)",
-               Example('printf("%-5s|%4d|%s\\n", execname(), $arg1, user_string($arg2))',
-                       "app  |  42|/etc/hosts")),
+               Example('printf("%s fd=%03d %x %s\\n", execname(), $arg1, $arg1, '
+                       'user_string($arg2))', "app fd=042 2a /etc/hosts")),
     "sprintf": ("sprintf(fmt:string, ...):string", "the same, as a string",
                 Example('req[tid()] = sprintf("%d:%s", $arg1, user_string($arg2))',
                         uses=("req",))),
@@ -434,24 +434,41 @@ PRINTING: dict[str, tuple[str, str, Example]] = {
 SET_USER_TEXT = "write v at addr in the target's memory (guru mode, `-g`)"
 SET_USER_STRING_TEXT = "write s and its NUL at addr (guru mode, `-g`)"
 # name -> example: each writes through the mark's pointer to `limit` (a string through
-# $arg2 would write the program's read-only literal: an error, counted).
+# $arg2 would write the program's read-only literal: an error, counted) and reads back
+# what it wrote.
 WRITES: dict[str, Example] = {
-    "set_user_char": Example("set_user_char($arg3, 0)", guru=True),
-    "set_user_short": Example("set_user_short($arg3, -2)", guru=True),
-    "set_user_int": Example("set_user_int($arg3, 100)", guru=True),
-    "set_user_long": Example("set_user_long($arg3, 1000000)", guru=True),
-    "set_user_pointer": Example("set_user_pointer($arg3, 0)", guru=True),
-    "set_user_int8": Example("set_user_int8($arg3, -1)", guru=True),
-    "set_user_uint8": Example("set_user_uint8($arg3, 255)", guru=True),
-    "set_user_int16": Example("set_user_int16($arg3, -300)", guru=True),
-    "set_user_uint16": Example("set_user_uint16($arg3, 65000)", guru=True),
-    "set_user_int32": Example("set_user_int32($arg3, user_int32($arg3) * 2)", guru=True),
-    "set_user_uint32": Example("set_user_uint32($arg3, 0xffff)", guru=True),
-    "set_user_int64": Example("set_user_int64($arg3, 1 << 40)", guru=True),
-    "set_user_uint64": Example("set_user_uint64($arg3, 0)", guru=True),
-    "set_user_ushort": Example("set_user_ushort($arg3, 8080)", guru=True),
-    "set_user_uint": Example("set_user_uint($arg3, 4096)", guru=True),
-    "set_user_string": Example('set_user_string($arg3, "ok")', guru=True),
+    "set_user_char": Example('set_user_char($arg3, 65); printf("%c\\n", user_char($arg3))', "A",
+                             guru=True),
+    "set_user_short": Example("set_user_short($arg3, -2); println(user_short($arg3))", "-2",
+                              guru=True),
+    "set_user_int": Example("set_user_int($arg3, 100); println(user_int($arg3))", "100",
+                            guru=True),
+    "set_user_long": Example("set_user_long($arg3, 1000000); println(user_long($arg3))",
+                             "1000000", guru=True),
+    "set_user_pointer": Example('set_user_pointer($arg3, 0x1000); printf("%#x\\n", '
+                                'user_long($arg3))', "0x1000", guru=True),
+    "set_user_int8": Example("set_user_int8($arg3, -128); println(user_int8($arg3))", "-128",
+                             guru=True),
+    "set_user_uint8": Example("set_user_uint8($arg3, 200); println(user_uint8($arg3))", "200",
+                              guru=True),
+    "set_user_int16": Example("set_user_int16($arg3, -300); println(user_int16($arg3))",
+                              "-300", guru=True),
+    "set_user_uint16": Example("set_user_uint16($arg3, 65000); println(user_uint16($arg3))",
+                               "65000", guru=True),
+    "set_user_int32": Example("set_user_int32($arg3, $arg1 * 2); println(user_int32($arg3))",
+                              "84", guru=True),
+    "set_user_uint32": Example('set_user_uint32($arg3, 0xffff); printf("%#x\\n", '
+                               'user_uint32($arg3))', "0xffff", guru=True),
+    "set_user_int64": Example("set_user_int64($arg3, 1 << 40); println(user_int64($arg3))",
+                              "1099511627776", guru=True),
+    "set_user_uint64": Example("set_user_uint64($arg3, 0); println(user_uint64($arg3))", "0",
+                               guru=True),
+    "set_user_ushort": Example("set_user_ushort($arg3, 8080); println(user_ushort($arg3))",
+                               "8080", guru=True),
+    "set_user_uint": Example("set_user_uint($arg3, 4096); println(user_uint($arg3))", "4096",
+                             guru=True),
+    "set_user_string": Example('set_user_string($arg3, "ok"); println(user_string($arg3))',
+                               "ok", guru=True),
 }
 
 
