@@ -4,8 +4,10 @@ argument parsers, docs/functions.md from the translator's table of built-ins
 
 ``python -m pydyn.launcher.docgen DIR`` writes ``cli.md``, ``pydyn.1``, ``pydyn-run.1``
 and ``functions.md`` into DIR.  The pages are generated, never edited by hand, so an
-option or a built-in added to the code cannot be missing from them: tests/test_docs.py
-fails when the committed pages differ from what the code gives now.
+option or a built-in added to the code cannot be missing from them, nor lack an example
+(OPTION_EXAMPLES here, docgen_functions' table): tests/test_docs.py fails when the
+committed pages differ from what the code gives now, tests/test_docs_examples.py when
+an example does not parse, translate or print what the page shows.
 """
 
 from __future__ import annotations
