@@ -79,8 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--compat", metavar="MODULE_m32.so", help="the 32-bit module")
     p.add_argument("-c", dest="command", metavar="CMD", help="start CMD and probe it")
     p.add_argument("-o", dest="output", metavar="FILE", help="write probe output to FILE")
-    p.add_argument("-v", dest="verbose", action="count", default=0)
-    p.add_argument("-s", dest="bufsize", type=int, default=4, metavar="MiB")
+    p.add_argument("-v", dest="verbose", action="count", default=0, help="more output")
+    p.add_argument("-s", dest="bufsize", type=int, default=4, metavar="MiB",
+                   help="output ring size in MiB (power of two)")
     return p
 
 
