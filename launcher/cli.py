@@ -344,7 +344,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .resolve import Resolver
     from .script import recursion_headroom
     from .session import check_command_target
-    from .translate import translate
+    from .translate import elide_probes, translate
 
     verbose = opts.verbose
     if argv_cmd is not None:
@@ -367,6 +367,20 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if verbose:
         for line in resolution.dropped:
             print(line, file=sys.stderr)
+    elided: list[ScriptWarning] = []
+    if not opts.unoptimized:
+        script, resolution, elided = elide_probes(script, resolution)
+        if opts.timing:
+            elided = []   # stap -t elides them without a word
+    if not script.probes:
+        # stap's end of pass 2 with nothing to arm: an error, not a session that waits
+        if not opts.unoptimized:
+            from .translate.warnings import find_warnings
+            for w in find_warnings(script, elided):
+                report(w)
+        raise ScriptError("no probes found", None,
+                          "every probe's body is empty, and empty probes are elided "
+                          "(-u keeps them)" if elided else None)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     from .elf.libraries import symbol_objects
     symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
@@ -381,7 +395,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars, symbols=symbols)
+                      skip_badvars=opts.skip_badvars, symbols=symbols, elided=elided)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -400,7 +414,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), warn=report,
                             optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars,
-                            symbols=symbols)
+                            symbols=symbols, elided=elided)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
