@@ -577,6 +577,9 @@ def run(argv: Sequence[str]) -> int:
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
+                                           # -t: the same module, without the warnings
+                                           # of elided probes to replay
+                                           *((("-t", "1"),) if opts.timing else ()),
                                            *(("-d", os.path.realpath(d))
                                              for d in opts.symbol_modules),
                                            *((("--ldd", "1"),) if opts.ldd else ()),
