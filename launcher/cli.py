@@ -139,7 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
                         help="same as --runtime=dyninst")
     compat.add_argument("-u", dest="unoptimized", action="store_true",
-                        help="unoptimized: keep functions no probe calls (compiled, typed)")
+                        help="unoptimized: keep functions no probe calls (compiled, typed) "
+                             "and probes whose body is empty (armed)")
     compat.add_argument("-b", dest="bulk", action="store_true",
                         help="bulk mode: taken, the output has one ring anyway")
     compat.add_argument("-m", dest="module_name", metavar="NAME",
@@ -154,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
                              "globals and probe aliases a script uses taken; the macros of "
                              "its .stpm files may be invoked")
     compat.add_argument("-t", dest="timing", action="store_true",
-                        help="taken; probe timing is not collected")
+                        help="taken; probe timing is not collected (as stap's -t, no "
+                             "warning for an elided probe)")
     compat.add_argument("-k", dest="keep_tmp", action="store_true",
                         help="taken; builds are kept in the cache anyway")
     compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
