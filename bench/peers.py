@@ -243,6 +243,24 @@ def _uftrace_pair(binary: Path, func: str, n: int, retval: bool = False) -> Resu
     return Result(ns, int(m.group(1)), n, "uftrace record -P FUNC (entry+exit recorded)")
 
 
+def _uftrace_latency(binary: Path, func: str, n: int) -> Result:
+    """uftrace times every call by recording its entry and exit with their timestamps;
+    the latencies come from those after the run (`uftrace report`: avg, min, max)."""
+    ns, data, exe = _uftrace(binary, n, ["-P", func], "uftrace function")
+    try:
+        report = _run([exe, "report", "-d", str(data), "-f", "total-avg,call", "-s", "call"],
+                      "uftrace report").stdout
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+    m = re.search(rf"^\s*([0-9.]+ [mun]?s)\s+(\d+)\s+{re.escape(func)}\s*$", report, re.M)
+    if m is None:
+        raise Unavailable(f"uftrace recorded no call of {func} in {binary}: its dynamic "
+                          "patching (-P) needs a -pg, -finstrument-functions or "
+                          "-fpatchable-function-entry=5 build, or room for its patch")
+    return Result(ns, int(m.group(2)), n, "uftrace record -P FUNC: each call's entry and exit "
+                  f"timestamps, latencies from uftrace report (avg {m.group(1)})")
+
+
 def _uftrace_printf(binary: Path, mark: str, n: int) -> Result:
     raise Unavailable("uftrace has no per-hit print action: it records events to a file and "
                       "prints them after the run (uftrace replay), so there is no printf "
@@ -423,6 +441,7 @@ _RUNNERS: dict[str, dict[str, _Runner]] = {
     "kstats": {"bpftrace": _bpftrace_kstats},
     "pair": {"bpftrace": _bpftrace_pair, "uftrace": _uftrace_pair, "frida": _frida_pair},
     "pair_ret": {"uftrace": lambda b, f, n: _uftrace_pair(b, f, n, retval=True)},
+    "latency": {"uftrace": _uftrace_latency},
     "startup": {"bpftrace": _bpftrace_startup, "uftrace": _uftrace_startup,
                 "frida": _frida_startup},
 }
@@ -475,7 +494,10 @@ def function_args(tool: str, binary: Path, func: str, n: int,
 
 def function_latency(tool: str, binary: Path, func: str, n: int,
                      argv: tuple[str, ...] = ()) -> Result:
-    """ns per iteration while `tool` keeps a histogram of `func`'s entry-to-return time."""
+    """ns per iteration while `tool` keeps a histogram of `func`'s entry-to-return time
+    (uftrace, without ARGV: records the timestamps; the latencies come after the run)."""
+    if tool == "uftrace" and not argv:
+        return _dispatch("latency", tool, binary, func, n)
     if tool != "bpftrace":
         raise Unavailable(f"{tool}: not compared for function latency")
     _dispatch_check(tool)

@@ -267,7 +267,8 @@ def program_to_json(program: Any) -> dict[str, Any]:
             "required_abis": sorted(program.required_abis),
             "globals_size": program.globals_size,
             "report": {str(k): [t[0], t[1], list(t[2]), t[3]] for k, t in program.report.items()},
-            "scalars": {k: list(v) for k, v in program.scalars.items()}}
+            "scalars": {k: list(v) for k, v in program.scalars.items()},
+            "objects": [[path, list(points)] for path, points in program.objects]}
 
 
 def program_from_json(d: dict[str, Any], c_source: str) -> Any:
@@ -280,7 +281,8 @@ def program_from_json(d: dict[str, Any], c_source: str) -> Any:
                    report={int(k): (t[0], t[1], tuple(t[2]), t[3])
                            for k, t in d.get("report", {}).items()},
                    scalars={k: (int(v[0]), str(v[1]), int(v[2]))
-                            for k, v in d.get("scalars", {}).items()})
+                            for k, v in d.get("scalars", {}).items()},
+                   objects=[(str(p), [str(x) for x in pts]) for p, pts in d.get("objects", [])])
 
 
 def _site_json(site: Any, plan: Any) -> dict[str, Any]:

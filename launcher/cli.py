@@ -653,7 +653,8 @@ def run(argv: Sequence[str]) -> int:
     session = Session(program, modules, SessionOptions(command=opts.command, ring_size=ring,
                                                         verbose=verbose, target_checked=True,
                                                         attach_pid=opts.attach_pid,
-                                                        timeout=opts.timeout),
+                                                        timeout=opts.timeout,
+                                                        no_warnings=opts.no_warnings),
                       sink=sink)
     try:
         result = session.run()

@@ -63,7 +63,7 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str]]], ...] = (
         "gettimeofday_us": ((), "wall-clock microseconds since the epoch"),
         "gettimeofday_ns": ((), "wall-clock nanoseconds since the epoch"),
         "local_clock_ns": ((), "CLOCK_MONOTONIC in nanoseconds: for intervals"),
-        "get_cycles": ((), "the CPU's time-stamp counter (rdtsc)"),
+        "get_cycles": ((), "the CPU's cycle counter (x86: rdtsc; aarch64: cntvct_el0)"),
         "ctime": (("secs",), "seconds since the epoch as `Wed Dec  2 13:41:06 2026` (UTC)"),
     }),
     ("Session", {

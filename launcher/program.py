@@ -41,7 +41,8 @@ class Program:
                  warnings: list[ScriptWarning | str] | None = None,
                  plans: list[PatchPlan] | None = None,
                  report: dict[int, ReportTag] | None = None,
-                 scalars: dict[str, tuple[int, str, int]] | None = None) -> None:
+                 scalars: dict[str, tuple[int, str, int]] | None = None,
+                 objects: list[tuple[str, list[str]]] | None = None) -> None:
         self.c_source = c_source
         self.checksum = checksum
         self.formats = formats
@@ -58,6 +59,9 @@ class Program:
         # Scalar globals by name: (offset in the globals area, "long" | "string", size),
         # so a launcher can set them before `begin` (pydyn-run NAME=VALUE).
         self.scalars = scalars or {}
+        # The module's pd_objects in order, each with the probe points that name it: the
+        # exit report says which no process of the session loaded (pd_header.objects_loaded).
+        self.objects = objects or []
         # (function, its return mechanism) for `pydyn -v` (plan/returns.py; set by translate)
         self.return_plans: list[tuple[str, str]] = []
 

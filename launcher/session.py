@@ -120,6 +120,7 @@ class SessionOptions(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     set_globals: tuple[tuple[str, str], ...] = ()   # NAME=VALUE, applied before `begin`
     attach_pid: int | None = None   # -x PID: attach to a running process (launcher/attach.py)
     timeout: float | None = None    # -T SECS: end the session after SECS, as exit() would
+    no_warnings: bool = False       # -w: no warning about probed objects never loaded
 
 
 class SessionResult(NamedTuple):
@@ -667,6 +668,28 @@ class Session:
         if n:
             self._stuck = (n, module.ffi.string(msg).decode(errors="replace"))
 
+    def _report_unloaded_objects(self) -> None:
+        """The probed programs and libraries no process of the session loaded: their
+        probes could not fire (a -c command that runs another copy of the program, a
+        library the program does not link)."""
+        h = self.view.header
+        if not h.attach_count:   # the session ended before any process joined it
+            return
+        loaded = int(h.objects_loaded_lo) | int(h.objects_loaded_hi) << 32
+        ran: set[str] | None = None
+        for o, (path, points) in enumerate(self.program.objects[:64]):
+            if loaded >> o & 1 or not points:
+                continue
+            more = f" and {len(points) - 1} more probe point(s)" if len(points) > 1 else ""
+            self.log(f"WARNING: no process of the session loaded {path}: {points[0]}{more} "
+                     "never fired")
+            if ran is None:
+                procs = self._gone_procs + [p.as_dict() for _, p in self.view.used_procs()]
+                ran = {_cstr(p["exe"]) for p in procs}
+            same = sorted(e for e in ran if os.path.basename(e) == os.path.basename(path))
+            if same:
+                self.log(f"hint: the session ran {', '.join(same)}")
+
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
         for i, proc in self.view.used_procs():
@@ -788,6 +811,8 @@ class Session:
         if status is not None and status < 0:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
+        if not self.options.no_warnings:
+            self._report_unloaded_objects()
         if self.options.verbose:
             self._report_new_processes()
         procs = self._gone_procs + [p.as_dict() for _, p in self.view.used_procs()]

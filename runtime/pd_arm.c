@@ -120,6 +120,9 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             continue;
         pd_obj_armed[o] = 1;
         pd_obj_bias[o] = (uintptr_t)info->dlpi_addr;
+        if (pd_hdr && o < 64) /* for the launcher's exit report */
+            __atomic_fetch_or(o < 32 ? &pd_hdr->objects_loaded_lo : &pd_hdr->objects_loaded_hi,
+                              1u << (o % 32), __ATOMIC_RELAXED);
         uintptr_t *stubs = pd_tramp_prepare(info, o);
         if (!stubs) /* traps only: every function keeps the return-address hijack */
             pd_ret_choose(o, NULL, pd_site_off);

@@ -4,7 +4,6 @@
  * general-regs-only; what may fault, claim or lock goes through pd_fast_slow
  * (pd_run.c) by pd_xmm_call, on a whole context. */
 #define _GNU_SOURCE
-#include <errno.h>
 
 #include "pd_internal.h"
 #include "pd_seq.h"
@@ -121,20 +120,3 @@ void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdes
     pd_xmm_call(pd_fast_slow, (uintptr_t)c, (uintptr_t)pd_kstat_add_full, (uintptr_t)&x, 0);
 }
 
-static uintptr_t pd_gettime_saved(uintptr_t clk, uintptr_t out, uintptr_t b, uintptr_t d)
-{
-    (void)b, (void)d;
-    int saved_errno = errno;
-    *(int64_t *)out = pd_gettime_ns((int)clk);
-    errno = saved_errno;
-    return 0;
-}
-
-/* gettimeofday_ns(), local_clock_ns(): clock_gettime (the vDSO) is libc's code, with the
- * vector registers saved. */
-int64_t pd_fast_gettime_ns(int clock_realtime)
-{
-    int64_t v = 0;
-    pd_xmm_call(pd_gettime_saved, (uintptr_t)clock_realtime, (uintptr_t)&v, 0, 0);
-    return v;
-}

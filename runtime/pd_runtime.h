@@ -268,6 +268,15 @@ extern int pd_inert __attribute__((visibility("hidden")));
  * handler touches (launcher/translate/fast.py: counter adds only), kept between hits.
  * Its cslot is the thread's counter block pointer (pd_counter.c: NULL not claimed yet, 1 none), also
  * reachable as `cslot`; its error is 0 between hits (the error path clears it). */
+/* A thread's clock anchor (pd_clock.c): the clocks read at cycle count `cyc`, the
+ * cycle's length in 2^-32 ns, and how many cycles after cyc the anchor serves. */
+struct pd_clock_anchor {
+    uint64_t cyc;
+    int64_t ns[2]; /* CLOCK_MONOTONIC, CLOCK_REALTIME */
+    uint64_t mult;
+    uint64_t span; /* 0: no anchor (every read goes to clock_gettime) */
+    int64_t last[2]; /* the thread's last reads: a new anchor never takes its time back */
+};
 struct pd_fast_tls {
     int busy;
     union {
@@ -281,6 +290,7 @@ struct pd_fast_tls {
     uint32_t epoch;     /* pd_fenv.epoch when ctx's globals and actions were set */
     uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
     int pslot; /* pd_pstat.c: 0 not claimed yet, -1 none free (slot 0), k: owns slot k */
+    struct pd_clock_anchor clock;
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),

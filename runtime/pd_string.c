@@ -80,13 +80,6 @@ char *pd_user_string(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen)
     return dst;
 }
 
-int64_t pd_gettime_ns(int clock_realtime)
-{
-    struct timespec ts;
-    clock_gettime(clock_realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 char *pd_substr(char *dst, const char *s, int64_t start, int64_t len)
 {
     int64_t n = (int64_t)strlen(s);

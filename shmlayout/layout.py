@@ -224,7 +224,7 @@ class ConstGroup(NamedTuple):
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 5
+PD_LAYOUT_VERSION: Final = 6
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -364,6 +364,11 @@ HEADER: Final = Struct("pd_header", (
     Field("inflight_unslotted", "u32", doc="handlers running in threads without a slot"),
     Field("procs_unlisted", "u32", doc="processes that found no free pd_proc entry"),
     Field("lock_timeouts", "u32", doc="lock waits given up (holder stopped, or STUCK_CONTEXT_MS)"),
+    # Bit o of lo (o < 32), o - 32 of hi (o < 64): object o of the module's pd_objects was
+    # found loaded in some process of the session (runtime/pd_arm.c), so the launcher can
+    # say at the exit which probed programs and libraries no process ever loaded.
+    Field("objects_loaded_lo", "u32", doc="objects 0-31 some process loaded, a bit each"),
+    Field("objects_loaded_hi", "u32", doc="objects 32-63 some process loaded, a bit each"),
 ), size=512, doc="segment header, at offset 0")
 
 PROC: Final = Struct("pd_proc", (

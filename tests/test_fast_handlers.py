@@ -164,3 +164,18 @@ def test_x87_stack_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(bare), r.stdout
     assert f"x={n * (n - 1) // 2}.0\n" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("m32", [False, True], ids=["m64", "m32"])
+def test_fp_control_state_kept(tmp_path: Path, cache: Path, m32: bool) -> None:
+    """A handler run through pd_xmm_call (this one is not FAST) leaves the program's
+    unmasked exceptions and rounding mode as they were: i386's check of the x87 stack
+    stores the environment with fnstenv, which masks every exception, and puts the
+    control word back."""
+    b = build_c(PROGS / "x87_cw.c", tmp_path / "x87cw", m32=m32, extra=("-lm",))
+    script = (f'global s probe process("{b}").mark("hit") {{ s .= sprint($arg1) }}'
+              ' probe end { printf("len=%d\\n", strlen(s)) }')
+    r = run_pydyn(cache, "-e", script, "-c", f"{b} 100")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^except 0x\w+ changed 0$", r.stdout, re.M), r.stdout
+    assert "len=190" in r.stdout, r.stdout

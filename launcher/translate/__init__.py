@@ -103,6 +103,6 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
                       scalars={n: (layout.offset(n), v.type, layout.slots[n].size)
                                for n, v in types.globals.items()
                                if v.array is None and v.type in ("long", "string")},
-                      report=unit.report)
+                      report=unit.report, objects=tables.objects)
     program.return_plans = [(f"{s.name}@{s.func_addr:#x}", str(r)) for s, r in tables.return_plans]
     return program

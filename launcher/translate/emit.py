@@ -622,7 +622,7 @@ class Emitter:
                   "gettimeofday_us": f"({now}(1) / 1000)",
                   "gettimeofday_ns": f"{now}(1)",
                   "local_clock_ns": f"{now}(0)",
-                  "get_cycles": "(int64_t)__builtin_ia32_rdtsc()"}
+                  "get_cycles": "(int64_t)pd_cycles()"}
         if name in simple:
             return simple[name]
         if name == "exit":

@@ -44,6 +44,7 @@ class Tables(NamedTuple):
     sites: list[ProbeSite]                   # every site row's site ...
     plans: list[PatchPlan]                   # ... and plan
     return_plans: list[tuple[FunctionSite, ReturnPlan]]
+    objects: list[tuple[str, list[str]]]     # pd_objects' paths, each with its probe points
 
 
 def _arg_initializer(spec: ArgSpec) -> str:
@@ -88,7 +89,8 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
         b.probe_rows.append('    {PD_PROBE_END, 1, probe_exit_report, "end (report)", -1, 0},')
     return Tables(b.render(), len(b.probe_rows), len(b.site_rows), len(b.object_rows),
                   frozenset(b.required), b.timers, b.needs_wait, b.sites, b.plans,
-                  b.return_plans)
+                  b.return_plans, [(path, b.object_points.get(oi, []))
+                                   for path, oi in b.objects.items()])
 
 
 class _Builder:
@@ -105,6 +107,7 @@ class _Builder:
         self.object_abis: dict[str, str] = {}
         self.symbol_objects: list[tuple[str, str]] = []   # -d, --ldd: (path, PD_ABI_*)
         self.object_rows: list[str] = []
+        self.object_points: dict[int, list[str]] = {}   # object -> the points naming it
         self.required: set[str] = set()
         self.timers: list[tuple[int, int, int]] = []
         self.needs_wait = False
@@ -127,6 +130,11 @@ class _Builder:
             self.object_abis[path] = PD_ABI[abi]
             self.object_rows.append(f"    {{{_c_string(path)}, {PD_ABI[abi]}}},")
         return self.objects[path]
+
+    def point_names(self, oi: int, rp: ResolvedPoint) -> None:
+        names = self.object_points.setdefault(oi, [])
+        if (name := format_point(rp.point)) not in names:
+            names.append(name)
 
     def hidden_entry(self, pi: int, ri: int, rp: ResolvedPoint) -> int:
         """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
@@ -152,6 +160,7 @@ class _Builder:
             abi = (abi_of_machine(info.machine) if info else None) or "m64"
             obj = self.object_index(rp.object_path, abi)
             self.required.add(abi)
+            self.point_names(obj, rp)
         if rp.kind == "never":
             return
         self.probe_rows.append(
@@ -174,6 +183,7 @@ class _Builder:
                            rp.point)
             self.required.add(site_abi)
             oi = self.object_index(site.path, site_abi)
+            self.point_names(oi, rp)
             if isinstance(site, FunctionSite):
                 group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)

@@ -7,9 +7,12 @@
  * (-mfpmath=387, i386's default) may keep live values in st(0)..st(7) across the
  * probe's asm.  C code called with a non-empty stack pushes onto it and, past eight
  * entries, overwrites the interrupted code's values with the indefinite NaN.  So when
- * st(0) is not empty, fnsave stores the whole x87 state (and MMX, which aliases it)
+ * any x87 register is in use, fnsave stores the whole x87 state (and MMX, which aliases it)
  * and re-initialises the unit, which gives the callee the empty stack it expects;
- * frstor puts it back.  fxam + fnstsw make the common case (empty) cheap.  The FAST
+ * frstor puts it back.  Whether all are empty is read from the tag word, which
+ * fnstenv stores (it then masks every exception: fldcw puts the stored control word
+ * back).  Not with fxam: on an empty st(0) it takes a microcode assist, several times
+ * the cost of fnstenv + fldcw (docs/performance.md, the i386 rows).  The FAST
  * path itself is compiled general-regs-only, so it touches neither (tests/test_fast_handlers.py
  * checks the object code).
  */
@@ -35,10 +38,9 @@ pd_xmm_call:
         movdqa %xmm6,112(%esp)
         movdqa %xmm7,128(%esp)
         movl $0,252(%esp)
-        fxam  /* st(0) empty <=> C3 C2 C0 = 1 0 1 */
-        fnstsw %ax
-        and $0x4500,%eax
-        cmp $0x4100,%eax
+        fnstenv 144(%esp)   /* the environment: control, status, tag word (+8) ... */
+        fldcw 144(%esp)     /* the control word as it was (fnstenv masked them all) */
+        cmpw $0xffff,152(%esp) /* every register empty */
         je 1f
         fnsave 144(%esp)
         movl $1,252(%esp)
