@@ -369,11 +369,10 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if verbose:
         for line in resolution.dropped:
             print(line, file=sys.stderr)
-    elided: list[ScriptWarning] = []
+    gone: list[ScriptWarning] = []
     if not opts.unoptimized:
-        script, resolution, elided = elide_probes(script, resolution)
-        if opts.timing:
-            elided = []   # stap -t elides them without a word
+        script, resolution, gone = elide_probes(script, resolution)
+    elided = [] if opts.timing else gone   # stap -t elides them without a word
     if not script.probes:
         # stap's end of pass 2 with nothing to arm: an error, not a session that waits
         if not opts.unoptimized:
@@ -382,7 +381,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                 report(w)
         raise ScriptError("no probes found", None,
                           "every probe's body is empty, and empty probes are elided "
-                          "(-u keeps them)" if elided else None)
+                          "(-u keeps them)" if gone else None)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     from .elf.libraries import symbol_objects
     symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)

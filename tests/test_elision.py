@@ -157,6 +157,11 @@ def test_when_every_probe_is_elided_there_are_no_probes(cache: Path, prog: Path)
     assert res.stderr == (warning(1, lines[0]) + warning(2, lines[1], "end") +
                           "pydyn: error: no probes found\nhint: every probe's body is empty, "
                           "and empty probes are elided (-u keeps them)\n"), res.stderr
+    # -t: the error without the warnings
+    res = run_pydyn(cache, "-t", "-e", text, "-c", f"{prog} {N}")
+    assert res.returncode == 1 and res.stdout == "", res.stdout
+    assert res.stderr == ("pydyn: error: no probes found\nhint: every probe's body is "
+                          "empty, and empty probes are elided (-u keeps them)\n"), res.stderr
     # at -p2 too, and a script with no probe at all is the same error
     for args in (("-p2", "-e", text), ("-e", "global g", "-c", f"{prog} {N}")):
         res = run_pydyn(cache, *args)
