@@ -132,12 +132,40 @@ PD_EXPORT void pd_launcher_wait(uint32_t timeout_ms)
     __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
 }
 
-/* Ends a pd_launcher_wait() at once: the launcher's drain thread, when the session
- * stops (else the join waits out the timeout, ~50 ms of every run). */
+/* Set by pd_launcher_wake: the session stops, the drain thread waits no more. */
+static volatile int pd_drain_stopping;
+
+/* The drain thread's sleep while the ring stays empty: returns once a record is in
+ * the ring, exit() is requested, pd_launcher_wake() is called or max_ms pass.  Producers
+ * wake a sleeping consumer only in bulk (pd_ring.c), so the ring is looked at every
+ * poll_ms: a record waits that long at most, as with pd_launcher_wait(poll_ms) in a
+ * loop, but the launcher's Python, which costs far more a wake-up than this loop, runs
+ * only when there is something to drain -- the launcher shares the CPUs with the
+ * traced programs. */
+PD_EXPORT void pd_launcher_idle(uint32_t poll_ms, uint32_t max_ms)
+{
+    if (!pd_seg)
+        return;
+    uint32_t asked = __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE);
+    __atomic_or_fetch(&pd_hdr->flags, PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
+    for (uint32_t waited = 0; waited < max_ms && !pd_drain_stopping; waited += poll_ms) {
+        uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_ACQUIRE);
+        if (pd_hdr->ring_head != __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE) != asked)
+            break;
+        pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)poll_ms * 1000000L);
+    }
+    __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
+}
+
+/* Ends a pd_launcher_wait() or pd_launcher_idle() at once, and every later one: the
+ * launcher's drain thread, when the session stops (else the join waits out the
+ * timeout, ~50 ms of every run). */
 PD_EXPORT void pd_launcher_wake(void)
 {
     if (!pd_seg)
         return;
+    pd_drain_stopping = 1;
     __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
     pd_futex_wake(&pd_hdr->ring_data_seq);
 }
