@@ -29,8 +29,12 @@ measured that way: its uprobes are on the binary's inode, so they would trap in 
 servers.  Every traced run's counts are checked: the commits counted must be at
 least the transactions pgbench reports.  The server runs with fsync and synchronous
 commit off so the load is CPU, where a probe's cost shows (a disk-bound load would
-hide it).  `--profile` then runs pydyn once more under `perf record`, for the share
-of the server's CPU spent in pydyn's code.  A tool that cannot run here prints why,
+hide it).  `--rt` runs the servers (pydyn's launcher with them) and pgbench under
+SCHED_FIFO: the machine's other processes, which CFS would give an equal share of the
+CPUs, then take only what the kernel's real-time throttling leaves them (5%), so the
+rounds hardly move with the load -- on a shared machine, the one way to see a cost of
+a few percent in tps.  `--profile` then runs pydyn once more under `perf record`, for
+the share of the server's CPU spent in pydyn's code.  A tool that cannot run here prints why,
 never a number.
 """
 
@@ -58,10 +62,15 @@ SCRIPT = ("global acquire, commit\n"
           'probe process("{pg}").mark("lwlock__acquire") {{ acquire++ }}\n'
           'probe process("{pg}").mark("transaction__commit") {{ commit++ }}\n'
           'probe end {{ printf("acquire=%d commit=%d\\n", acquire, commit) }}\n')
-BPFTRACE = ("usdt:{pg}:postgresql:lwlock__acquire {{ @acquire = count(); }} "
+# BEGIN runs once every probe is attached ("Attaching 3 probes..." comes before):
+# pgbench starts after it, or a bpftrace slow to attach would miss the first commits
+BPFTRACE = ("BEGIN {{ printf(\"attached\\n\"); }} "
+            "usdt:{pg}:postgresql:lwlock__acquire {{ @acquire = count(); }} "
             "usdt:{pg}:postgresql:transaction__commit {{ @commit = count(); }}")
 MODES = ("untraced", "pydyn", "bpftrace", "side")
 CUSTOM: list[Path] = []   # --script: pydyn runs it instead of SCRIPT, its counts unchecked
+SHIELD: list[str] = []    # --rt: the prefix of the servers' and pgbench's commands
+RT = ["chrt", "--fifo", "1"]
 _SCRIPT = Path(sys.executable).with_name("pydyn")
 PYDYN = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "pydyn"]
 
@@ -132,8 +141,8 @@ class Cluster:
     def start(self, prefix: list[str], env: dict[str, str] | None = None
               ) -> subprocess.Popen[str]:
         log = self.log.open("a")
-        return subprocess.Popen([*prefix, self.server_cmd()] if prefix
-                                else self.server_cmd().split(),
+        return subprocess.Popen([*SHIELD, *prefix, self.server_cmd()] if prefix
+                                else [*SHIELD, *self.server_cmd().split()],
                                 stdout=subprocess.PIPE, stderr=log, text=True, env=env)
 
     def wait_ready(self, srv: subprocess.Popen[str]) -> None:
@@ -211,7 +220,7 @@ def pgbench(cluster: Cluster, opts: argparse.Namespace) -> tuple[float, int]:
     """(tps, transactions) of one pgbench run."""
     load = ["-T", str(opts.duration)] if opts.transactions is None else \
         ["-t", str(opts.transactions)]
-    r = subprocess.run(["pgbench", *cluster.conn(), "-n", "-c", str(opts.clients),
+    r = subprocess.run([*SHIELD, "pgbench", *cluster.conn(), "-n", "-c", str(opts.clients),
                         "-j", str(opts.clients), "-b", opts.builtin, *load],
                        capture_output=True, text=True, timeout=opts.duration * 10 + 600)
     tps = re.search(r"tps = ([0-9.]+) \(without initial connection time\)", r.stdout)
@@ -373,9 +382,9 @@ def run_bpftrace(cluster: Cluster, opts: argparse.Namespace) -> Run:
         bt = subprocess.Popen([exe, "-e", BPFTRACE.format(pg=POSTGRES)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         assert bt.stdout is not None
-        # warnings (RLIMIT_MEMLOCK) come first; "Attaching 2 probes..." once attached
+        # warnings (RLIMIT_MEMLOCK) and "Attaching 3 probes..." come first
         said: list[str] = []
-        while not (said and said[-1].startswith("Attaching")):
+        while not (said and said[-1] == "attached\n"):
             said.append(bt.stdout.readline())
             if not said[-1]:
                 bt.kill()
@@ -420,6 +429,9 @@ def main() -> int:
     ap.add_argument("--script", type=Path,
                     help="pydyn runs this script instead (to find where a cost goes: e.g. one "
                     "mark only); its counts are not checked")
+    ap.add_argument("--rt", action="store_true",
+                    help="run the servers and pgbench under SCHED_FIFO (root): the rounds "
+                    "hardly move with the machine's other load")
     ap.add_argument("--profile", action="store_true",
                     help="then one more pydyn run under `perf record`: the share of the "
                     "server's CPU spent in pydyn's module and trampolines")
@@ -427,6 +439,14 @@ def main() -> int:
     if opts.profile and shutil.which("perf") is None:
         raise SystemExit("--profile: perf is not installed (Debian package linux-perf)")
     modes = [m for m in opts.modes.split(",") if m]
+    if opts.rt:
+        try:
+            r = subprocess.run([*RT, "true"], capture_output=True, text=True)
+        except OSError as exc:
+            raise SystemExit(f"--rt: {RT[0]}: {exc.strerror}") from exc
+        if r.returncode != 0:
+            raise SystemExit(f"--rt: {' '.join(RT)} is refused: {_first_line(r.stderr)}")
+        SHIELD.extend(RT)
     if not POSTGRES.exists() or shutil.which("pgbench") is None:
         print(f"pgbench: unavailable: PostgreSQL 15 and pgbench are not installed ({POSTGRES})")
         return 0
@@ -464,8 +484,8 @@ def main() -> int:
             print(f"site {mark}: {plan}")
         load = ("-T", opts.duration) if opts.transactions is None else ("-t", opts.transactions)
         print(f"pgbench -b {opts.builtin} -c {opts.clients} -j {opts.clients} "
-              f"{load[0]} {load[1]}, scale {opts.scale}, {opts.rounds} round(s); "
-              f"marks counted: {', '.join(MARKS)}")
+              f"{load[0]} {load[1]}, scale {opts.scale}, {opts.rounds} round(s)"
+              f"{', SCHED_FIFO' if SHIELD else ''}; marks counted: {', '.join(MARKS)}")
         for rnd in range(opts.rounds):
             rounds.append({})
             # every other round backwards: a drift over the rounds (the load, the tables'

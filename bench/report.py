@@ -66,8 +66,8 @@ def steps() -> list[Step]:
         Step("startup", ["-n", "7", "--fresh-rounds", "2"], ["-n", "3", "--fresh-rounds", "1"],
              1800),
         Step("coldstart", ["--rounds", "3"], ["--rounds", "1"], 1800),
-        Step("pgbench", ["-T", "5", "--rounds", "10", "--profile"],
-             ["-T", "3", "--rounds", "1", "--profile"], 1800),
+        Step("pgbench", ["-T", "5", "--rounds", "10", "--rt", "--profile"],
+             ["-T", "3", "--rounds", "1", "--rt", "--profile"], 1800),
         Step("dwarf_read", [], [], 600),
     ]
 
@@ -450,7 +450,8 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "(the machine is shared: figures move with the load)",
         "- a probe's cost is ns per hit over the same program without probes; a peer's cost "
         "is followed by its multiple of pydyn's; pgbench is traced throughput over untraced "
-        "(median of the rounds' ratios, short rounds in alternating order; the server "
+        "(median of the rounds' ratios, short rounds in alternating order, servers and "
+        "pgbench under SCHED_FIFO so the machine's other load hardly moves them; the server "
         "process tree's CPU per transaction over untraced's in parentheses; side by side: "
         "both servers at once)",
         "- the scripts it ran: " + ", ".join(f"`{s.command(quick)}`" for s in steps),
