@@ -300,6 +300,9 @@ def process_gone(pid: int) -> bool:
 # short while processes come and go, long while the table stays as it is.
 WAIT_MIN = 0.02
 WAIT_MAX = 0.2
+# How long the drain thread looks at an empty ring every 10 ms before it sleeps until
+# the next record (Session._drain_loop).
+DRAIN_POLL_MS = 100
 
 
 def _open_pidfd(pid: int) -> int:
@@ -393,17 +396,21 @@ class Session:
         buf = module.ffi.new("uint8_t[]", 1 << 20)
         header = self.view.header
         woken = False
-        # pd_launcher_idle: the 10 ms looks at an idle ring in C (a module built before
-        # it existed, given to pydyn-run, returns to Python for each)
+        # pd_launcher_idle: an empty ring looked at every 10 ms in C for DRAIN_POLL_MS
+        # (producers wake the drain only in bulk while records come), then a sleep until
+        # its next record (a module built before it existed, given to pydyn-run, returns
+        # to Python every 10 ms)
         idle = getattr(module.lib, "pd_launcher_idle", None)
+        polled = False
         try:
             while not self._stop_drain.is_set():
-                if self._drain_once(module, buf) == 0:
-                    # producers wake it only in bulk
-                    if idle is not None:
-                        idle(10, 1000)
-                    else:
-                        module.lib.pd_launcher_wait(10)
+                if self._drain_once(module, buf):
+                    polled = False
+                elif idle is None:
+                    module.lib.pd_launcher_wait(10)
+                else:
+                    idle(0, 1000) if polled else idle(10, DRAIN_POLL_MS)
+                    polled = True
                 if not woken and (header.exit_requested or self.sink.consumer_gone):
                     woken = True   # the session ends: _wait sleeps no longer
                     os.eventfd_write(self._wake_fd, 1)

@@ -136,26 +136,32 @@ PD_EXPORT void pd_launcher_wait(uint32_t timeout_ms)
 static volatile int pd_drain_stopping;
 
 /* The drain thread's sleep while the ring stays empty: returns once a record is in
- * the ring, exit() is requested, pd_launcher_wake() is called or max_ms pass.  Producers
- * wake a sleeping consumer only in bulk (pd_ring.c), so the ring is looked at every
- * poll_ms: a record waits that long at most, as with pd_launcher_wait(poll_ms) in a
- * loop, but the launcher's Python, which costs far more a wake-up than this loop, runs
- * only when there is something to drain -- the launcher shares the CPUs with the
- * traced programs. */
+ * the ring, exit() is requested, pd_launcher_wake() is called or max_ms pass.  With
+ * poll_ms, the ring is looked at every poll_ms (producers wake a consumer in bulk
+ * only, pd_ring.c): a stream of records is drained in batches.  With 0, for a ring
+ * idle a while, PD_FLAG_DRAIN_IDLE asks the next record's producer to wake it: no
+ * wake-up at all while nothing is printed.  Either way the launcher's Python, which
+ * costs far more a wake-up than this loop, runs only when there is something to do --
+ * the launcher shares the CPUs with the traced programs. */
 PD_EXPORT void pd_launcher_idle(uint32_t poll_ms, uint32_t max_ms)
 {
     if (!pd_seg)
         return;
+    uint32_t step = poll_ms ? poll_ms : max_ms;   /* idle: the stop and exit() wake it */
+    uint32_t bits = PD_FLAG_DRAIN_WAITS | (poll_ms ? 0 : PD_FLAG_DRAIN_IDLE);
     uint32_t asked = __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE);
-    __atomic_or_fetch(&pd_hdr->flags, PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
-    for (uint32_t waited = 0; waited < max_ms && !pd_drain_stopping; waited += poll_ms) {
-        uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_ACQUIRE);
+    for (uint32_t waited = 0; waited < max_ms && !pd_drain_stopping; waited += step) {
+        /* the flag set, then the ring read: against pd_ring_write's commit, then flags
+         * read, so a record is either seen here or wakes the wait */
+        __atomic_or_fetch(&pd_hdr->flags, bits, __ATOMIC_SEQ_CST);
+        uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_SEQ_CST);
         if (pd_hdr->ring_head != __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE) ||
             __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE) != asked)
             break;
-        pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)poll_ms * 1000000L);
+        pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)step * 1000000L);
     }
-    __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
+    __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)(PD_FLAG_DRAIN_WAITS | PD_FLAG_DRAIN_IDLE),
+                       __ATOMIC_SEQ_CST);
 }
 
 /* Ends a pd_launcher_wait() or pd_launcher_idle() at once, and every later one: the

@@ -89,3 +89,52 @@ def test_launcher_sleeps_while_the_target_runs(tmp_path: Path, b: Build, cache: 
     assert proc.returncode == 0, err
     assert out.splitlines()[-1] == f"n={3 * ROUNDS}", out
     assert spent < BOUND * WINDOW, f"the launcher ran {spent * 1e3:.1f} ms in {WINDOW} s"
+
+
+SPARSE = r"""
+#include <stdio.h>
+#include <sys/sdt.h>
+#include <time.h>
+int main(void)
+{
+    struct timespec nap = {0, 400 * 1000 * 1000};
+    for (int i = 0; i < 4; i++) {
+        nanosleep(&nap, NULL);      /* the ring idle: the drain sleeps until a record */
+        DTRACE_PROBE1(sparse, hit, i);
+        printf("fired %d\n", i);
+        fflush(stdout);
+    }
+    nanosleep(&nap, NULL);
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("b", [b for b in BUILDS if b.opt == "-O2"], ids=lambda b: b.id)
+def test_a_record_after_a_quiet_while_is_printed_at_once(tmp_path: Path, b: Build,
+                                                         cache: Path) -> None:
+    """The drain thread sleeps on a ring idle for a while until the next record wakes
+    it: each line a probe prints after 400 ms of silence comes out right after the
+    target's own line (a drain left to wake on its own would be up to a second late)."""
+    (tmp_path / "s.c").write_text(SPARSE)
+    exe = build_c(tmp_path / "s.c", tmp_path / "s", m32=b.m32, opt=b.opt)
+    script = f'probe process("{exe}").mark("hit") {{ printf("hit %d\\n", $arg1) }}'
+    proc = start_pydyn(cache, "-e", script, "-c", str(exe))
+    late: list[float] = []
+    seen: dict[str, float] = {}
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen[line] = time.monotonic()
+            kind, _, i = line.partition(" ")
+            other = ("hit " if kind == "fired" else "fired ") + i
+            if other in seen:    # the probe's line and the target's, in either order
+                late.append(seen[line] - seen[other])
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert sorted(seen) == [f"{k} {i}\n" for k in ("fired", "hit") for i in range(4)], seen
+    assert max(late) < 0.25, late
