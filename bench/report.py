@@ -66,8 +66,8 @@ def steps() -> list[Step]:
         Step("startup", ["-n", "7", "--fresh-rounds", "2"], ["-n", "3", "--fresh-rounds", "1"],
              1800),
         Step("coldstart", ["--rounds", "3"], ["--rounds", "1"], 1800),
-        Step("pgbench", ["-T", "10", "--rounds", "5", "--profile"],
-             ["-T", "3", "--rounds", "1", "--profile"], 1800),
+        Step("pgbench", ["-T", "5", "--rounds", "10", "--rt", "--profile"],
+             ["-T", "3", "--rounds", "1", "--rt", "--profile"], 1800),
         Step("dwarf_read", [], [], 600),
     ]
 
@@ -184,10 +184,15 @@ def parse_coldstart(text: str) -> ColdOut:
 
 
 def parse_pgbench(text: str) -> dict[str, float | str]:
-    """bench/pgbench.py: tool -> traced / untraced tps ratio or why not; "profile" ->
-    the share of the server's CPU in pydyn's code."""
+    """bench/pgbench.py: tool -> traced / untraced tps ratio or why not; "cpu TOOL" ->
+    the server's CPU per transaction over untraced's; "profile" -> the share of the
+    server's CPU in pydyn's code."""
     out: dict[str, float | str] = {}
     for line in text.splitlines():
+        m = re.match(r"^pgbench CPU per transaction (\w+): ([0-9.]+) ", line)
+        if m:
+            out[f"cpu {m.group(1)}"] = float(m.group(2))
+            continue
         m = re.match(r"^pgbench profile pydyn: pydyn ([0-9.]+%) ", line)
         if m:
             out["profile"] = m.group(1)
@@ -369,13 +374,21 @@ def pgbench_rows(step: Step, quick: bool) -> list[Row]:
         if isinstance(v, str):
             return f"not measured: {_short(v)}"
         return f"{v:.3f}"
+    def cpu(tool: str) -> str:
+        v = r.get(f"cpu {tool}")
+        return f" (server CPU per transaction x{v:.3f})" if isinstance(v, float) else ""
     pyd = cell("pydyn")
+    if not pyd.startswith("not measured"):
+        pyd += cpu("pydyn")
     side = r.get("side")
     if isinstance(side, float):
         pyd += f"; side by side with an untraced copy: {side:.3f}"
     if isinstance(r.get("profile"), str) and not pyd.startswith("not measured"):
         pyd += f"; pydyn's code {r['profile']} of the server's CPU (perf)"
-    return [(what, pyd, cell("bpftrace"), "", "", step.how(quick))]
+    bpf = cell("bpftrace")
+    if not bpf.startswith("not measured"):
+        bpf += cpu("bpftrace")
+    return [(what, pyd, bpf, "", "", step.how(quick))]
 
 
 def parse_dwarf(text: str) -> list[tuple[str, str]]:
@@ -437,7 +450,10 @@ def render(steps: list[Step], quick: bool, command: str, when: str, where: str,
         "(the machine is shared: figures move with the load)",
         "- a probe's cost is ns per hit over the same program without probes; a peer's cost "
         "is followed by its multiple of pydyn's; pgbench is traced throughput over untraced "
-        "(median of the rounds' ratios; side by side: both servers at once)",
+        "(median of the rounds' ratios, short rounds in alternating order, servers and "
+        "pgbench under SCHED_FIFO so the machine's other load hardly moves them; the server "
+        "process tree's CPU per transaction over untraced's in parentheses; side by side: "
+        "both servers at once)",
         "- the scripts it ran: " + ", ".join(f"`{s.command(quick)}`" for s in steps),
         "",
         "| what | pydyn | bpftrace | Frida | uftrace | script, load |",

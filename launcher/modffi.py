@@ -27,6 +27,7 @@ int pd_launcher_run(uint32_t kind);
 void pd_launcher_run_probe(uint32_t index);
 uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap);
 void pd_launcher_wait(uint32_t timeout_ms);
+void pd_launcher_idle(uint32_t poll_ms, uint32_t max_ms);
 void pd_launcher_wake(void);
 void pd_launcher_detach(void);
 uint32_t pd_launcher_quiesce(char *msg, uint32_t cap);

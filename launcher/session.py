@@ -12,6 +12,7 @@ import errno
 import fcntl
 import mmap
 import os
+import select
 import shlex
 import signal
 import subprocess
@@ -296,6 +297,23 @@ def process_gone(pid: int) -> bool:
         return False
 
 
+# The launcher's rounds of process-table keeping while the session runs (Session._wait):
+# short while processes come and go, long while the table stays as it is.
+WAIT_MIN = 0.02
+WAIT_MAX = 0.2
+# How long the drain thread looks at an empty ring every 10 ms before it sleeps until
+# the next record (Session._drain_loop).
+DRAIN_POLL_MS = 100
+
+
+def _open_pidfd(pid: int) -> int:
+    """A pidfd of pid (readable once it exits), or -1 (Linux < 5.3, or pid is gone)."""
+    try:
+        return os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return -1
+
+
 class _Module:
     """The native module loaded into the launcher."""
 
@@ -331,6 +349,9 @@ class Session:
         self._stuck: tuple[int, str] = (0, "")   # handlers still running after the stop
         self._staged: Path | None = None   # modules shared with other users (share.py)
         self.child_shm = ""   # PYDYN_SHM of the -c command: NAME, or NAME:FD
+        # written by the drain thread to end the main thread's sleep in _wait (exit(),
+        # the output's reader gone); an eventfd, open while run() runs
+        self._wake_fd = -1
 
     # -- segment -------------------------------------------------------------
     def _create_segment(self, module: _Module) -> tuple[posix_ipc.SharedMemory, mmap.mmap]:
@@ -366,7 +387,7 @@ class Session:
 
     def _stop_draining(self, module: _Module) -> None:
         self._stop_drain.set()
-        # Wake the drain thread from pd_launcher_wait (a module built before
+        # Wake the drain thread from pd_launcher_idle or _wait (a module built before
         # pd_launcher_wake existed, given to pydyn-run, lets the wait time out).
         wake = getattr(module.lib, "pd_launcher_wake", None)
         if wake is not None:
@@ -374,10 +395,26 @@ class Session:
 
     def _drain_loop(self, module: _Module) -> None:
         buf = module.ffi.new("uint8_t[]", 1 << 20)
+        header = self.view.header
+        woken = False
+        # pd_launcher_idle: an empty ring looked at every 10 ms in C for DRAIN_POLL_MS
+        # (producers wake the drain only in bulk while records come), then a sleep until
+        # its next record (a module built before it existed, given to pydyn-run, returns
+        # to Python every 10 ms)
+        idle = getattr(module.lib, "pd_launcher_idle", None)
+        polled = False
         try:
             while not self._stop_drain.is_set():
-                if self._drain_once(module, buf) == 0:
-                    module.lib.pd_launcher_wait(10)  # producers wake it only in bulk
+                if self._drain_once(module, buf):
+                    polled = False
+                elif idle is None:
+                    module.lib.pd_launcher_wait(10)
+                else:
+                    idle(0, 1000) if polled else idle(10, DRAIN_POLL_MS)
+                    polled = True
+                if not woken and (header.exit_requested or self.sink.consumer_gone):
+                    woken = True   # the session ends: _wait sleeps no longer
+                    os.eventfd_write(self._wake_fd, 1)
             while self._drain_once(module, buf):
                 pass
         except BaseException as exc:  # surfaced by run(), never lost in a thread
@@ -513,6 +550,7 @@ class Session:
             self._set_globals(mem)
             if self.sink.merge_text:  # before the drain thread runs: it sets bit 0 itself
                 self.view.header.flags |= PD_FLAG_MERGE_TEXT
+            self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             drain.start()
             # From the begin probes to the wait, a Ctrl-C is noted, not raised: raised
             # there it would skip the orderly stop, end probes included.
@@ -598,6 +636,9 @@ class Session:
             self._stop_draining(module)
             if drain.is_alive():
                 drain.join(timeout=5)
+            if self._wake_fd >= 0 and not drain.is_alive():
+                os.close(self._wake_fd)
+                self._wake_fd = -1
             module.lib.pd_launcher_detach()
             try:
                 shm.unlink()
@@ -739,6 +780,13 @@ class Session:
             self.log(f"pydyn: error: could not restore pid {attached.target.pid}: {exc}")
 
     def _wait(self, child: subprocess.Popen[bytes] | None, module: _Module) -> None:
+        """Until the session ends: the command or the attached process exits, exit(),
+        -T, the output's reader goes away, or a stop signal (KeyboardInterrupt).  The
+        launcher shares the machine with the traced program, so it sleeps, not polls:
+        in a poll(2) on the process's pidfd (it returns at the exit) and on the wake
+        descriptor the drain thread writes at exit() or a gone reader.  Between those
+        it keeps the process table: every WAIT_MIN seconds while it changes, backing
+        off to WAIT_MAX while it does not (a table of long-lived processes)."""
         header = self.view.header
         last_scan = time.monotonic()
         # statistic slots of threads that are gone without giving them back (a main
@@ -746,43 +794,64 @@ class Session:
         reap_slots = getattr(module.lib, "pd_launcher_reap_slots", None)
         deadline = None if self.options.timeout is None else last_scan + self.options.timeout
         attached = self.options.attach_pid
-        while not header.exit_requested:
-            if child is not None and child.poll() is not None:
-                return
-            if self.sink.consumer_gone:
-                # Nobody reads the output: end the session (the drain keeps emptying
-                # the ring meanwhile, so no producer waits on it); the command runs on
-                # with its probes inert, as after exit().
-                return
-            if deadline is not None and time.monotonic() >= deadline:
-                return
-            if attached is not None:
-                if process_gone(attached):
+        watched = child.pid if child is not None else attached
+        pidfd = _open_pidfd(watched) if watched is not None else -1
+        poller = select.poll()
+        for fd in (pidfd, self._wake_fd):
+            if fd >= 0:
+                poller.register(fd, select.POLLIN)
+        period = WAIT_MIN
+        last_used = -1
+        try:
+            while not header.exit_requested:
+                if child is not None and child.poll() is not None:
                     return
-            elif child is None and not self.program.needs_wait:
-                return
-            if child is not None:
-                try:   # returns within ~1 ms of the exit, where a sleep costs 10 ms on average
-                    child.wait(timeout=0.02)
-                except subprocess.TimeoutExpired:
-                    pass
-            else:
-                time.sleep(0.02)
-            if self.options.verbose:
-                self._report_new_processes()
-            # a forked child's _exit leaves its entry alive until marked: every round
-            # once the table is half full, as a loop of short processes takes entries
-            # (between the half-second scans by kill(pid, 0) alone: no /proc read for each
-            # of many long-lived processes every round; zombies wait for the full scan)
-            used = self._recycle_processes()
-            if reap_slots is not None:
-                reap_slots()
-            full = time.monotonic() - last_scan > 0.5
-            if full or used > self.options.proctab_count // 2:
-                self._mark_dead_processes(child, quick=not full)
-                self._recycle_processes()
-                if full:
-                    last_scan = time.monotonic()
+                if self.sink.consumer_gone:
+                    # Nobody reads the output: end the session (the drain keeps emptying
+                    # the ring meanwhile, so no producer waits on it); the command runs on
+                    # with its probes inert, as after exit().
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+                if attached is not None:
+                    if process_gone(attached):
+                        return
+                elif child is None and not self.program.needs_wait:
+                    return
+                nap = period if deadline is None else \
+                    max(0.0, min(period, deadline - time.monotonic()))
+                if child is not None and pidfd < 0:
+                    try:   # no pidfd (Linux < 5.3): Popen's own polling wait
+                        child.wait(timeout=nap)
+                    except subprocess.TimeoutExpired:
+                        pass
+                else:
+                    poller.poll(int(nap * 1000) + 1)
+                if self.options.verbose:
+                    self._report_new_processes()
+                # a forked child's _exit leaves its entry alive until marked: every round
+                # once the table is half full, as a loop of short processes takes entries
+                # (between the half-second scans by kill(pid, 0) alone: no /proc read for
+                # each of many long-lived processes every round; zombies wait for the full
+                # scan)
+                gone = len(self._gone_procs)
+                used = self._recycle_processes()
+                if reap_slots is not None:
+                    reap_slots()
+                full = time.monotonic() - last_scan > 0.5
+                if full or used > self.options.proctab_count // 2:
+                    self._mark_dead_processes(child, quick=not full)
+                    used = self._recycle_processes()
+                    if full:
+                        last_scan = time.monotonic()
+                # processes came or went: back to short rounds, lest a burst of short
+                # ones fill the table between two of them
+                quiet = used == last_used and gone == len(self._gone_procs)
+                period = min(period * 2, WAIT_MAX) if quiet else WAIT_MIN
+                last_used = used
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
 
     def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
         h = self.view.header

@@ -193,10 +193,13 @@ int64_t pd_target(struct pd_ctx *c)
     return pd_hdr ? pd_hdr->target_pid : 0;
 }
 
-/* exit() stops new probe handlers (session STOPPING); the launcher then runs `end`. */
+/* exit() stops new probe handlers (session STOPPING); the launcher then runs `end`,
+ * its drain thread woken here from a sleep on an idle ring (pd_launcher_idle). */
 void pd_request_exit(void)
 {
     __atomic_store_n(&pd_hdr->exit_requested, 1, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_SEQ_CST);
+    pd_futex_wake(&pd_hdr->ring_data_seq);
     uint32_t st = __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE);
     while (st < PD_SESSION_STOPPING &&
            !__atomic_compare_exchange_n(&pd_hdr->session_state, &st, PD_SESSION_STOPPING, 0,

@@ -132,12 +132,46 @@ PD_EXPORT void pd_launcher_wait(uint32_t timeout_ms)
     __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_WAITS, __ATOMIC_SEQ_CST);
 }
 
-/* Ends a pd_launcher_wait() at once: the launcher's drain thread, when the session
- * stops (else the join waits out the timeout, ~50 ms of every run). */
+/* Set by pd_launcher_wake: the session stops, the drain thread waits no more. */
+static volatile int pd_drain_stopping;
+
+/* The drain thread's sleep while the ring stays empty: returns once a record is in
+ * the ring, exit() is requested, pd_launcher_wake() is called or max_ms pass.  With
+ * poll_ms, the ring is looked at every poll_ms (producers wake a consumer in bulk
+ * only, pd_ring.c): a stream of records is drained in batches.  With 0, for a ring
+ * idle a while, PD_FLAG_DRAIN_IDLE asks the next record's producer to wake it: no
+ * wake-up at all while nothing is printed.  Either way the launcher's Python, which
+ * costs far more a wake-up than this loop, runs only when there is something to do --
+ * the launcher shares the CPUs with the traced programs. */
+PD_EXPORT void pd_launcher_idle(uint32_t poll_ms, uint32_t max_ms)
+{
+    if (!pd_seg)
+        return;
+    uint32_t step = poll_ms ? poll_ms : max_ms;   /* idle: the stop and exit() wake it */
+    uint32_t bits = PD_FLAG_DRAIN_WAITS | (poll_ms ? 0 : PD_FLAG_DRAIN_IDLE);
+    uint32_t asked = __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE);
+    for (uint32_t waited = 0; waited < max_ms && !pd_drain_stopping; waited += step) {
+        /* the flag set, then the ring read: against pd_ring_write's commit, then flags
+         * read, so a record is either seen here or wakes the wait */
+        __atomic_or_fetch(&pd_hdr->flags, bits, __ATOMIC_SEQ_CST);
+        uint32_t seq = __atomic_load_n(&pd_hdr->ring_data_seq, __ATOMIC_SEQ_CST);
+        if (pd_hdr->ring_head != __atomic_load_n(&pd_hdr->ring_tail, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&pd_hdr->exit_requested, __ATOMIC_ACQUIRE) != asked)
+            break;
+        pd_futex_wait(&pd_hdr->ring_data_seq, seq, (long)step * 1000000L);
+    }
+    __atomic_and_fetch(&pd_hdr->flags, ~(uint32_t)(PD_FLAG_DRAIN_WAITS | PD_FLAG_DRAIN_IDLE),
+                       __ATOMIC_SEQ_CST);
+}
+
+/* Ends a pd_launcher_wait() or pd_launcher_idle() at once, and every later one: the
+ * launcher's drain thread, when the session stops (else the join waits out the
+ * timeout, ~50 ms of every run). */
 PD_EXPORT void pd_launcher_wake(void)
 {
     if (!pd_seg)
         return;
+    pd_drain_stopping = 1;
     __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
     pd_futex_wake(&pd_hdr->ring_data_seq);
 }

@@ -66,13 +66,23 @@ static int pd_ring_write(const uint8_t *buf, uint32_t len)
             pd_ring_copy_in(tail, buf, len);
             __atomic_store_n(&pd_hdr->ring_tail, tail + len, __ATOMIC_RELEASE);
             pd_unlock(&pd_hdr->ring_lock);
-            __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_RELEASE);
+            /* seq_cst with the flags load: against the consumer's setting of
+             * PD_FLAG_DRAIN_IDLE then reading the ring, one of the two sees the other */
+            __atomic_add_fetch(&pd_hdr->ring_data_seq, 1, __ATOMIC_SEQ_CST);
             /* Batched wake-ups: a sleeping consumer is woken once the ring is an eighth
-             * full; below that its wait times out (pd_launcher_wait, ~10 ms) -- a wake
-             * per record (a syscall) would cost more than the record. */
-            if (PD_UNLIKELY(__atomic_load_n(&pd_hdr->flags, __ATOMIC_RELAXED) & PD_FLAG_DRAIN_WAITS) &&
-                tail + len - head >= size / 8)
-                pd_futex_wake(&pd_hdr->ring_data_seq);
+             * full; below that its wait times out (pd_launcher_idle, ~10 ms) -- a wake
+             * per record (a syscall) would cost more than the record.  A consumer asleep
+             * on a ring idle for a while (PD_FLAG_DRAIN_IDLE) is woken by the first
+             * record, once: it polls no idle ring. */
+            uint32_t fl = __atomic_load_n(&pd_hdr->flags, __ATOMIC_SEQ_CST);
+            if (PD_UNLIKELY(fl & (PD_FLAG_DRAIN_WAITS | PD_FLAG_DRAIN_IDLE))) {
+                if (fl & PD_FLAG_DRAIN_IDLE) {
+                    if (__atomic_fetch_and(&pd_hdr->flags, ~(uint32_t)PD_FLAG_DRAIN_IDLE,
+                                           __ATOMIC_SEQ_CST) & PD_FLAG_DRAIN_IDLE)
+                        pd_futex_wake(&pd_hdr->ring_data_seq);
+                } else if (tail + len - head >= size / 8)
+                    pd_futex_wake(&pd_hdr->ring_data_seq);
+            }
             return 0;
         }
         uint32_t seq = __atomic_load_n(&pd_hdr->ring_space_seq, __ATOMIC_ACQUIRE);

@@ -254,6 +254,7 @@ PD_REC_SYSTEM: Final = 7
 
 PD_FLAG_DRAIN_WAITS: Final = 1
 PD_FLAG_MERGE_TEXT: Final = 2
+PD_FLAG_DRAIN_IDLE: Final = 4
 
 # per-thread statistic slot indices 1..PD_PSTAT_SLOTS (slot 0 is shared): the slots of a
 # statistic, a keyed table or a counter block in the globals area (globals.py), and the
@@ -303,6 +304,8 @@ CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_FLAG_DRAIN_WAITS", PD_FLAG_DRAIN_WAITS, "the consumer sleeps: wake it on commit"),
         Const("PD_FLAG_MERGE_TEXT", PD_FLAG_MERGE_TEXT,
               "the drain may join consecutive TEXT records of one pid (not --json)"),
+        Const("PD_FLAG_DRAIN_IDLE", PD_FLAG_DRAIN_IDLE,
+              "the consumer sleeps on an idle ring: the next commit clears it and wakes it"),
     )),
     ConstGroup("tslot", "in-handler words (runtime/pd_quiesce.c)", (
         Const("PD_TSLOTS", PD_TSLOTS,

@@ -72,6 +72,7 @@ one probe of 2,048 statements -p4: 31.10 s (cpu 9.32 s, m64 and m32 compiled in 
 
 PGBENCH_OUT = """\
 pgbench ratio pydyn: 0.962 (median of 5; rounds 0.95 0.96 0.962 0.97 0.98); tps x
+pgbench CPU per transaction pydyn: 1.020 (median of 5; quartiles 1.01-1.03; rounds x) of y
 pgbench ratio bpftrace: unavailable: bpftrace did not attach: ERROR: no BTF
 pgbench side-by-side ratio pydyn: 0.975 (median of 5; rounds 0.97 0.98 0.975 0.96 0.99)
 pgbench profile pydyn: pydyn 1.74% of the server's CPU samples (module 1.07%, trampolines 0.67%)
@@ -157,8 +158,8 @@ def test_func_bench_startup_coldstart_and_pgbench_rows(report: ModuleType) -> No
     assert next(v for k, v in rows.items() if k.startswith("map_hash"))[0] == \
         "9.32 s CPU".join(["31.10 s (", ")"])
     pg = next(v for k, v in rows.items() if k.startswith("PostgreSQL 15 pgbench"))
-    assert pg[0] == ("0.962; side by side with an untraced copy: 0.975; pydyn's code 1.74% "
-                     "of the server's CPU (perf)")
+    assert pg[0] == ("0.962 (server CPU per transaction x1.020); side by side with an "
+                     "untraced copy: 0.975; pydyn's code 1.74% of the server's CPU (perf)")
     assert pg[1] == "not measured: bpftrace did not attach: ERROR: no BTF"
     assert rows["DWARF of libc's debug file: then the parameters of `fopen` (its unit only)"][0] \
         == "0.090 s"
