@@ -31,8 +31,8 @@ from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
 from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
+from .tapset import ARITY_NAMES, macro_groups_for
 from .tapset import groups_for as tapset_groups_for
-from .tapset import macro_groups_for
 
 # stap's limits: a map's index tuple (PR10750 also bounds a print's values)
 _MAX_INDEXES = 9
@@ -1045,7 +1045,8 @@ class Parser:
             # stap's parser: a delimiter joins at least two values
             raise ScriptError(f"{name.text}() needs a delimiter and at least two values",
                               name.loc)
-        return ast.Call(name.text, tuple(args), name.loc)
+        return ast.Call(ARITY_NAMES.get((name.text, len(args)), name.text), tuple(args),
+                        name.loc)
 
 
 def check_depth(script: ast.Script) -> None:

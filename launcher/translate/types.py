@@ -93,7 +93,14 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
     "user_int32": ((LONG,), LONG), "user_uint32": ((LONG,), LONG),
     "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
-    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
+    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG), "user_ulong": ((LONG,), LONG),
+    **{f"{name}_error": ((LONG,), LONG) for name in (
+        "user_char", "user_short", "user_ushort", "user_int", "user_long", "user_ulong",
+        "user_int8", "user_uint8", "user_int16", "user_uint16", "user_int32", "user_uint32",
+        "user_int64", "user_uint64")},
+    "user_string_utf16": ((LONG,), STRING), "user_string_utf32": ((LONG,), STRING),
+    "user_buffer_quoted": ((LONG, LONG, LONG), STRING),
+    "user_buffer_quoted_error": ((LONG, LONG, LONG), STRING),
     "abs": ((LONG,), LONG),
     # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
@@ -121,7 +128,11 @@ USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
               "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
               "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
               "user_uint32": (4, 0), "user_int64": (8, 1), "user_uint64": (8, 0),
-              "user_ushort": (2, 0), "user_uint": (4, 0)}
+              "user_ushort": (2, 0), "user_uint": (4, 0), "user_ulong": (0, 0)}
+# user_int_error(addr) and the others: the same read, an error where addr cannot be
+# read (the plain forms are 0 there, as stap's tapset has them)
+USER_READS.update({f"{name}_error": how for name, how in list(USER_READS.items())
+                   if name != "user_uint"})
 
 
 class Scope:
