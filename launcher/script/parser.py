@@ -94,6 +94,8 @@ class Parser:
         self._depth = 0
         self._in_function = False
         self._loops = 0            # loops around the statement being parsed
+        # --compatible before 2.0: a comment between string literals keeps them apart
+        self.glue_across_comments = True
 
     # -- token helpers ----------------------------------------------------------
 
@@ -415,7 +417,8 @@ class Parser:
         self.advance()
         # stap (since 2.0, PR11208) joins adjacent string literals.
         parts = [t.text]
-        while self._tok.kind is Kind.STRING:
+        while self._tok.kind is Kind.STRING and (self.glue_across_comments
+                                                 or not self._tok.comment_before):
             parts.append(self.advance().text)
         return ast.StringLiteral("".join(parts), t.loc)
 
@@ -1191,6 +1194,7 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
                         lines, guru, files)
+        parser.glue_across_comments = strverscmp(config.systemtap_version, "2.0") >= 0
         try:
             script = parser.script()
         except RecursionError:
