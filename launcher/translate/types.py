@@ -414,7 +414,7 @@ class Types:
                 raise _err(f"'{var.name}' is used with both @hist_log and @hist_linear", e)
             return "hist"
         if isinstance(e, ast.Call):
-            return self._infer_call(e, scope)
+            return self._infer_call(e, scope, want)
         if isinstance(e, ast.Embedded):
             return STRING if embedded_is_string(e.code) else LONG
         if isinstance(e, ast.Defined):
@@ -650,14 +650,17 @@ class Types:
         raise _err(f"unknown context variable '{name}'", e,
                    "marks provide $arg1..$argN, $$name, $$provider, $$parms")
 
-    def _infer_call(self, e: ast.Call, scope: Scope) -> str | None:
+    def _infer_call(self, e: ast.Call, scope: Scope, want: str | None = None) -> str | None:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
                 if isinstance(a, ast.HistOp) and name.startswith("s"):
                     raise _err(f"{name}() of a histogram is not supported: the launcher "
                                "draws histograms", a, "print() it instead")
-                self._infer(a, scope)
+                if self._infer(a, scope) == STAT:
+                    raise _err("a statistic has no value to print", a,
+                               "print @count(x), @sum(x), @min(x), @max(x), @avg(x) "
+                               "or @hist_log(x)")
             if name in ("printf", "sprintf"):
                 fmt = e.args[0]
                 assert isinstance(fmt, ast.StringLiteral)
@@ -724,6 +727,10 @@ class Types:
                 info.locals[info.decl.params[i].name] = new
         if info.uses_globals:
             scope.uses_globals = True
+        if info.ret is None and want is not None and isinstance(info.decl.body, ast.Embedded):
+            # guru C declares no type: its callers' use gives it, as stap's pass 2 has it
+            # (`"v" . f()`: a string, whose STAP_RETVALUE the C then must fill as one)
+            info.ret = self._set(info.ret, want, e, f"the value of '{name}'")
         return info.ret
 
     def _infer_stmt(self, s: ast.Stmt, scope: Scope) -> None:
