@@ -291,7 +291,7 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "user_long_error": (("addr",), "user_long(addr), or an error",
             Example('println(user_long_error($arg3))', "-1")),
         "user_ulong_error": (("addr",), "user_ulong(addr), or an error",
-            Example('limit = user_ulong_error($arg3)', uses=("limit",))),
+            Example('top = user_ulong_error($arg3)', uses=("top",))),
         "user_int8_error": (("addr",), "user_int8(addr), or an error",
             Example('println(user_int8_error($arg3))', "-1")),
         "user_uint8_error": (("addr",), "user_uint8(addr), or an error",
