@@ -138,3 +138,14 @@ def test_error_forms_are_counted_errors(target: Path, cache: Path) -> None:
     assert len(errors) == 1 and errors[0].startswith(
         "ERROR: user memory read fault at 0x10 (2 bytes) near identifier "
         "'user_short_error' at <input>:1:"), r.stderr
+
+
+def test_a_scripts_own_two_argument_form_wins(cache: Path) -> None:
+    # stap overloads by the number of arguments: the script's user_string_warn(a, b) is
+    # the one its calls with two reach (and the tapset's one-argument form's own call)
+    r = run_pydyn(cache, "-e", 'function user_string_warn(a, b) { return sprintf("own %d %s", '
+                  'a, b) } probe begin { println(user_string_warn(16, "x")); '
+                  'println(user_string_warn(16)); println(user_string_n_warn(16, 2, "t")); '
+                  "exit() }")
+    assert (r.returncode, r.stdout) == (0, "own 16 x\nown 16 \nt\n"), r.stderr
+    assert r.stderr == "WARNING: " + WARNINGS[0] + "\n"

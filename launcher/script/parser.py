@@ -188,6 +188,7 @@ class Parser:
             # stap: a script with nothing left after preprocessing is a parse error
             raise ScriptError("the script is empty (nothing left after preprocessing)",
                               self._tok.loc)
+        functions = _arity_named(functions)
         if self.library:
             lib = merge_library(probes, functions, globals_, aliases, self.library)
             aliases.extend(lib.aliases)
@@ -1189,8 +1190,8 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
                     warn(f"{exc.location or lib_path}: {exc.message}: tapset {lib_path} "
                          "skipped")
                 continue
-            files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
-                                     tuple(aliases)))
+            files.append(LibraryFile(lib_path, tuple(probes), tuple(_arity_named(funcs)),
+                                     tuple(globs), tuple(aliases)))
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
                         lines, guru, files)
@@ -1203,3 +1204,10 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     if compatible is not None and strverscmp(compatible, "1.3") < 0:
         script = dataclasses.replace(script, legacy_p=True)
     return script
+
+
+def _arity_named(functions: list[ast.Function]) -> list[ast.Function]:
+    """A script's or tapset's own `user_string_warn(a, b)` under the name its calls take
+    (tapset.ARITY_NAMES), so that they reach it rather than pydyn's tapset's."""
+    return [dataclasses.replace(f, name=ARITY_NAMES[(f.name, len(f.params))])
+            if (f.name, len(f.params)) in ARITY_NAMES else f for f in functions]
