@@ -241,13 +241,13 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "user_string_n2": (("addr", "n", "err"), "at most n bytes at addr, or err",
             Example('println(user_string_n2($arg2, 4, "?"))', "/etc")),
         "user_string_quoted": (("addr",), "the string at addr escaped and quoted; "
-                                          "`NULL` for address 0, `<unknown>` where unreadable",
+                                          "the address as `0x...` where it cannot be read",
             Example('println(user_string_quoted($arg2))', '"/etc/hosts"')),
         "user_string_n_quoted": (("addr", "n"), "at most n bytes at addr, escaped and quoted",
             Example('println(user_string_n_quoted($arg2, 4))', '"/etc"')),
         "user_string_nofault": (("addr",), "the string at addr, or \"\" without an error",
             Example('printf("[%s]\\n", user_string_nofault(0))', "[]")),
-        "user_char": (("addr",), "the signed byte at addr",
+        "user_char": (("addr",), "the signed byte at addr (0 where it cannot be read)",
             Example('printf("%d %c\\n", user_char($arg2), user_char($arg2))', "47 /")),
         "user_short": (("addr",), "the signed 16-bit integer at addr",
             Example('println(user_short($arg3))', "-1")),
@@ -276,6 +276,53 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
             Example('println(user_int64($arg3))', "-1")),
         "user_uint64": (("addr",), "the unsigned 64-bit integer at addr (as a long)",
             Example('println(user_uint64($arg3))', "-1")),
+        "user_ulong": (("addr",), "the C unsigned long at addr (8 or 4 bytes, as user_long)",
+            Example('printf("%#x\\n", user_ulong($arg3) & 0xffffffff)', "0xffffffff")),
+        "user_char_error": (("addr",), "user_char(addr), but an error where addr cannot be "
+                                       "read (the forms without _error return 0 there)",
+            Example('try { c = user_char_error($arg1) } catch (msg) { println("bad pointer") }',
+                    "bad pointer")),
+        "user_short_error": (("addr",), "user_short(addr), or an error",
+            Example('println(user_short_error($arg3))', "-1")),
+        "user_ushort_error": (("addr",), "user_ushort(addr), or an error",
+            Example('println(user_ushort_error($arg3))', "65535")),
+        "user_int_error": (("addr",), "user_int(addr), or an error",
+            Example('println(user_int_error($arg3))', "-1")),
+        "user_long_error": (("addr",), "user_long(addr), or an error",
+            Example('println(user_long_error($arg3))', "-1")),
+        "user_ulong_error": (("addr",), "user_ulong(addr), or an error",
+            Example('top = user_ulong_error($arg3)', uses=("top",))),
+        "user_int8_error": (("addr",), "user_int8(addr), or an error",
+            Example('println(user_int8_error($arg3))', "-1")),
+        "user_uint8_error": (("addr",), "user_uint8(addr), or an error",
+            Example('println(user_uint8_error($arg3))', "255")),
+        "user_int16_error": (("addr",), "user_int16(addr), or an error",
+            Example('println(user_int16_error($arg3))', "-1")),
+        "user_uint16_error": (("addr",), "user_uint16(addr), or an error",
+            Example('println(user_uint16_error($arg3))', "65535")),
+        "user_int32_error": (("addr",), "user_int32(addr), or an error",
+            Example('println(user_int32_error($arg3))', "-1")),
+        "user_uint32_error": (("addr",), "user_uint32(addr), or an error",
+            Example('printf("%#x\\n", user_uint32_error($arg3))', "0xffffffff")),
+        "user_int64_error": (("addr",), "user_int64(addr), or an error",
+            Example('println(user_int64_error($arg3))', "-1")),
+        "user_uint64_error": (("addr",), "user_uint64(addr), or an error",
+            Example('println(user_uint64_error($arg3))', "-1")),
+        "user_string_utf16": (("addr",), "the NUL-terminated UTF-16 string at addr as UTF-8 "
+                                         "(surrogate pairs joined); an error where it cannot "
+                                         "be read or holds a lone surrogate",
+            Example('name = user_string_utf16(pointer_arg(2))', at=ENTRY, uses=("name",))),
+        "user_string_utf32": (("addr",), "the NUL-terminated UTF-32 string at addr as UTF-8; "
+                                         "an error where it cannot be read or holds no "
+                                         "character (a surrogate, past U+10FFFF)",
+            Example('name = user_string_utf32(pointer_arg(2))', at=ENTRY, uses=("name",))),
+        "user_buffer_quoted": (("addr", "inlen", "outlen"),
+                               "the inlen bytes at addr, NULs included, escaped and quoted "
+                               "in at most outlen bytes; `0x...` where they cannot be read",
+            Example('println(user_buffer_quoted($arg2, 11, 40))', '"/etc/hosts\\0"')),
+        "user_buffer_quoted_error": (("addr", "inlen", "outlen"),
+                                     "the same, but an error where they cannot be read",
+            Example('println(user_buffer_quoted_error($arg2, 4, 40))', '"/etc"')),
     }),
     ("Numbers", {
         "abs": (("n",), "the absolute value of n",
@@ -517,7 +564,8 @@ def render() -> str:
            "(`launcher/translate/types.py`) by `python -m pydyn.launcher.docgen docs`; "
            "do not edit.", "",
            f"Types are `{LONG}` (64 bits in every process, 32- or 64-bit) and `{STRING}` "
-           "(at most MAXSTRINGLEN bytes). A failing read or a bad argument is an error: "
+           "(at most MAXSTRINGLEN bytes). A failing read or a bad argument is an error "
+           "(but `user_int` and the other integer reads without `_error` give 0): "
            "the handler stops and the error is counted (see [guarantees](guarantees.md)). "
            "Statistics operators (`@count`, `@hist_log`, ...) are in the "
            "[language reference](language.md).", "",

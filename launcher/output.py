@@ -45,6 +45,9 @@ def _text(raw: int | bytes) -> int | str:
     return raw.decode("utf-8", "surrogateescape") if isinstance(raw, bytes) else raw
 
 
+MAX_STORED_WARNINGS = 1024
+
+
 class OutputSink:
     """Turns drained ring bytes into stdout/stderr text and counts what it saw."""
 
@@ -56,6 +59,10 @@ class OutputSink:
         self.errors = 0
         self.error_kinds: set[str] = set()  # which LIMIT_ADVICE errors were seen
         self.warnings = 0
+        # stap's staprun prints a warning it has printed before only with -v, and
+        # remembers at most 1024 of them
+        self.dedup_warnings = True
+        self.seen_warnings: set[str] = set()
         self.exit_requested = False
         self.bad_records = 0
         self.merge_text = merge_text  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
@@ -121,6 +128,10 @@ class OutputSink:
                 self.error_kinds.update(k for k in LIMIT_ADVICE if msg.startswith(k))
             else:
                 self.warnings += 1
+                if self.dedup_warnings and msg in self.seen_warnings:
+                    return
+                if self.dedup_warnings and len(self.seen_warnings) < MAX_STORED_WARNINGS:
+                    self.seen_warnings.add(msg)
             self._flush(self.stdout)
             self._write(self.stderr, f"{label}: {escape_controls(msg, True)}\n")
             self._flush(self.stderr)

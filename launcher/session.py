@@ -336,6 +336,7 @@ class Session:
         self.modules = modules
         self.options = options
         self.sink = sink or OutputSink(program.formats)
+        self.sink.dedup_warnings = not self.options.verbose
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)

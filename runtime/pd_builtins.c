@@ -29,6 +29,16 @@ int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signe
     return pd_extend(raw, size, is_signed);
 }
 
+/* stap's user_int(addr) and the others without _error: 0 where addr cannot be read,
+ * and no error */
+int64_t pd_user_read_or0(int64_t addr, unsigned size, int is_signed)
+{
+    uint64_t raw = 0;
+    if (pd_read_self(&raw, (const void *)(uintptr_t)addr, size) != (ssize_t)size)
+        return 0;
+    return pd_extend(raw, size, is_signed);
+}
+
 void pd_warn_probe(struct pd_ctx *c, const char *msg)
 {
     pd_emit_text(c, PD_REC_WARNING, msg);

@@ -618,6 +618,7 @@ int64_t pd_gettime_ns(int clock_realtime);
 char *pd_substr(char *dst, const char *s, int64_t start, int64_t len);
 char *pd_str_replace(char *dst, const char *s, const char *from, const char *to);
 int64_t pd_user_read(struct pd_ctx *c, int64_t addr, unsigned size, int is_signed);
+int64_t pd_user_read_or0(int64_t addr, unsigned size, int is_signed);
 void pd_warn_probe(struct pd_ctx *c, const char *msg);
 void pd_system(struct pd_ctx *c, const char *cmd);
 void pd_follow_init(void);
@@ -634,6 +635,10 @@ int pd_session_attach(const char *name);
 uint32_t pd_disarm_all(uint32_t *bytes, uint32_t *semas);
 void pd_go_inert(void);
 char *pd_text_str(char *dst, const char *s, int64_t max, int quoted);
+char *pd_text_buf(char *dst, const char *s, size_t n, int64_t max, int quoted);
+char *pd_user_string_utf(struct pd_ctx *c, char *dst, int64_t addr, int width);
+char *pd_user_buffer_quoted(struct pd_ctx *c, char *dst, int64_t addr, int64_t inlen,
+                            int64_t outlen, int raise);
 char *pd_user_string_safe(struct pd_ctx *c, char *dst, int64_t addr, int64_t maxlen,
                           const char *fallback);
 char *pd_tokenize(char *dst, const char *s, const char *delim);

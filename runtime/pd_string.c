@@ -293,9 +293,18 @@ static int pd_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
  * dropping a whole escape rather than part of one. */
 char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
 {
+    return pd_text_buf(dst, s, strnlen(s, MAXSTRINGLEN - 1), max, quoted);
+}
+
+/* The same of the n bytes at s, NULs included (stap's buffer mode, user_buffer_quoted):
+ * a NUL shows as `\0` but counts four bytes of `max`, and a cut at one adds no `...`,
+ * as stap's runtime has them. */
+char *pd_text_buf(char *dst, const char *s, size_t n_in, int64_t max, int quoted)
+{
     char tmp[MAXSTRINGLEN + 8];
     const unsigned char *in = (const unsigned char *)s;
-    size_t left = strnlen(s, MAXSTRINGLEN - 1), at = 0, esc = 0, esc_len = 0;
+    size_t left = n_in < MAXSTRINGLEN - 1 ? n_in : MAXSTRINGLEN - 1;
+    size_t at = 0, esc = 0, esc_len = 0;
     int64_t room = max <= 0 || max > MAXSTRINGLEN - 1 ? MAXSTRINGLEN - 1 : max;
     int cut = 0, have_esc = 0;
     if (quoted) {
@@ -309,30 +318,32 @@ char *pd_text_str(char *dst, const char *s, int64_t max, int quoted)
         int n = pd_utf8_decode(in, left, &cp);
         int64_t num;
         if (room <= 0) {
-            cut = 1;
+            cut = cp != 0;
             break;
         }
         if (n > 1) {
             snprintf(buf, sizeof buf, cp <= 0xFFFF ? "\\u%04X" : "\\U%08X", (unsigned)cp);
             rep = buf;
+        } else if (cp == 0) {
+            rep = "\\0";
         } else {
             rep = pd_char_escape((unsigned char)cp, '"', buf);
         }
-        num = rep ? (int64_t)strlen(rep) : 1;
+        num = rep ? (cp == 0 ? 4 : (int64_t)strlen(rep)) : 1;
         if (rep && !have_esc && room - 3 < num) {
             have_esc = 1;
             esc = at;
             esc_len = (size_t)num;
         }
         if (room < num) {
-            cut = left > (size_t)n;   /* stap: the last character dropped is no cut */
+            cut = left > (size_t)n && cp != 0;  /* stap: the last character dropped is no cut */
             break;
         }
         if (rep)
-            memcpy(tmp + at, rep, (size_t)num);
+            memcpy(tmp + at, rep, strlen(rep));
         else
             tmp[at] = (char)cp;
-        at += (size_t)num;
+        at += rep ? strlen(rep) : 1;
         in += n;
         left -= (size_t)n;
         room -= num;

@@ -130,3 +130,90 @@ char *pd_returnstr(struct pd_ctx *c, char *dst, int64_t format)
         snprintf(dst, MAXSTRINGLEN, "%ld", ret);
     return dst;
 }
+
+/* stap's _stp_convert_utf32: c as UTF-8 at dst when n + 1 bytes fit in size (its
+ * length n), 0 when they do not, -1 for a surrogate or a value past U+10FFFF. */
+static int pd_utf8_encode(char *dst, int size, uint32_t c)
+{
+    int n = c <= 0x7F ? 1 : c <= 0x7FF ? 2 : (c >= 0xD800 && c <= 0xDFFF) ? -1
+            : c <= 0xFFFF ? 3 : c <= 0x10FFFF ? 4 : -1;
+    if (n < 0)
+        return -1;
+    if (size < n + 1)
+        return 0;
+    dst[n] = 0;
+    if (n == 1) {
+        dst[0] = (char)c;
+        return 1;
+    }
+    for (int i = n - 1; i > 0; --i, c >>= 6)
+        dst[i] = (char)(0x80 | (c & 0x3F));
+    dst[0] = (char)((((1u << n) - 1) << (8 - n)) | c);
+    return n;
+}
+
+/* user_string_utf16/utf32(addr): the NUL-terminated UTF-16 (width 2; a high and a
+ * low surrogate make one character) or UTF-32 (width 4) string at addr as UTF-8,
+ * cut at MAXSTRINGLEN; an unreadable unit or a character UTF-8 cannot hold is the
+ * handler's error, with what was converted before it, as stap's tapset has it. */
+char *pd_user_string_utf(struct pd_ctx *c, char *dst, int64_t addr, int width)
+{
+    uintptr_t at = (uintptr_t)addr;
+    int len = MAXSTRINGLEN, rc;
+    char *out = dst;
+    *out = 0;
+    while (len > 1) {
+        uint32_t c32 = 0;
+        uint16_t low = 0;
+        if (pd_read_self(&c32, (const void *)at, (size_t)width) != width) {
+            pd_error(c, "user string copy fault at 0x%lx [man error::fault]",
+                     (unsigned long)at);
+            break;
+        }
+        if (c32 == 0)
+            break;
+        if (width == 2 && c32 >= 0xD800 && c32 <= 0xDBFF) {
+            /* a broken pair falls through to the encoder, which refuses the lone half */
+            if (pd_read_self(&low, (const void *)(at + 2), 2) != 2) {
+                pd_error(c, "user string copy fault at 0x%lx [man error::fault]",
+                         (unsigned long)(at + 2));
+                break;
+            }
+            if (low >= 0xDC00 && low <= 0xDFFF) {
+                c32 = 0x10000 + ((c32 & 0x3FF) << 10) + (low & 0x3FF);
+                at += 2;
+            }
+        }
+        rc = pd_utf8_encode(out, len, c32);
+        if (rc <= 0) {
+            if (rc < 0)
+                pd_error(c, "invalid UTF-%d character U+%X at 0x%lx", width * 8,
+                         (unsigned)c32, (unsigned long)at);
+            break;
+        }
+        at += (uintptr_t)width;
+        out += rc;
+        len -= rc;
+    }
+    return dst;
+}
+
+/* user_buffer_quoted(addr, inlen, outlen): the inlen bytes at addr (<= 0 or more than
+ * MAXSTRINGLEN - 1: that many) escaped and quoted into at most outlen bytes; `0x...`
+ * (cut to outlen) where they cannot be read, or with `raise` (the _error form) the
+ * handler's error.  outlen 0 is "" as stap's has it. */
+char *pd_user_buffer_quoted(struct pd_ctx *c, char *dst, int64_t addr, int64_t inlen,
+                            int64_t outlen, int raise)
+{
+    char buf[MAXSTRINGLEN];
+    size_t n = inlen <= 0 || inlen > MAXSTRINGLEN - 1 ? MAXSTRINGLEN - 1 : (size_t)inlen;
+    int64_t out = outlen < 0 ? 0 : outlen > MAXSTRINGLEN ? MAXSTRINGLEN : outlen;
+    dst[0] = 0;
+    if (out > 0 && pd_read_self(buf, (const void *)(uintptr_t)addr, n) == (ssize_t)n)
+        return pd_text_buf(dst, buf, n, out, 1);
+    if (raise)
+        pd_error(c, "Unable to access user space data at 0x%lx", (unsigned long)addr);
+    else if (out > 0)
+        snprintf(dst, (size_t)out, "0x%lx", (unsigned long)addr);
+    return dst;
+}

@@ -24,6 +24,7 @@ class Broken:
     message: str
     underlined: str          # exactly the text under ^~~~
     hint: str | None = None
+    args: tuple[str, ...] = ()
 
 
 TABLE = [
@@ -38,6 +39,14 @@ TABLE = [
            "type mismatch for global 's'", "s"),
     Broken("aggregate", "probe begin { x = 1 <<< 2 }\n", 1, 19, "need a global statistic",
            "1"),
+    # stap's tapset makes NULL a global 0: a long, never a string
+    Broken("null-is-long", 'probe begin { if ("foo" == NULL) log("boo") }\n', 1, 28,
+           "type mismatch for global 'NULL'", "NULL"),
+    Broken("print-statistic", "global s\nprobe begin { s <<< 1; println(s) }\n", 2, 32,
+           "a statistic has no value to print", "s", "print @count(x)"),
+    # before 2.0 a comment between two string literals keeps them two
+    Broken("compat-comment-glue", 'probe begin { println("a" /* x */ "b") }\n', 1, 35,
+           "expected ',' or ')' but found string \"b\"", '"b"', args=("--compatible=1.8",)),
 ]
 if os.path.exists(PY):
     TABLE.append(Broken(
@@ -50,7 +59,7 @@ if os.path.exists(PY):
 def test_diagnostic_shape(bad: Broken, tmp_path: Path, cache: Path) -> None:
     path = tmp_path / "bad.stp"
     path.write_text(bad.text)
-    r = run_pydyn(cache, "-p3", str(path))
+    r = run_pydyn(cache, *bad.args, "-p3", str(path))
     assert r.returncode == 1 and r.stdout == "" and "Traceback" not in r.stderr
     assert "\033[" not in r.stderr            # stderr is a pipe: no colour
     head, source, caret, *rest = r.stderr.splitlines()
@@ -65,6 +74,30 @@ def test_diagnostic_shape(bad: Broken, tmp_path: Path, cache: Path) -> None:
         assert rest and rest[0].startswith("hint: ") and bad.hint in rest[0], r.stderr
     else:
         assert not any(line.startswith("note:") for line in rest)
+
+
+def test_comments_between_literals_glue_from_2_0(cache: Path) -> None:
+    script = 'probe begin { println("a" /* x */ "b"); exit() }'
+    for compat in ("2.0", "5.5"):
+        r = run_pydyn(cache, f"--compatible={compat}", "-e", script)
+        assert (r.returncode, r.stdout) == (0, "ab\n"), r.stderr
+    r = run_pydyn(cache, "--compatible=1.8", "-e", 'probe begin { println("a"  "b"); exit() }')
+    assert (r.returncode, r.stdout) == (0, "ab\n"), r.stderr
+
+
+def test_guru_c_that_gcc_refuses_fails_with_gccs_error(cache: Path) -> None:
+    # the function's callers make it a string, so its C must fill a string
+    script = ('function release() %{ STAP_RETVALUE = 5; %}\n'
+              'probe begin { log("kernel " . release()) }\n')
+    r = run_pydyn(cache, "-g", "-p4", "-e", script)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.startswith("pydyn: error: m64 module failed to compile:"), r.stderr
+    assert "STAP_RETVALUE = 5;" in r.stderr
+    assert "error: assignment to expression with array type" in r.stderr
+    # as a long it builds
+    ok = run_pydyn(cache, "-g", "-p4", "-e", 'function release() %{ STAP_RETVALUE = 5; %}\n'
+                   "probe begin { log(sprint(release() + 1)) }")
+    assert ok.returncode == 0, ok.stderr
 
 
 def run_on_pty(cache: Path, *args: str) -> tuple[int, bytes]:

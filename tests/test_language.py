@@ -839,7 +839,7 @@ probe begin {
   exit()
 }
 """
-    assert ok(pydyn(script)) == 'a\\tb\\"c\n""..."ab"...\n[a][b][c]\nNULL\nunreadable\n'
+    assert ok(pydyn(script)) == 'a\\tb\\"c\n""..."ab"...\n[a][b][c]\n0x0\nunreadable\n'
 
 
 def test_begin_and_end_priorities(pydyn: Pydyn) -> None:

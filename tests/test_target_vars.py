@@ -126,7 +126,7 @@ def test_pretty_printing_as_stap(progs: Progs, cache: Path, b: Build) -> None:
     bytes_ = "".join(f"\\{b:03o}" for b in (0x04 + i, 0x03, 0x02))
     assert re.fullmatch(re.escape("{" + shallow + f'.nm={{.text="node-{i}", .alias="alias"}}'
                                   ", .next=") + ptr + re.escape(
-        f', .arr=[{10 * i}, ...], .names=[{{.text="", .alias=NULL}}, ...], '
+        f', .arr=[{10 * i}, ...], .names=[{{.text="", .alias=0x0}}, ...], '
         f'<union>={{.as_int={0x00020304 + i}, .bytes="{bytes_}"}}, '
         f".u={{.l={-1 - i}, .h=[{-1 - i}, ...]}}}}"), got["P2"]), got["P2"]
     assert got["P3"] == '{.text=[...], .alias="alias"}'

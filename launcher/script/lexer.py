@@ -75,6 +75,9 @@ class Token:
     # glue `foo*bar` probe-point components back together.
     ws_before: bool = False
     fatal: bool = False  # JUNK only: reported even inside a skipped conditional
+    # A comment came right before this token: stap before 2.0 (--compatible) joins
+    # adjacent string literals only where none separates them.
+    comment_before: bool = False
 
     def describe(self) -> str:
         """The token as an error message names it: `'foo'`, `"str"`, `end of input`."""
@@ -161,6 +164,7 @@ class _Lexer:
         self.line = 1
         self.col = 1
         self.tokens: list[Token] = []
+        self.comment = False   # a comment since the last token
 
     def loc(self, line: int, col: int) -> SourceLocation:
         return SourceLocation(self.filename, line, col, self.lines[line - 1])
@@ -197,7 +201,7 @@ class _Lexer:
             if c == "#" or (c == "/" and c2 == "/"):
                 nl = text.find("\n", self.pos)
                 self.advance((nl if nl >= 0 else len(text)) - self.pos)
-                ws = True
+                ws = self.comment = True
                 continue
             if c == "/" and c2 == "*":
                 close = text.find("*/", self.pos + 2)
@@ -207,17 +211,17 @@ class _Lexer:
                     self.advance(len(text) - self.pos)
                     break
                 self.advance(close + 2 - self.pos)
-                ws = True
+                ws = self.comment = True
                 continue
             self.scan_token(c, c2, start_line, start_col, ws)
-            ws = False
+            ws = self.comment = False
             end_line, end_col = self.line, self.col
         self.tokens.append(Token(Kind.EOF, "", self.loc(end_line, end_col), ws))
         return self.tokens
 
     def emit(self, kind: Kind, text: str, line: int, col: int, ws: bool,
              fatal: bool = False) -> None:
-        self.tokens.append(Token(kind, text, self.loc(line, col), ws, fatal))
+        self.tokens.append(Token(kind, text, self.loc(line, col), ws, fatal, self.comment))
 
     def scan_token(self, c: str, c2: str, line: int, col: int, ws: bool) -> None:
         text = self.text

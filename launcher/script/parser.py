@@ -31,8 +31,8 @@ from .aliases import expand as expand_aliases
 from .lexer import Kind, Token, parse_number, split_lines, to_int64, tokenize
 from .library import LibraryFile, merge_library
 from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
+from .tapset import ARITY_NAMES, macro_groups_for
 from .tapset import groups_for as tapset_groups_for
-from .tapset import macro_groups_for
 
 # stap's limits: a map's index tuple (PR10750 also bounds a print's values)
 _MAX_INDEXES = 9
@@ -94,6 +94,8 @@ class Parser:
         self._depth = 0
         self._in_function = False
         self._loops = 0            # loops around the statement being parsed
+        # --compatible before 2.0: a comment between string literals keeps them apart
+        self.glue_across_comments = True
 
     # -- token helpers ----------------------------------------------------------
 
@@ -186,6 +188,7 @@ class Parser:
             # stap: a script with nothing left after preprocessing is a parse error
             raise ScriptError("the script is empty (nothing left after preprocessing)",
                               self._tok.loc)
+        functions = _arity_named(functions)
         if self.library:
             lib = merge_library(probes, functions, globals_, aliases, self.library)
             aliases.extend(lib.aliases)
@@ -415,7 +418,8 @@ class Parser:
         self.advance()
         # stap (since 2.0, PR11208) joins adjacent string literals.
         parts = [t.text]
-        while self._tok.kind is Kind.STRING:
+        while self._tok.kind is Kind.STRING and (self.glue_across_comments
+                                                 or not self._tok.comment_before):
             parts.append(self.advance().text)
         return ast.StringLiteral("".join(parts), t.loc)
 
@@ -1045,7 +1049,8 @@ class Parser:
             # stap's parser: a delimiter joins at least two values
             raise ScriptError(f"{name.text}() needs a delimiter and at least two values",
                               name.loc)
-        return ast.Call(name.text, tuple(args), name.loc)
+        return ast.Call(ARITY_NAMES.get((name.text, len(args)), name.text), tuple(args),
+                        name.loc)
 
 
 def check_depth(script: ast.Script) -> None:
@@ -1185,11 +1190,12 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
                     warn(f"{exc.location or lib_path}: {exc.message}: tapset {lib_path} "
                          "skipped")
                 continue
-            files.append(LibraryFile(lib_path, tuple(probes), tuple(funcs), tuple(globs),
-                                     tuple(aliases)))
+            files.append(LibraryFile(lib_path, tuple(probes), tuple(_arity_named(funcs)),
+                                     tuple(globs), tuple(aliases)))
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
                         lines, guru, files)
+        parser.glue_across_comments = strverscmp(config.systemtap_version, "2.0") >= 0
         try:
             script = parser.script()
         except RecursionError:
@@ -1198,3 +1204,10 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     if compatible is not None and strverscmp(compatible, "1.3") < 0:
         script = dataclasses.replace(script, legacy_p=True)
     return script
+
+
+def _arity_named(functions: list[ast.Function]) -> list[ast.Function]:
+    """A script's or tapset's own `user_string_warn(a, b)` under the name its calls take
+    (tapset.ARITY_NAMES), so that they reach it rather than pydyn's tapset's."""
+    return [dataclasses.replace(f, name=ARITY_NAMES[(f.name, len(f.params))])
+            if (f.name, len(f.params)) in ARITY_NAMES else f for f in functions]

@@ -72,6 +72,70 @@ function return_str:string(format:long, ret:long) {
 }
 """
 
+# stap's uconversions tapset, the forms that are the C built-ins (user_string_n,
+# user_int_error, user_string_utf16...) with a default, a warning or quoting around
+# them.  A _warn form warns as stap's does (its message; -14: the kernel's EFAULT,
+# which stap's string copy reports) and returns the default; the plain integer
+# forms return 0 silently and are built-ins (pd_user_read_or0).
+def _int_warn(kind: str, what: str, at: str = "") -> str:
+    return (f"function user_{kind}_warn:long(addr:long) {{\n"
+            f"  try {{ return user_{kind}_error(addr) }} catch {{\n"
+            f'    warn(sprintf("user {what} copy fault {at}%p [man error::fault]", addr))\n'
+            "    return 0\n  }\n}\n")
+
+
+_UCONVERSIONS = """
+function __user_string_fault(addr:long) {
+  warn(sprintf("user string copy fault -14 at 0x%x [man error::fault]", addr))
+}
+function user_string_warn:string(addr:long) { return user_string2_warn(addr, "") }
+function user_string2_warn:string(addr:long, warn_msg:string) {
+  try { return user_string(addr) } catch { __user_string_fault(addr); return warn_msg }
+}
+function user_string_n_warn:string(addr:long, n:long) {
+  return user_string2_n_warn(addr, n, "")
+}
+function user_string2_n_warn:string(addr:long, n:long, warn_msg:string) {
+  try { return user_string_n(addr, n) } catch { __user_string_fault(addr); return warn_msg }
+}
+function user_string_n_nofault:string(addr:long, n:long) {
+  try { return user_string_n(addr, n) } catch { return "" }
+}
+function user_string_n2_quoted:string(addr:long, inlen:long, outlen:long) {
+  try {
+    s = string_quoted(user_string_n(addr, inlen))
+    # room for the quotes, and "... after the cut
+    if (strlen(s) > outlen - 2) s = substr(s, 0, outlen - 4) . "\\"..."
+    return s
+  } catch { return sprintf("0x%x", addr) }
+}
+function user_string2_utf32:string(addr:long, err_msg:string) {
+  try { return user_string_utf32(addr) } catch { return err_msg }
+}
+function user_string2_utf16:string(addr:long, err_msg:string) {
+  try { return user_string_utf16(addr) } catch { return err_msg }
+}
+function user_string_quoted_utf32:string(addr:long) {
+  try { return string_quoted(user_string_utf32(addr)) } catch { return sprintf("0x%x", addr) }
+}
+function user_string_quoted_utf16:string(addr:long) {
+  try { return string_quoted(user_string_utf16(addr)) } catch { return sprintf("0x%x", addr) }
+}
+""" + "".join([_int_warn("char", "char", "at "), _int_warn("short", "short"),
+               _int_warn("ushort", "unsigned short"), _int_warn("int", "int"),
+               _int_warn("long", "long"), _int_warn("ulong", "unsigned long")])
+
+# stap's tapsets name a function by its number of arguments where their bpf runtime
+# cannot overload one name: a call of the name with that many arguments is a call of
+# the other name (the parser renames it), whose group then defines it.
+ARITY_NAMES: dict[tuple[str, int], str] = {
+    ("user_string_warn", 2): "user_string2_warn",
+    ("user_string_n_warn", 3): "user_string2_n_warn",
+    ("user_string_n_quoted", 3): "user_string_n2_quoted",
+    ("user_string_utf32", 2): "user_string2_utf32",
+    ("user_string_utf16", 2): "user_string2_utf16",
+}
+
 GROUPS: tuple[tuple[str, str], ...] = (
     ("<pydyn tapset: print_char>", 'function print_char(c:long) { printf("%c", c) }\n'),
     ("<pydyn tapset: arch_bytes>", f"function arch_bytes:long() {{ return {_BYTES} }}\n"),
@@ -79,6 +143,9 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("<pydyn tapset: indent>", _INDENT),
     ("<pydyn tapset: argv>", _ARGV),
     ("<pydyn tapset: return_str>", _RETURN_STR),
+    ("<pydyn tapset: uconversions>", _UCONVERSIONS),
+    # stap's tapset/null.stp: NULL is a long, so comparing a string with it is an error
+    ("<pydyn tapset: null>", "global NULL = 0\n"),
 )
 
 # stap's macro libraries (.stpm): @prints(s) prints a statistic as the exit report
@@ -118,5 +185,6 @@ _DEFINES = re.compile(r"\b(?:function|global)\s+(\w+)")
 def groups_for(text: str) -> list[tuple[str, str]]:
     """(text, name) of every group defining a function or global `text` names."""
     words = set(re.findall(r"\w+", text))
+    words |= {other for (name, _), other in ARITY_NAMES.items() if name in words}
     return [(body, name) for name, body in GROUPS
             if any(n in words for n in _DEFINES.findall(body))]

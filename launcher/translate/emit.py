@@ -696,13 +696,22 @@ class Emitter:
         if name in SET_USER and name not in self.tr.funcs:
             return set_user_c(name, args, _where(e))
         if name in ("user_string_quoted", "user_string_n_quoted"):
-            # stap: "NULL" for a null pointer, "<unknown>" when unreadable, else quoted
+            # stap: the string quoted; the address as 0x... (NULL: 0x0) when unreadable
             t = self.strtemp()
             n = args[1] if len(args) > 1 else "MAXSTRINGLEN"
-            raw = f"pd_user_string_safe(c, {t}, {args[0]}, {n}, \"\")"
-            return (f"({{ int64_t a_ = {args[0]}; a_ == 0 ? (const char *)\"NULL\" : "
-                    f"(pd_strcpy({t}, \"\"), {raw}[0] || pd_user_read_ok(c, a_)) ? "
-                    f"pd_text_str({t}, {t}, -1, 1) : (const char *)\"<unknown>\"; }})")
+            raw = f"pd_user_string_safe(c, {t}, a_, {n}, \"\")"
+            return (f"({{ int64_t a_ = {args[0]}; "
+                    f"(pd_strcpy({t}, \"\"), a_ != 0 && ({raw}[0] || pd_user_read_ok(c, a_))) ? "
+                    f"pd_text_str({t}, {t}, -1, 1) : "
+                    f"pd_sprintf({t}, \"0x%llx\", (unsigned long long)a_); }})")
+        if name in ("user_string_utf16", "user_string_utf32"):
+            width = 2 if name.endswith("16") else 4
+            return (f"(c->where = {_where(e)}, "
+                    f"pd_user_string_utf(c, {self.strtemp()}, {args[0]}, {width}))")
+        if name in ("user_buffer_quoted", "user_buffer_quoted_error"):
+            raise_ = int(name.endswith("_error"))
+            return (f"(c->where = {_where(e)}, pd_user_buffer_quoted(c, {self.strtemp()}, "
+                    f"{', '.join(args)}, {raise_}))")
         if name == "text_str":
             return f"pd_text_str({self.strtemp()}, {args[0]}, -1, 0)"
         if name == "text_strn":
@@ -731,6 +740,8 @@ class Emitter:
         if name in USER_READS:
             size, signed = USER_READS[name]
             size_c = "sizeof(long)" if size == 0 else str(size)
+            if not name.endswith("_error"):
+                return f"pd_user_read_or0({args[0]}, {size_c}, {signed})"
             return f"(c->where = {_where(e)}, pd_user_read(c, {args[0]}, {size_c}, {signed}))"
         info = self.tr.funcs[name]
         if info.uses_globals:

@@ -93,7 +93,14 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "user_int16": ((LONG,), LONG), "user_uint16": ((LONG,), LONG),
     "user_int32": ((LONG,), LONG), "user_uint32": ((LONG,), LONG),
     "user_int64": ((LONG,), LONG), "user_uint64": ((LONG,), LONG),
-    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG),
+    "user_ushort": ((LONG,), LONG), "user_uint": ((LONG,), LONG), "user_ulong": ((LONG,), LONG),
+    **{f"{name}_error": ((LONG,), LONG) for name in (
+        "user_char", "user_short", "user_ushort", "user_int", "user_long", "user_ulong",
+        "user_int8", "user_uint8", "user_int16", "user_uint16", "user_int32", "user_uint32",
+        "user_int64", "user_uint64")},
+    "user_string_utf16": ((LONG,), STRING), "user_string_utf32": ((LONG,), STRING),
+    "user_buffer_quoted": ((LONG, LONG, LONG), STRING),
+    "user_buffer_quoted_error": ((LONG, LONG, LONG), STRING),
     "abs": ((LONG,), LONG),
     # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
@@ -121,7 +128,11 @@ USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
               "user_long": (0, 1), "user_int8": (1, 1), "user_uint8": (1, 0),
               "user_int16": (2, 1), "user_uint16": (2, 0), "user_int32": (4, 1),
               "user_uint32": (4, 0), "user_int64": (8, 1), "user_uint64": (8, 0),
-              "user_ushort": (2, 0), "user_uint": (4, 0)}
+              "user_ushort": (2, 0), "user_uint": (4, 0), "user_ulong": (0, 0)}
+# user_int_error(addr) and the others: the same read, an error where addr cannot be
+# read (the plain forms are 0 there, as stap's tapset has them)
+USER_READS.update({f"{name}_error": how for name, how in list(USER_READS.items())
+                   if name != "user_uint"})
 
 
 class Scope:
@@ -403,7 +414,7 @@ class Types:
                 raise _err(f"'{var.name}' is used with both @hist_log and @hist_linear", e)
             return "hist"
         if isinstance(e, ast.Call):
-            return self._infer_call(e, scope)
+            return self._infer_call(e, scope, want)
         if isinstance(e, ast.Embedded):
             return STRING if embedded_is_string(e.code) else LONG
         if isinstance(e, ast.Defined):
@@ -639,14 +650,17 @@ class Types:
         raise _err(f"unknown context variable '{name}'", e,
                    "marks provide $arg1..$argN, $$name, $$provider, $$parms")
 
-    def _infer_call(self, e: ast.Call, scope: Scope) -> str | None:
+    def _infer_call(self, e: ast.Call, scope: Scope, want: str | None = None) -> str | None:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
                 if isinstance(a, ast.HistOp) and name.startswith("s"):
                     raise _err(f"{name}() of a histogram is not supported: the launcher "
                                "draws histograms", a, "print() it instead")
-                self._infer(a, scope)
+                if self._infer(a, scope) == STAT:
+                    raise _err("a statistic has no value to print", a,
+                               "print @count(x), @sum(x), @min(x), @max(x), @avg(x) "
+                               "or @hist_log(x)")
             if name in ("printf", "sprintf"):
                 fmt = e.args[0]
                 assert isinstance(fmt, ast.StringLiteral)
@@ -713,6 +727,10 @@ class Types:
                 info.locals[info.decl.params[i].name] = new
         if info.uses_globals:
             scope.uses_globals = True
+        if info.ret is None and want is not None and isinstance(info.decl.body, ast.Embedded):
+            # guru C declares no type: its callers' use gives it, as stap's pass 2 has it
+            # (`"v" . f()`: a string, whose STAP_RETVALUE the C then must fill as one)
+            info.ret = self._set(info.ret, want, e, f"the value of '{name}'")
         return info.ret
 
     def _infer_stmt(self, s: ast.Stmt, scope: Scope) -> None:
