@@ -10,8 +10,10 @@
  *   string it can while the whole still matches that span.  A backtracking search
  *   over the pattern's tree (struct pd_re_node): a node followed by the rest of its
  *   chain tries its own extents longest first; a repetition's iterations likewise,
- *   each one non-empty once the minimum count is met; an alternation takes its first
- *   alternative that fits; a group inside a repetition reports its last iteration.
+ *   each one non-empty once the minimum count is met (a repetition with nothing to
+ *   match takes one empty iteration where its body can, as glibc does); an
+ *   alternation takes its first alternative that fits; a group inside a repetition
+ *   reports its last iteration.
  *
  * The search runs on the handler's stack in fixed arrays with a step budget
  * (PD_RE_STEPS, PD_RE_FRAMES, PD_RE_TRAIL: pd_config.h): a pattern whose search needs
@@ -304,8 +306,20 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
             f->stage = 0;
             continue;
         case F_REP:
+            if (f->stage == 3) { /* the empty iteration below, taken or not */
+                rv = 1;
+                goto pop;
+            }
             if (f->stage == 0) {
                 if (f->i == f->j && f->count >= x->lo) {
+                    /* nothing left: a body that can match the empty string matches it
+                     * once, setting its groups, as glibc does ("(a*)*" on "b": \1 is
+                     * (0,0)); then, or else, no more iterations */
+                    if (f->count == 0 && (x->child < 0 || nd[x->child].rmin == 0)) {
+                        f->stage = 3;
+                        RE_PUSH(F_CHAIN, x->child, f->i, f->i);
+                        continue;
+                    }
                     rv = 1;
                     goto pop;
                 }
