@@ -8,10 +8,12 @@ error of the handler while the program runs on."""
 
 from __future__ import annotations
 
+import random
 import re
+import subprocess
 from pathlib import Path
 
-from cbuild import ERRORS_RUN_ON, PROGS, abi_program_fixture, run_pydyn
+from cbuild import ERRORS_RUN_ON, PROGS, abi_program_fixture, build_c, run_pydyn
 
 target = abi_program_fixture(PROGS / "regex_subjects.c", "regex_subjects")
 
@@ -152,3 +154,119 @@ def test_search_limits_are_errors(tmp_path: Path, target: Path, cache: Path) -> 
         name = limit.split("=")[0]
         assert f"regex sub-match search over its limit {name}" in res.stderr, res.stderr
         assert "matched\n" in res.stdout and "done 1" in res.stdout, res.stdout
+
+
+HARNESS = r"""
+#include "pd_runtime.h"
+#include <regex.h>
+#include <stdarg.h>
+#include <stdio.h>
+
+void pd_error(struct pd_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    c->error = 1;
+}
+"""
+HARNESS_MAIN = r"""
+int main(void)
+{
+    static struct pd_ctx c;
+    static int32_t caps[2 * 64];
+    static struct pd_match m;
+    m.caps = caps;
+    c.match = &m;
+    for (unsigned k = 0; k < sizeof progs / sizeof *progs; k++) {
+        regex_t re;
+        if (regcomp(&re, pats[k], REG_EXTENDED)) {
+            printf("glibc refuses %s\n", pats[k]);
+            continue;
+        }
+        for (unsigned s = 0; s < sizeof subj / sizeof *subj; s++) {
+            regmatch_t pm[1];
+            int g = regexec(&re, subj[s], 1, pm, 0) == 0;
+            int d = (int)dfas[k](subj[s]);
+            char buf[MAXSTRINGLEN];
+            c.error = 0;
+            pd_re_attempt(&c, progs[k], subj[s], d);
+            if (d)
+                pd_re_matched(&c, buf, 0);
+            printf("%u %u %d %d", k, s, g, d);
+            if (g)
+                printf(" %d %d", (int)pm[0].rm_so, (int)pm[0].rm_eo);
+            if (d && !c.error)
+                printf(" %d %d", caps[0], caps[1]);
+            printf("\n");
+        }
+        regfree(&re);
+    }
+    return 0;
+}
+"""
+
+
+def _random_pattern(rnd: random.Random, depth: int = 0) -> str:
+    """An ERE over a, b, c: groups, alternation (empty alternatives too), `* + ?`,
+    bounds, `.`."""
+    def atom() -> str:
+        if depth < 3 and rnd.random() < 0.35:
+            return "(" + _random_pattern(rnd, depth + 1) + ")"
+        return rnd.choice("abc") if rnd.random() < 0.9 else "."
+
+    def piece() -> str:
+        a, r = atom(), rnd.random()
+        lo = rnd.randint(0, 2)
+        return a + ("*" if r < 0.15 else "+" if r < 0.25 else "?" if r < 0.35 else
+                    f"{{{lo},{lo + rnd.randint(0, 2)}}}" if r < 0.4 else "")
+
+    def cat() -> str:
+        return "".join(piece() for _ in range(rnd.randint(0 if depth else 1, 3)))
+
+    return "|".join(cat() for _ in range(1 if rnd.random() < 0.6 else rnd.randint(2, 3)))
+
+
+def test_match_and_span_as_glibc(tmp_path: Path) -> None:
+    """For random patterns and strings, linked with runtime/pd_regex.c: the DFA decides
+    as glibc's regexec, and matched(0) is glibc's leftmost-longest span, the search
+    within its limits.  (glibc's groups are no oracle: it takes an alternation's first
+    fitting alternative, not the longest.)"""
+    from pydyn.launcher.errors import SourceLocation
+    from pydyn.launcher.translate.regex import compile_regex, regex_c, regex_groups_c
+    from pydyn.shmlayout import render_c_header
+
+    rnd = random.Random(1)
+    patterns = sorted({_random_pattern(rnd) for _ in range(50)})
+    subjects = ["".join(rnd.choice("abc") for _ in range(rnd.randint(0, 8)))
+                for _ in range(40)]
+    lines = [HARNESS]
+    for k, p in enumerate(patterns):
+        lines += regex_c(f"re_{k}", p, compile_regex(p.encode()), SourceLocation("t", 1, 1))
+        lines += regex_groups_c(f"re_{k}", p.encode())
+    lines += ["static const char *pats[] = {" + ",".join(f'"{p}"' for p in patterns) + "};",
+              "static const struct pd_re_prog *progs[] = {"
+              + ",".join(f"&re_{k}_prog" for k in range(len(patterns))) + "};",
+              "static int64_t (*dfas[])(const char *) = {"
+              + ",".join(f"re_{k}" for k in range(len(patterns))) + "};",
+              "static const char *subj[] = {" + ",".join(f'"{s}"' for s in subjects) + "};",
+              HARNESS_MAIN]
+    (tmp_path / "pd_shm.h").write_text(render_c_header())
+    (tmp_path / "h.c").write_text("\n".join(lines))
+    runtime = Path(__file__).resolve().parent.parent / "runtime"
+    exe = build_c([tmp_path / "h.c", runtime / "pd_regex.c"], tmp_path / "h", opt="-O1",
+                  extra=["-I", str(tmp_path), "-I", str(runtime), "-Wno-unused-function"])
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120).stdout
+    rows = [ln.split() for ln in out.splitlines()]
+    assert len(rows) == len(patterns) * len(subjects), out[:2000]
+    matches = 0
+    for row in rows:
+        k, s = int(row[0]), int(row[1])
+        what = f"{patterns[k]!r} on {subjects[s]!r}: {' '.join(row[2:])}"
+        assert row[2] == row[3], f"match decision differs: {what}"
+        if row[2] == "1":
+            matches += 1
+            assert row[4:6] == row[6:8], f"span differs: {what}"
+    assert matches > 400, matches
