@@ -43,7 +43,14 @@ from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
-from .regex import SUBMATCH_FUNCS, compile_regex, parse_regex, regex_c, regex_groups_c
+from .regex import (
+    SUBMATCH_FUNCS,
+    RegexError,
+    compile_regex,
+    parse_regex,
+    regex_c,
+    regex_groups_c,
+)
 from .types import ARG_FUNCS, PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
@@ -1249,7 +1256,11 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             out.extend(regex_c(name, n.pattern.value, compile_regex(n.pattern.as_bytes()),
                                n.pattern.loc))
             if unit.match_caps:
-                out.extend(regex_groups_c(name, n.pattern.as_bytes()))
+                try:
+                    out.extend(regex_groups_c(name, n.pattern.as_bytes()))
+                except RegexError as exc:   # its anchored DFA or its rows too large
+                    raise _err(f"regular expression too large for matched(): {exc}",
+                               n.pattern) from None
     for f in script.functions:
         out.append(_func_signature(unit.funcs[f.name]) + ";")
     for f in script.functions:

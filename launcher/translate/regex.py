@@ -31,6 +31,7 @@ from .common import _c_string
 
 MAX_STATES = 2000     # a pattern whose DFA grows past this is refused (the C tables)
 MAX_REPEAT = 255      # {n,m} bounds, as POSIX's RE_DUP_MAX
+MAX_NODES = 32767     # sub-match program rows (struct pd_re_node's int16_t links)
 # The built-ins reading what the last `=~` matched (runtime/pd_regex.c)
 SUBMATCH_FUNCS = ("matched", "matched_str", "ngroups")
 
@@ -501,6 +502,8 @@ def regex_groups_c(name: str, pattern: bytes) -> list[str]:
     parsed = parse_regex(pattern)
     prog = _Program()
     root = prog.chain(parsed.root)
+    if len(prog.rows) > MAX_NODES:   # the rows' links are 16-bit
+        raise RegexError(f"the pattern needs more than {MAX_NODES} nodes")
     dfa = compile_regex(pattern, True)
     nodes = ",\n".join("    {" + ", ".join(r) + "}" for r in prog.rows) or "    {0}"
     sets = ",\n".join("    {" + ",".join(str(sum(1 << (b & 7) for b in s if b >> 3 == k))
