@@ -46,6 +46,9 @@
 #ifndef PD_RE_TRAIL
 #define PD_RE_TRAIL (2 * MAXSTRINGLEN)
 #endif
+#ifndef PD_RE_MEMO
+#define PD_RE_MEMO 512 /* the searches known to fail (8 bytes each; a power of two) */
+#endif
 /* How long the launcher's stop waits for handlers still running (pd_quiesce.c), and the
  * longest wait for a segment lock before the waiter gives up (pd_lock.h). */
 #ifndef STUCK_CONTEXT_MS

@@ -58,6 +58,7 @@ struct re_run {
     int sp, tn;
     struct re_frame f[PD_RE_FRAMES];
     struct re_undo t[PD_RE_TRAIL];
+    uint64_t failed[PD_RE_MEMO];
 };
 
 void pd_re_attempt(struct pd_ctx *c, const struct pd_re_prog *p, const char *s, int64_t matched)
@@ -177,6 +178,25 @@ static void re_undo(struct re_run *r, int mark)
     }
 }
 
+/* Whether a chain from node n over [i, j), or a repetition's iterations from i after
+ * `count`, can match is the same each time the search asks: the failed ones are kept
+ * (a direct-mapped cache, lossy: a miss only searches again), which keeps nested
+ * repetitions from taking exponential time. */
+static uint64_t re_key(const struct re_frame *f, const struct pd_re_node *x)
+{
+    unsigned count = 0;
+    if (f->kind == F_REP) /* past its lower bound an unbounded repetition's count is moot */
+        count = x->hi == PD_RE_INF && f->count > x->lo ? x->lo : f->count;
+    return 1ull << 62 | (uint64_t)(f->kind == F_REP) << 63 | (uint64_t)(f->node & 0x3fff) << 48 |
+           (uint64_t)(count & 0xff) << 40 | (uint64_t)(f->i & 0xfffff) << 20 |
+           (uint64_t)(f->j & 0xfffff);
+}
+
+static uint64_t *re_slot(struct re_run *r, uint64_t key)
+{
+    return &r->failed[(key * 0x9E3779B97F4A7C15ull) >> 32 & (PD_RE_MEMO - 1)];
+}
+
 #define RE_PUSH(K, N, I, J)                                  \
     do {                                                     \
         if (r->sp == PD_RE_FRAMES) {                         \
@@ -238,7 +258,7 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
                 f->node = (int16_t)n;
                 f->i = (re_pos)i;
                 int32_t hi = re_ext_hi(nd, n, i, j);
-                if (hi < re_ext_lo(nd, n, i, j)) {
+                if (hi < re_ext_lo(nd, n, i, j) || *re_slot(r, re_key(f, x)) == re_key(f, x)) {
                     rv = 0;
                     goto pop;
                 }
@@ -328,7 +348,8 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
                     goto pop;
                 }
                 int32_t hi = re_iter_hi(nd, x, f->i, f->j);
-                if (hi < re_iter_lo(nd, x, f->i, f->count)) {
+                if (hi < re_iter_lo(nd, x, f->i, f->count) ||
+                    *re_slot(r, re_key(f, x)) == re_key(f, x)) {
                     rv = 0;
                     goto pop;
                 }
@@ -360,6 +381,10 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
             goto pop;
         }
     pop:
+        if (!rv && f->stage && (f->kind == F_CHAIN || f->kind == F_REP)) {
+            uint64_t key = re_key(f, &nd[f->node]);
+            *re_slot(r, key) = key;
+        }
         r->sp--;
     }
     return rv;
@@ -376,6 +401,7 @@ static int re_groups(struct pd_ctx *c, struct pd_match *m)
     r.caps = m->caps;
     r.steps = 0;
     r.over = NULL;
+    memset(r.failed, 0, sizeof r.failed);
     for (unsigned k = 0; k < 2u * m->prog->ngroups; k++)
         m->caps[k] = -1;
     int rc = re_span(&r, &b, &e);

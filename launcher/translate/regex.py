@@ -31,7 +31,7 @@ from .common import _c_string
 
 MAX_STATES = 2000     # a pattern whose DFA grows past this is refused (the C tables)
 MAX_REPEAT = 255      # {n,m} bounds, as POSIX's RE_DUP_MAX
-MAX_NODES = 32767     # sub-match program rows (struct pd_re_node's int16_t links)
+MAX_NODES = 16383     # sub-match program rows (14 bits in pd_regex.c's re_key)
 # The built-ins reading what the last `=~` matched (runtime/pd_regex.c)
 SUBMATCH_FUNCS = ("matched", "matched_str", "ngroups")
 
