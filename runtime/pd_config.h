@@ -35,8 +35,8 @@
 /* The sub-match search of matched() (pd_regex.c): its steps, its backtracking frames
  * (14 bytes each on the handler's stack: about one per iteration of a repetition) and
  * the group values it may have to take back (6 bytes each: one per group an iteration
- * sets).  About 14 KiB of stack with the default MAXSTRINGLEN.  A search that needs
- * more is an error of the handler. */
+ * sets), with the failures it remembers: about 18 KiB of stack with the default
+ * MAXSTRINGLEN.  A search that needs more is an error of the handler. */
 #ifndef PD_RE_STEPS
 #define PD_RE_STEPS 200000
 #endif
