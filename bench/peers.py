@@ -224,41 +224,39 @@ def _uftrace_count(binary: Path, mark: str, n: int) -> Result:
                   + ("" if hits >= n else f"; uftrace recorded only {hits} of {n} events"))
 
 
-def _uftrace_pair(binary: Path, func: str, n: int, retval: bool = False) -> Result:
+def _uftrace_calls(binary: Path, func: str, n: int, record: list[str],
+                   fields: str) -> tuple[float, str, str]:
+    """`uftrace record -P FUNC RECORD...`, then the report line of func with `fields`
+    (then its call count): (ns per hit, the fields' text, the calls)."""
     # -P patches the entry at run time: needs a -pg, -finstrument-functions or
-    # -fpatchable-function-entry=5 build; on any other build it records nothing.
-    # -R FUNC@retval records the return value with each exit.
-    ret = ["-R", f"{func}@retval"] if retval else []
-    ns, data, exe = _uftrace(binary, n, ["-P", func, *ret], "uftrace function")
+    # -fpatchable-function-entry=5 build (or room for its patch); else it records nothing.
+    ns, data, exe = _uftrace(binary, n, ["-P", func, *record], "uftrace function")
     try:
-        report = _run([exe, "report", "-d", str(data), "-f", "call", "-s", "call"],
+        report = _run([exe, "report", "-d", str(data), "-f", f"{fields}call", "-s", "call"],
                       "uftrace report").stdout
     finally:
         shutil.rmtree(data, ignore_errors=True)
-    m = re.search(rf"^\s*(\d+)\s+{re.escape(func)}\s*$", report, re.M)
-    if m is None:
-        raise Unavailable(f"uftrace recorded no call of {func} in {binary}: its dynamic "
-                          "patching (-P) needs a -pg, -finstrument-functions or "
-                          "-fpatchable-function-entry=5 build")
-    return Result(ns, int(m.group(1)), n, "uftrace record -P FUNC (entry+exit recorded)")
-
-
-def _uftrace_latency(binary: Path, func: str, n: int) -> Result:
-    """uftrace times every call by recording its entry and exit with their timestamps;
-    the latencies come from those after the run (`uftrace report`: avg, min, max)."""
-    ns, data, exe = _uftrace(binary, n, ["-P", func], "uftrace function")
-    try:
-        report = _run([exe, "report", "-d", str(data), "-f", "total-avg,call", "-s", "call"],
-                      "uftrace report").stdout
-    finally:
-        shutil.rmtree(data, ignore_errors=True)
-    m = re.search(rf"^\s*([0-9.]+ [mun]?s)\s+(\d+)\s+{re.escape(func)}\s*$", report, re.M)
+    m = re.search(rf"^\s*(.*?)\s*(\d+)\s+{re.escape(func)}\s*$", report, re.M)
     if m is None:
         raise Unavailable(f"uftrace recorded no call of {func} in {binary}: its dynamic "
                           "patching (-P) needs a -pg, -finstrument-functions or "
                           "-fpatchable-function-entry=5 build, or room for its patch")
-    return Result(ns, int(m.group(2)), n, "uftrace record -P FUNC: each call's entry and exit "
-                  f"timestamps, latencies from uftrace report (avg {m.group(1)})")
+    return ns, m.group(1), m.group(2)
+
+
+def _uftrace_pair(binary: Path, func: str, n: int, retval: bool = False) -> Result:
+    # -R FUNC@retval records the return value with each exit.
+    ret = ["-R", f"{func}@retval"] if retval else []
+    ns, _, calls = _uftrace_calls(binary, func, n, ret, "")
+    return Result(ns, int(calls), n, "uftrace record -P FUNC (entry+exit recorded)")
+
+
+def _uftrace_latency(binary: Path, func: str, n: int) -> Result:
+    """uftrace times every call by recording its entry and exit with their timestamps;
+    the latencies come from those after the run (`uftrace report`)."""
+    ns, avg, calls = _uftrace_calls(binary, func, n, [], "total-avg,")
+    return Result(ns, int(calls), n, "uftrace record -P FUNC: each call's entry and exit "
+                  f"timestamps, latencies from uftrace report (avg {avg})")
 
 
 def _uftrace_printf(binary: Path, mark: str, n: int) -> Result:

@@ -139,7 +139,8 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("--dyninst", dest="runtime", action="store_const", const="dyninst",
                         help="same as --runtime=dyninst")
     compat.add_argument("-u", dest="unoptimized", action="store_true",
-                        help="unoptimized: keep functions no probe calls (compiled, typed)")
+                        help="unoptimized: keep functions no probe calls (compiled, typed) "
+                             "and probes whose body is empty (armed)")
     compat.add_argument("-b", dest="bulk", action="store_true",
                         help="bulk mode: taken, the output has one ring anyway")
     compat.add_argument("-m", dest="module_name", metavar="NAME",
@@ -154,7 +155,8 @@ def _parser() -> argparse.ArgumentParser:
                              "globals and probe aliases a script uses taken; the macros of "
                              "its .stpm files may be invoked")
     compat.add_argument("-t", dest="timing", action="store_true",
-                        help="taken; probe timing is not collected")
+                        help="taken; probe timing is not collected (as stap's -t, no "
+                             "warning for an elided probe)")
     compat.add_argument("-k", dest="keep_tmp", action="store_true",
                         help="taken; builds are kept in the cache anyway")
     compat.add_argument("-q", dest="quiet", action="store_true", help="taken; no effect")
@@ -344,7 +346,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .resolve import Resolver
     from .script import recursion_headroom
     from .session import check_command_target
-    from .translate import translate
+    from .translate import elide_probes, translate
 
     verbose = opts.verbose
     if argv_cmd is not None:
@@ -367,6 +369,19 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if verbose:
         for line in resolution.dropped:
             print(line, file=sys.stderr)
+    gone: list[ScriptWarning] = []
+    if not opts.unoptimized:
+        script, resolution, gone = elide_probes(script, resolution)
+    elided = [] if opts.timing else gone   # stap -t elides them without a word
+    if not script.probes:
+        # stap's end of pass 2 with nothing to arm: an error, not a session that waits
+        if not opts.unoptimized:
+            from .translate.warnings import find_warnings
+            for w in find_warnings(script, elided):
+                report(w)
+        raise ScriptError("no probes found", None,
+                          "every probe's body is empty, and empty probes are elided "
+                          "(-u keeps them)" if gone else None)
     prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     from .elf.libraries import symbol_objects
     symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
@@ -381,7 +396,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars, symbols=symbols)
+                      skip_badvars=opts.skip_badvars, symbols=symbols, elided=elided)
         for sites in resolution.points:
             for rp in sites:
                 for site in rp.sites:
@@ -400,7 +415,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), warn=report,
                             optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars,
-                            symbols=symbols)
+                            symbols=symbols, elided=elided)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -563,6 +578,9 @@ def run(argv: Sequence[str]) -> int:
                                            *((("--compatible", opts.compatible),)
                                              if opts.compatible else ()),
                                            *((("-u", "1"),) if opts.unoptimized else ()),
+                                           # -t: the same module, without the warnings
+                                           # of elided probes to replay
+                                           *((("-t", "1"),) if opts.timing else ()),
                                            *(("-d", os.path.realpath(d))
                                              for d in opts.symbol_modules),
                                            *((("--ldd", "1"),) if opts.ldd else ()),

@@ -88,7 +88,8 @@ def test_an_aarch64_return_probe_keeps_the_return_address_swap(
                    "int main(int argc, char **argv) { (void)argv; return f(argc); }\n")
     exe = tmp_path / "f"
     subprocess.run([cc, "-O2", "-o", str(exe), str(src)], check=True)
-    res = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("f").return {{ }}')
+    res = run_pydyn(cache, "-u", "-p2", "-e",
+                    f'probe process("{exe}").function("f").return {{ }}')
     assert res.returncode == 0, res.stderr
     assert "    returns: hijack: aarch64 keeps the return-address swap" in \
         res.stdout.splitlines(), res.stdout

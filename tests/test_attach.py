@@ -289,9 +289,9 @@ def free_pid() -> int:
 
 def test_attach_refused_for_a_bad_pid(cache: Path) -> None:
     pid = free_pid()
-    res = run_pydyn(cache, "-e", "probe begin { }", "-x", str(pid))
+    res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", str(pid))
     assert_one_line_error(res, f"pid {pid}: no such process")
-    res = run_pydyn(cache, "-e", "probe begin { }", "-x", "1", "-c", "true")
+    res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", "1", "-c", "true")
     assert_one_line_error(res, "-c and -x")
     zombie = subprocess.Popen(["true"])   # exited, not reaped yet
     try:
@@ -299,7 +299,7 @@ def test_attach_refused_for_a_bad_pid(cache: Path) -> None:
             if Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1][0] == "Z":
                 break
             time.sleep(0.01)
-        res = run_pydyn(cache, "-e", "probe begin { }", "-x", str(zombie.pid))
+        res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", str(zombie.pid))
         assert_one_line_error(res, f"pid {zombie.pid}: has exited (a zombie)")
     finally:
         zombie.wait()
@@ -323,7 +323,7 @@ def test_attach_refused_when_another_tracer_holds_the_process(
                               stdout=subprocess.PIPE, text=True)
     try:
         assert tracer.stdout is not None and tracer.stdout.readline() == "seized\n"
-        res = run_pydyn(cache, "-e", "probe begin { }", "-x", str(target.pid))
+        res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", str(target.pid))
         assert_one_line_error(res, f"pid {target.pid}: is already traced by pid {tracer.pid} (")
     finally:
         tracer.kill()     # the kernel lets a dead tracer's tracee go
@@ -376,7 +376,7 @@ def test_attach_refused_for_another_users_process(binaries: dict[str, Path]) -> 
         pytest.skip("needs root to run pydyn as another user")
     target = start_target(binaries["m64"], 1)   # owned by root
     try:
-        res = main_as(65534, ["--disable-cache", "-e", "probe begin { }",
+        res = main_as(65534, ["--disable-cache", "-u", "-e", "probe begin { }",
                               "-x", str(target.pid)])
         assert_one_line_error(res, f"pid {target.pid}: belongs to uid 0 and you are uid 65534",
                               "only root")
@@ -414,7 +414,7 @@ def test_attach_refused_for_a_static_process(cache: Path, tmp_path: Path) -> Non
     proc = subprocess.Popen([str(binary)])
     try:
         time.sleep(0.1)
-        res = run_pydyn(cache, "-e", "probe begin { }", "-x", str(proc.pid))
+        res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", str(proc.pid))
         assert_one_line_error(res, f"pid {proc.pid}", "is not dynamically linked")
     finally:
         proc.kill()
@@ -472,7 +472,7 @@ def test_attach_refused_when_the_class_has_no_toolchain(binaries: dict[str, Path
     cc.chmod(0o755)
     target = start_target(binaries["m32"], 1)
     try:
-        res = run_pydyn(tmp_path, "--disable-cache", "-e", "probe begin { }",
+        res = run_pydyn(tmp_path, "--disable-cache", "-u", "-e", "probe begin { }",
                         "-x", str(target.pid), timeout=TIMEOUT, env={"CC": str(cc)})
         assert_one_line_error(res, "no m32 toolchain", "gcc-12-multilib")
     finally:
@@ -506,7 +506,7 @@ def test_timeout_ends_a_command_session_as_exit_does(cache: Path, tmp_path: Path
         assert Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] in "SR"
     finally:
         os.kill(pid, signal.SIGKILL)
-    res = run_pydyn(cache, "-T", "0", "-e", "probe begin { }")
+    res = run_pydyn(cache, "-T", "0", "-u", "-e", "probe begin { }")
     assert_one_line_error(res, "-T 0: the timeout must be a positive number")
 
 
@@ -535,7 +535,7 @@ def test_detach_restores_branches_retargeted_into_a_stub(cache: Path, tmp_path: 
 
     try:
         res = run_attached(cache, target, f'probe process("{binary}").mark("looped") {{ }}',
-                           "-T", "1", during=during)
+                           "-u", "-T", "1", during=during)
         assert res.rc == 0, res.err
         assert rewritten == [True], "the branch into the window was not retargeted"
         assert_text_as_in_file(proc.pid, binary)

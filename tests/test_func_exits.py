@@ -139,7 +139,8 @@ def test_hijack_fallbacks_exact(tmp_path: Path, cache: Path, abi: str) -> None:
 
 def test_p2_names_each_exit(tmp_path: Path, cache: Path) -> None:
     exe = build(tmp_path, "m64", "-O2")
-    res = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").function("tail").return {{ }}')
+    res = run_pydyn(cache, "-u", "-p2", "-e",
+                    f'probe process("{exe}").function("tail").return {{ }}')
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert any(re.match(r"    returns: exits patched \(2: ret at 0x[0-9a-f]+, tail call at", ln)

@@ -61,5 +61,5 @@ def test_unreadable_relocations_refuse_displacement(tmp_path: Path, cache: Path,
                   'probe end { printf("n=%d\\n", n) }', "-c", f"{bad} 300")
     assert r.returncode == 0, r.stderr
     assert "n=300" in r.stdout.splitlines()
-    r = run_pydyn(cache, "-p2", "-e", f'probe process("{bad}").mark("tick") {{ }}')
+    r = run_pydyn(cache, "-u", "-p2", "-e", f'probe process("{bad}").mark("tick") {{ }}')
     assert "trap: cannot read the relocations of .rel" in r.stdout, r.stdout

@@ -189,7 +189,7 @@ def test_target_with_damaged_section_headers_runs(busy: Path, cache: Path,
 
 
 def test_several_x_are_refused(cache: Path) -> None:
-    res = run_pydyn(cache, "-e", "probe begin { }", "-x", "1", "-x", str(os.getpid()))
+    res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-x", "1", "-x", str(os.getpid()))
     assert res.returncode == 1
     assert res.stderr == (f"pydyn: error: -x given 2 times (1, {os.getpid()}): a session "
                           "attaches to one process (run one pydyn per process)\n")
@@ -207,7 +207,7 @@ def test_symlink_loop_is_named(cache: Path, tmp_path: Path) -> None:
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     loop = tmp_path / "a"
-    res = run_pydyn(cache, "-e", "probe begin { }", "-c", str(loop))
+    res = run_pydyn(cache, "-u", "-e", "probe begin { }", "-c", str(loop))
     assert res.returncode == 1
     assert res.stderr == f"pydyn: error: {loop}: too many levels of symbolic links\n"
     res = run_pydyn(cache, "-p2", "-e", f'probe process("{loop}").mark("x") {{ }}')
@@ -246,7 +246,7 @@ def test_bad_notes_are_one_warning_per_binary(cache: Path, tmp_path: Path, busy:
     src = tmp_path / "bad.S"
     src.write_text(BAD_NOTES_S)
     bad = build_c(src, tmp_path / "badnotes")
-    res = run_pydyn(cache, "-p2", "-e", f'probe process("{bad}").mark("*")? {{ }} '
+    res = run_pydyn(cache, "-u", "-p2", "-e", f'probe process("{bad}").mark("*")? {{ }} '
                     f'probe process("{busy}").mark("tick") {{ }}')
     warnings = [ln for ln in res.stderr.splitlines() if "warning" in ln]
     assert warnings == [f"pydyn: warning: {bad}: 20000 probe notes skipped, the first: probe "

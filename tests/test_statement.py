@@ -55,7 +55,7 @@ def test_any_function_a_line_range_and_an_address(progs: Progs, cache: Path,
     assert res.returncode == 0, res.stderr
     assert re.findall(r"^(\d+):(\d+)$", res.stdout, re.M) == [(str(i), "2") for i in range(N)]
     # the address -p2 shows for the line, probed as .statement(ADDR).absolute
-    listed = run_pydyn(cache, "-p2", "-e", f'probe process("{exe}").statement('
+    listed = run_pydyn(cache, "-u", "-p2", "-e", f'probe process("{exe}").statement('
                    f'"sum_to@dwarf_stmt.c:{LOOP}") {{}}')
     m = re.search(r"pc=(0x[0-9a-f]+)", listed.stdout + listed.stderr)
     assert m, listed.stdout + listed.stderr

@@ -118,10 +118,11 @@ def test_args_identical_under_traps_and_trampolines(progs: dict[str, Path], cach
 
 def test_verbose_prints_the_coverage(progs: dict[str, Path], cache: Path) -> None:
     binary = progs["args-m64-O2"]
-    r = run_pydyn(cache, "-v", "-p3", "-e", f'probe process("{binary}").mark("regs") {{ }}')
+    r = run_pydyn(cache, "-u", "-v", "-p3", "-e",
+                  f'probe process("{binary}").mark("regs") {{ }}')
     assert r.returncode == 0, r.stderr
     assert "sites: 1 total, 0 trap, 1 displace" in r.stderr
-    r = run_pydyn(cache, "-p2", "-e", f'probe process("{binary}").mark("regs") {{ }}')
+    r = run_pydyn(cache, "-u", "-p2", "-e", f'probe process("{binary}").mark("regs") {{ }}')
     assert "plan: displace" in r.stdout
 
 

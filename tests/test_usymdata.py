@@ -28,7 +28,9 @@ def test_usymdata_names_globals_of_the_program_and_a_library(
                   extra=("-shared", "-fPIC"))
     exe = build_c(PROGS / "usymdata_main.c", tmp_path / "usd", m32=m32,
                   extra=(str(lib), f"-Wl,-rpath,{tmp_path}", "-ldl"))
-    res = run_pydyn(cache, "-e", SCRIPT.format(exe=exe, lib=lib), "-c", str(exe), timeout=120)
+    # -u keeps the empty probe on the library: it makes the library's symbols known
+    res = run_pydyn(cache, "-u", "-e", SCRIPT.format(exe=exe, lib=lib), "-c", str(exe),
+                    timeout=120)
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()   # the program's line and the probe's, in any order
     prog = [ln for ln in lines if ln.startswith("literal ")]

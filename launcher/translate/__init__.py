@@ -3,6 +3,7 @@
 The sub-passes, each a module with a typed input and output (as SystemTap's
 semantic pass and bpftrace's pass manager name theirs):
 
+    (probes)  stap's elision of empty probes, before planning (`elide_probes`)
     limits    -D MAXSTRINGLEN / MAXMAPENTRIES           -> Limits
     types     symbols and their types, to a fixpoint    -> Types
     warnings  stap's never-assigned / elided-assignment warnings -> ScriptWarnings
@@ -17,6 +18,7 @@ The checksum covers the source and the runtime it is built against (`runtime`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -32,27 +34,47 @@ from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
 from .types import infer_types
-from .warnings import elide_assignments, find_warnings
+from .warnings import elide_assignments, elision_warnings, empty_probes, find_warnings
 
-__all__ = ["Program", "translate"]
+__all__ = ["Program", "elide_probes", "translate"]
+
+
+def elide_probes(script: ast.Script, resolution: Resolution
+                 ) -> tuple[ast.Script, Resolution, list[ScriptWarning]]:
+    """stap's last step of optimisation (pass 2, not with -u): a probe whose body is
+    empty is dropped with its sites, before they are planned, so nothing of it is
+    armed; its points were resolved first (a point that does not resolve is still an
+    error).  The warnings go to translate(`elided=`), which gives them in stap's
+    order."""
+    gone = set(empty_probes(script))
+    if not gone:
+        return script, resolution, []
+    warnings = [w for i in sorted(gone) for w in elision_warnings(script.probes[i])]
+    keep = [i for i in range(len(script.probes)) if i not in gone]
+    resolution = dataclasses.replace(resolution,
+                                     points=[resolution.points[i] for i in keep])
+    return dataclasses.replace(script, probes=tuple(script.probes[i] for i in keep)), \
+        resolution, warnings
 
 
 def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               defines: dict[str, str], runtime: bytes,
               warn: Callable[[ScriptWarning | str], None] | None = None,
               optimize: bool = True, skip_badvars: bool = False,
-              symbols: Sequence[tuple[str, str]] = ()) -> Program:
+              symbols: Sequence[tuple[str, str]] = (),
+              elided: Sequence[ScriptWarning] = ()) -> Program:
     """`warn` is given each warning once the script is typed: a script in error gets
     its one error only; `optimize` False is -u, where stap's optimisation rounds, which
     give the warnings about unused and never-assigned variables, do not run;
     `skip_badvars` reads target variables that cannot be read where probed as 0;
-    `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding."""
+    `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding;
+    `elided`: the warnings of elide_probes, given after the others of stap's pass 2."""
     limits = Limits.from_defines(defines)
     given = script
     if optimize:
         script = elide_assignments(script)
     types = infer_types(script, resolution, skip_badvars)
-    warnings = [*types.warnings, *find_warnings(given)] if optimize else []
+    warnings = [*types.warnings, *find_warnings(given, elided)] if optimize else []
     for w in warnings:
         if warn is not None:
             warn(w)

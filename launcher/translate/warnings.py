@@ -7,6 +7,9 @@ warnings stap prints only at -vvv, and with -u it prints none of these):
                                                         with no initial value (nor -G)
     Eliding assignment to 'x'                           an assignment to a local never read
     side-effect-free function 'f'                       a called function whose body is empty
+    Probe 'begin' has been elided                       a probe whose body is empty: it is
+                                                        not armed (stap names the first
+                                                        component of each probe point)
 
 "(similar: ...)" names the five other variables of the scope (locals, parameters,
 globals the script uses) nearest by edit distance, as stap's levenshtein_suggest.
@@ -171,10 +174,33 @@ def elide_assignments(script: ast.Script) -> ast.Script:
     return replace(script, probes=rewrite(script.probes), functions=rewrite(script.functions))
 
 
-def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
+def _empty(stmt: ast.Stmt) -> bool:
+    return isinstance(stmt, ast.Empty) or \
+        isinstance(stmt, ast.Block) and all(_empty(s) for s in stmt.statements)
+
+
+def empty_probes(script: ast.Script) -> list[int]:
+    """The probes stap elides after its optimisation: a body of nothing but empty
+    blocks and `;` (what pydyn's own elisions leave of a call to a pure function
+    counts).  A probe point's condition keeps its probe, as in stap, where the
+    condition is a statement of the body."""
+    return [i for i, p in enumerate(script.probes)
+            if _empty(p.body) and all(pt.condition is None for pt in p.points)]
+
+
+def elision_warnings(probe: ast.Probe) -> list[ScriptWarning]:
+    """stap's `Probe 'NAME' has been elided`, one for each probe point (NAME: its first
+    component, `process` for process("x").mark("m")) at the probe's `probe` keyword, as
+    stap points its derived probes at the probe's first token."""
+    return [ScriptWarning(f"Probe '{pt.components[0].name}' has been elided", "keyword",
+                          probe.loc) for pt in probe.points]
+
+
+def find_warnings(script: ast.Script, elided: Iterable[ScriptWarning] = ()
+                  ) -> list[ScriptWarning | str]:
     """The warnings for `script`, in stap's order: each probe's and then each function's
     (by name) never-assigned locals, the globals, the elided assignments, the empty
-    functions."""
+    functions, then `elided`, the probes elided (`elision_warnings`)."""
     user = script.loc.file
     funcs = sorted((f for f in script.functions
                     if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
@@ -207,6 +233,7 @@ def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
                                                  for s in f.body.statements):
             out.append(ScriptWarning(f"side-effect-free function '{f.name}'",
                                      f"identifier '{f.name}'", f.loc))
+    out.extend(elided)
 
     seen: set[str] = set()
     kept: list[ScriptWarning | str] = []
