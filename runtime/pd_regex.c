@@ -56,6 +56,7 @@ struct re_run {
     int64_t steps;
     const char *over;   /* the limit a failed search hit */
     int sp, tn;
+    int memo;           /* failed[] in use (cleared): the search is no longer short */
     struct re_frame f[PD_RE_FRAMES];
     struct re_undo t[PD_RE_TRAIL];
     uint64_t failed[PD_RE_MEMO];
@@ -197,6 +198,16 @@ static uint64_t *re_slot(struct re_run *r, uint64_t key)
     return &r->failed[(key * 0x9E3779B97F4A7C15ull) >> 32 & (PD_RE_MEMO - 1)];
 }
 
+static int re_known_failed(struct re_run *r, const struct re_frame *f, const struct pd_re_node *x)
+{
+    uint64_t key = re_key(f, x);
+    return r->memo && *re_slot(r, key) == key;
+}
+
+/* Most searches end in a few dozen steps: the cache is cleared and used only once one
+ * has taken RE_MEMO_AFTER. */
+#define RE_MEMO_AFTER 256
+
 #define RE_PUSH(K, N, I, J)                                  \
     do {                                                     \
         if (r->sp == PD_RE_FRAMES) {                         \
@@ -224,6 +235,10 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
         if (++r->steps > PD_RE_STEPS) {
             r->over = "PD_RE_STEPS";
             return -1;
+        }
+        if (!r->memo && r->steps > RE_MEMO_AFTER) {
+            memset(r->failed, 0, sizeof r->failed);
+            r->memo = 1;
         }
         struct re_frame *f = &r->f[r->sp - 1];
         const struct pd_re_node *x = f->node >= 0 ? &nd[f->node] : NULL;
@@ -258,7 +273,7 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
                 f->node = (int16_t)n;
                 f->i = (re_pos)i;
                 int32_t hi = re_ext_hi(nd, n, i, j);
-                if (hi < re_ext_lo(nd, n, i, j) || *re_slot(r, re_key(f, x)) == re_key(f, x)) {
+                if (hi < re_ext_lo(nd, n, i, j) || re_known_failed(r, f, x)) {
                     rv = 0;
                     goto pop;
                 }
@@ -348,8 +363,7 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
                     goto pop;
                 }
                 int32_t hi = re_iter_hi(nd, x, f->i, f->j);
-                if (hi < re_iter_lo(nd, x, f->i, f->count) ||
-                    *re_slot(r, re_key(f, x)) == re_key(f, x)) {
+                if (hi < re_iter_lo(nd, x, f->i, f->count) || re_known_failed(r, f, x)) {
                     rv = 0;
                     goto pop;
                 }
@@ -381,7 +395,7 @@ static int re_solve(struct re_run *r, int32_t i0, int32_t j0)
             goto pop;
         }
     pop:
-        if (!rv && f->stage && (f->kind == F_CHAIN || f->kind == F_REP)) {
+        if (!rv && r->memo && f->stage && (f->kind == F_CHAIN || f->kind == F_REP)) {
             uint64_t key = re_key(f, &nd[f->node]);
             *re_slot(r, key) = key;
         }
@@ -401,7 +415,7 @@ static int re_groups(struct pd_ctx *c, struct pd_match *m)
     r.caps = m->caps;
     r.steps = 0;
     r.over = NULL;
-    memset(r.failed, 0, sizeof r.failed);
+    r.memo = 0;
     for (unsigned k = 0; k < 2u * m->prog->ngroups; k++)
         m->caps[k] = -1;
     int rc = re_span(&r, &b, &e);
