@@ -311,9 +311,10 @@ class Emitter:
             return self.call(e)
         if isinstance(e, ast.RegexMatch):
             name = self.tr.regexes[e.pattern.as_bytes()]
-            found = f"{name}({self.expr(e.left)})"
+            subject = self.expr(e.left)
+            found = f"{name}({subject})"
             if self.tr.match_caps:   # stap's last_match: a `!~` records it too
-                found = (f"({{ const char *rs_ = {self.expr(e.left)}; int64_t rm_ = {name}(rs_); "
+                found = (f"({{ const char *rs_ = {subject}; int64_t rm_ = {name}(rs_); "
                          f"pd_re_attempt(c, &{name}_prog, rs_, rm_); rm_; }})")
             return f"(int64_t)!{found}" if e.op == "!~" else found
         if isinstance(e, ast.Defined):
