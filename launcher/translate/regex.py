@@ -484,14 +484,11 @@ class _Program:
         elif isinstance(node, Repeat):
             row[0], row[4], row[5] = "PD_RE_REP", str(node.lo), _len_c(node.hi)
             row[3] = str(self.chain(node.body))
-        elif isinstance(node, Alt):
+        else:   # the parser puts no Cat directly in a Cat
+            assert isinstance(node, Alt), node
             heads = [self.chain(a) for a in node.alts]
             row[0], row[1], row[3] = "PD_RE_ALT", str(len(self.alts)), str(len(heads))
             self.alts.extend(heads)
-        else:   # a Cat inside a chain: its own chain, as a one-alternative ALT
-            head = self.chain(node)
-            row[0], row[1], row[3] = "PD_RE_ALT", str(len(self.alts)), "1"
-            self.alts.append(head)
         return at
 
 
