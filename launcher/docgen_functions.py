@@ -198,6 +198,18 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "substr": (("s", "start", "len"), "len bytes of s from start (0-based); "
                                           "`substr(s, start)` takes the rest",
             Example('printf("%s\\n", substr(user_string($arg2), 1, 3))', "etc")),
+        "matched": (("n",), "after a successful `s =~ \"re\"` in the handler: group n of "
+                            "the leftmost-longest match (POSIX's rule: each group, left to "
+                            "right, as long as it can be), 0 the whole match, \"\" for a "
+                            "group that took no part; an error after a failed match or for "
+                            "a group the pattern lacks",
+            Example('if (user_string($arg2) =~ "^/([a-z]+)/(.*)$") '
+                    'printf("%s %s\\n", matched(1), matched(2))', "etc hosts")),
+        "matched_str": ((), "what the last successful `=~` matched: matched(0)",
+            Example('if (user_string($arg2) =~ "[a-z]+$") println(matched_str())', "hosts")),
+        "ngroups": ((), "the number of groups of the last successful `=~`'s pattern, the "
+                        "whole match included (those that took no part too)",
+            Example('if (user_string($arg2) =~ "/(e)(t|x)c") printf("%d\\n", ngroups())', "3")),
         "isinstr": (("s1", "s2"), "1 if s2 occurs in s1",
             Example('if (isinstr(user_string($arg2), "/etc/")) printf("config\\n")', "config")),
         "strpos": (("s1", "s2"), "the index of s2's first occurrence in s1, or -1",

@@ -32,6 +32,23 @@
 #ifndef PD_OUTBUF_SIZE
 #define PD_OUTBUF_SIZE 8192 /* a handler's records, written to the ring when it ends */
 #endif
+/* The sub-match search of matched() (pd_regex.c): its steps, its backtracking frames
+ * (14 bytes each on the handler's stack: about one per iteration of a repetition) and
+ * the group values it may have to take back (6 bytes each: one per group an iteration
+ * sets), with the failures it remembers: about 18 KiB of stack with the default
+ * MAXSTRINGLEN.  A search that needs more is an error of the handler. */
+#ifndef PD_RE_STEPS
+#define PD_RE_STEPS 200000
+#endif
+#ifndef PD_RE_FRAMES
+#define PD_RE_FRAMES (MAXSTRINGLEN + 64)
+#endif
+#ifndef PD_RE_TRAIL
+#define PD_RE_TRAIL (2 * MAXSTRINGLEN)
+#endif
+#ifndef PD_RE_MEMO
+#define PD_RE_MEMO 512 /* the searches known to fail (8 bytes each; a power of two) */
+#endif
 /* How long the launcher's stop waits for handlers still running (pd_quiesce.c), and the
  * longest wait for a segment lock before the waiter gives up (pd_lock.h). */
 #ifndef STUCK_CONTEXT_MS

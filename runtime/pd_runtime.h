@@ -227,6 +227,9 @@ struct pd_ctx {
     uint32_t outlen;
     char errmsg[160];
     int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
+    /* the handler's last `=~` (pd_regex.c): set by every handler of a script that
+     * reads sub-matches (matched(), ngroups()), unset in the others */
+    struct pd_match *match;
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
 };
 
@@ -606,6 +609,45 @@ void pd_kstat_clear(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *
 uint32_t pd_kstat_match(struct pd_ctx *c, uint8_t *area, const struct pd_kstatdesc *kd,
                         const uint8_t *key, uint32_t mask, int remove);
 struct pd_header *pd_segment_header(void); /* NULL when inert */
+
+/* ---- regex sub-matches (pd_regex.c) ------------------------------------------ */
+/* A pattern as the translator flattened its tree (launcher/translate/regex.py
+ * _Program): the items of a concatenation are a chain linked by `next`; GROUP and REP
+ * name their body's chain in `child`, ALT its alternatives' heads in alts[arg ..
+ * arg + child).  Lengths are in bytes, PD_RE_INF: no bound. */
+enum { PD_RE_SET = 1, PD_RE_BOL, PD_RE_EOL, PD_RE_GROUP, PD_RE_ALT, PD_RE_REP };
+#define PD_RE_INF 0xFFFF
+struct pd_re_node {
+    uint8_t op;          /* PD_RE_* */
+    uint16_t arg;        /* SET: its set; GROUP: its number; ALT: its first alternative */
+    int16_t next;        /* the chain's next node, -1 at its end */
+    int16_t child;       /* GROUP, REP: the body's chain (-1: empty); ALT: how many */
+    uint16_t lo, hi;     /* REP: how many times */
+    uint16_t min, max;   /* the lengths the node matches */
+    uint16_t rmin, rmax; /* the lengths the chain from it on matches */
+};
+struct pd_re_prog {
+    const struct pd_re_node *nodes;
+    const uint8_t (*sets)[32];   /* byte bitmaps */
+    const int16_t *alts;
+    const uint16_t (*next)[256]; /* the anchored DFA: the leftmost-longest match's span */
+    const uint8_t *flags;        /* per state: 1 matched, 2 matched at the end, 4 dead */
+    uint16_t later;              /* its start state for a match not at byte 0 */
+    int16_t root;                /* the pattern's chain (-1: empty pattern) */
+    uint16_t ngroups;            /* groups + 1: matched(0) is the whole match */
+};
+/* What the handler's last `=~` left: the pattern, whether it matched, a copy of the
+ * string and, once matched()/ngroups() asked, each group's [start, end) (-1: unset). */
+struct pd_match {
+    const struct pd_re_prog *prog;  /* NULL: no `=~` yet in this handler */
+    int32_t *caps;                  /* 2 * prog->ngroups: the handler's buffer */
+    int32_t len;
+    uint8_t result, solved;
+    char str[MAXSTRINGLEN];
+};
+void pd_re_attempt(struct pd_ctx *c, const struct pd_re_prog *p, const char *s, int64_t matched);
+char *pd_re_matched(struct pd_ctx *c, char *dst, int64_t n);
+int64_t pd_re_ngroups(struct pd_ctx *c);
 
 /* ---- strings --------------------------------------------------------------- */
 char *pd_strcpy(char *dst, const char *src);

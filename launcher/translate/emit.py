@@ -43,7 +43,14 @@ from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
 from .limits import Limits
-from .regex import compile_regex, regex_c
+from .regex import (
+    SUBMATCH_FUNCS,
+    RegexError,
+    compile_regex,
+    parse_regex,
+    regex_c,
+    regex_groups_c,
+)
 from .types import ARG_FUNCS, PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scope, Types
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
@@ -78,6 +85,10 @@ class Unit:
         self.usymdata = False   # usymdata used: the tables carry data symbols too
         self.is_return = False  # is_return() used: pd_probe_is_return[] is emitted
         self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
+        # the script reads sub-matches (matched(), ngroups()): each =~ records its
+        # string, each handler has a struct pd_match for them with this many group
+        # values (0: the script reads none)
+        self.match_caps = 0
 
     def format_id(self, fmt: Format) -> int:
         key = (type(fmt).__name__, repr(fmt))
@@ -299,7 +310,12 @@ class Emitter:
         if isinstance(e, ast.Call):
             return self.call(e)
         if isinstance(e, ast.RegexMatch):
-            found = f"{self.tr.regexes[e.pattern.as_bytes()]}({self.expr(e.left)})"
+            name = self.tr.regexes[e.pattern.as_bytes()]
+            subject = self.expr(e.left)
+            found = f"{name}({subject})"
+            if self.tr.match_caps:   # stap's last_match: a `!~` records it too
+                found = (f"({{ const char *rs_ = {subject}; int64_t rm_ = {name}(rs_); "
+                         f"pd_re_attempt(c, &{name}_prog, rs_, rm_); rm_; }})")
             return f"(int64_t)!{found}" if e.op == "!~" else found
         if isinstance(e, ast.Defined):
             return "1" if self._defined(e.operand) else "0"
@@ -648,6 +664,10 @@ class Emitter:
             return f"(pd_warn_probe(c, {args[0]}), 0)"
         if name == "strlen":
             return f"(int64_t)strlen({args[0]})"
+        if name in ("matched", "matched_str"):
+            return f"pd_re_matched(c, {self.strtemp()}, {args[0] if args else '0'})"
+        if name == "ngroups":
+            return "pd_re_ngroups(c)"
         if name == "abs":
             return f"({{ int64_t a_ = {args[0]}; a_ < 0 ? (int64_t)(0 - (uint64_t)a_) : a_; }})"
         if name == "substr":
@@ -1130,8 +1150,21 @@ def _entry_handler(tr: Unit, pi: int, scope: Scope,
     locks = PD_PROBE_FAST | PD_PROBE_REGS if fast else int(em.needs_lock)
     return (["", *(where_table(pi, em.wheres, "_entry") if em.wheres is not None else []),
              f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}_entry(struct pd_ctx *c)",
-             "{", *em.local_decls(set()), *em.decls, *em.lines,
+             "{", *em.local_decls(set()), *em.decls, *_match_decls(tr, fast), *em.lines,
              "out:", "    return;", "}"], locks)
+
+
+def _match_decls(tr: Unit, fast: bool) -> list[str]:
+    """A handler's struct pd_match, in a script that reads sub-matches: what its `=~`
+    leave matched() (stap keeps it in the probe's context, as c->match does).  A FAST
+    handler has no `=~` and calls nothing that could read it."""
+    if not tr.match_caps or fast:
+        return []
+    return [f"    int32_t mcaps_[{tr.match_caps}];",
+            "    struct pd_match m_;",
+            "    m_.prog = NULL;",
+            "    m_.caps = mcaps_;",
+            "    c->match = &m_;"]
 
 
 def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
@@ -1224,12 +1257,22 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
                 out.extend(kstat.descriptors_c(var.name, lay,
                                                _mapdesc_fields(unit, var, lay.value_size)))
     out.append("")
-    for n in iter_nodes((script.probes, script.functions)):
+    every = list(iter_nodes((script.probes, script.functions)))
+    if any(isinstance(n, ast.Call) and n.name in SUBMATCH_FUNCS for n in every):
+        unit.match_caps = 2 * max([1] + [parse_regex(n.pattern.as_bytes()).ngroups + 1
+                                         for n in every if isinstance(n, ast.RegexMatch)])
+    for n in every:
         if isinstance(n, ast.RegexMatch) and n.pattern.as_bytes() not in unit.regexes:
             name = f"re_{len(unit.regexes)}"
             unit.regexes[n.pattern.as_bytes()] = name
             out.extend(regex_c(name, n.pattern.value, compile_regex(n.pattern.as_bytes()),
                                n.pattern.loc))
+            if unit.match_caps:
+                try:
+                    out.extend(regex_groups_c(name, n.pattern.as_bytes()))
+                except RegexError as exc:   # its anchored DFA or its rows too large
+                    raise _err(f"regular expression too large for matched(): {exc}",
+                               n.pattern) from None
     for f in script.functions:
         out.append(_func_signature(unit.funcs[f.name]) + ";")
     for f in script.functions:
@@ -1271,7 +1314,7 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
             entry_locks[pi] = 0   # no lock, not FAST
         out.extend(["", *(where_table(pi, em.wheres) if em.wheres is not None else []),
                     f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}(struct pd_ctx *c)",
-                    "{", *local_decls, *pop,
+                    "{", *local_decls, *_match_decls(unit, fast), *pop,
                     *([f"    if (!({guard}))", "        goto out;"] if guard else []),
                     *em.lines,
                     "out:", "    return;", "}"])

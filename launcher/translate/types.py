@@ -68,6 +68,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "exit": ((), None), "error": ((STRING,), None), "warn": ((STRING,), None),
     "log": ((STRING,), None), "system": ((STRING,), None), "raise": ((LONG,), None),
     "strlen": ((STRING,), LONG), "substr": ((STRING, LONG, LONG), STRING),
+    "matched": ((LONG,), STRING), "matched_str": ((), STRING), "ngroups": ((), LONG),
     "isinstr": ((STRING, STRING), LONG), "strtol": ((STRING, LONG), LONG),
     "str_replace": ((STRING, STRING, STRING), STRING),
     "user_string": ((LONG,), STRING), "user_string_n": ((LONG, LONG), STRING),
