@@ -244,6 +244,8 @@ class Emitter:
             return self.target(e)
         if isinstance(e, ast.Cast | ast.AtVar):
             return self.cast(e)
+        if isinstance(e, ast.AutoCast):
+            return self.autocast(e)
         if isinstance(e, ast.BinaryOp):
             return self.binary(e)
         if isinstance(e, ast.Comparison):
@@ -318,7 +320,36 @@ class Emitter:
         else:
             acc = tvars.atvar_access(self.sites, e)
             root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
-        return tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+        read = tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+        if isinstance(e, ast.Cast) and not self.sites and e.module is not None and \
+                e.module.startswith("<"):
+            return self.abi_guard(read, "m64", e)
+        return read
+
+    def autocast(self, e: ast.AutoCast) -> str:
+        """Suffixes on a value that carries a DWARF type (autocast.py): the reads of its
+        access from the operand's value, as a @cast's."""
+        acc = self.tr.types.autocasts[id(e)]
+        t = self.tr.types.dtype(e.operand, self.scope)
+        subs = tvars.cast_subscripts(e)
+        # the operand first: a function it calls sets c->where for its own reads
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        read = (f"({{ int64_t {root} = {self.expr(e.operand)}; "
+                f"{tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))}; }})")
+        abi = tvars.header_abi(t.path) if t is not None else None
+        return self.abi_guard(read, abi, e) if abi is not None and not self.sites else read
+
+    def abi_guard(self, read: str, abi: str, e: ast.Expr) -> str:
+        """A read of types compiled from headers for `abi` where no probed binary says
+        which ABI runs it (begin, end, timers and script functions: the launcher's, m64):
+        in a process of the other ABI it is the handler's error, never a read at the
+        wrong offsets."""
+        word = 4 if abi == "m32" else 8
+        msg = _c_string(f"types from headers compiled for {abi} read in a process of "
+                        "another ABI")
+        return (f"(sizeof(void *) == {word} ? ({read}) : "
+                f"(c->where = {_where(e)}, pd_error(c, {msg}), INT64_C(0)))")
 
     def _defined(self, e: ast.Expr) -> bool:
         return self.tr.types.is_defined(e, self.scope)

@@ -16,7 +16,9 @@ from ..guru import SET_USER, embedded_is_string, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
-from . import tvars
+from ..elf.dwarf_types import Access
+from . import autocast, tvars
+from .autocast import DwarfType
 from .common import LONG, STAT, STRING, _err
 from .regex import RegexError, compile_regex
 
@@ -54,6 +56,7 @@ class FuncInfo:
     ret: str | None
     locals: dict[str, str | None] = field(default_factory=dict)
     uses_globals: bool = False
+    ret_dtype: DwarfType | None = None   # the DWARF type its returns carry (autocast.py)
 
 
 # Built-in functions: name -> (argument types, return type).  None = any.
@@ -137,6 +140,7 @@ class Scope:
         self.uses_globals = False
         self.first_use: dict[str, ast.Symbol] = {}
         self.in_entry = False   # inside @entry(...): the entry's registers (entry.py)
+        self.dtypes: dict[str, DwarfType] = {}   # the DWARF type each local carries
 
 
 
@@ -157,6 +161,10 @@ class Types:
         self.badvars: set[int] = set()   # id() of each such TargetSymbol
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
+        # autocasts: the access of each (by id()), and those whose operand has no DWARF
+        # type yet (a later local or function return may give it one)
+        self.autocasts: dict[int, Access] = {}
+        self.untyped: dict[int, tuple[ast.AutoCast, DwarfType | None]] = {}
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -207,6 +215,7 @@ class Types:
     def infer(self) -> None:
         for _ in range(50):
             self.changed = False
+            self.untyped = {}
             for probe, scope in zip(self.script.probes, self.probe_scopes, strict=True):
                 self._infer_stmt(probe.body, scope)
             for f in self.script.functions:
@@ -221,6 +230,8 @@ class Types:
                         self.changed = True
             if not self.changed:
                 break
+        for e, t in self.untyped.values():
+            raise autocast.untyped_error(e, t)
         for name, var in list(self.globals.items()):
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
@@ -334,6 +345,8 @@ class Types:
             return self._target_type(e, scope)
         if isinstance(e, ast.Cast | ast.AtVar):
             return self._cast_type(e, scope)
+        if isinstance(e, ast.AutoCast):
+            return self._autocast_type(e, scope)
         if isinstance(e, ast.BinaryOp):
             t = STRING if e.op == "." else LONG
             self._expect(e.left, t, scope)
@@ -424,7 +437,12 @@ class Types:
     def is_defined(self, e: ast.Expr, scope: Scope) -> bool:
         """`@defined(e)`: whether the target variable or @cast/@var `e` resolves here."""
         try:
-            if isinstance(e, ast.Cast | ast.AtVar):
+            if isinstance(e, ast.AutoCast):
+                t = self.dtype(e.operand, scope)
+                if t is None:
+                    return False
+                autocast.access(t, e)
+            elif isinstance(e, ast.Cast | ast.AtVar):
                 self._cast_type(e, scope)
             elif isinstance(e, ast.TargetSymbol):
                 self._target_type(e, scope)
@@ -475,6 +493,15 @@ class Types:
         if e.op == "=":
             vt = self._infer(e.value, scope)
             tt = self._lvalue(e.target, scope, vt)
+            if isinstance(e.target, ast.Symbol) and self._var_kind(e.target.name,
+                                                                   scope) == "local":
+                # the local keeps the DWARF type of what it is given (autocast.py)
+                name = e.target.name
+                cur = scope.dtypes.get(name)
+                new = autocast.merge(cur, self.dtype(e.value, scope))
+                if new is not None and new != cur:
+                    scope.dtypes[name] = new
+                    self.changed = True
             if vt is None and tt is not None:
                 self._infer(e.value, scope, tt)
             if tt == STAT:
@@ -545,9 +572,14 @@ class Types:
 
     def _cast_type(self, e: ast.Cast | ast.AtVar, scope: Scope) -> str:
         """`@cast(ptr, "struct foo", "PATH")->m`, `@var("g@file.c")->m` (tvars.py)."""
-        if scope.kind != "probe" or not scope.sites:
+        if not scope.sites and (isinstance(e, ast.AtVar) or e.module is None):
+            # @cast of a named binary or of headers needs no probed binary: the value is
+            # the address, no load bias is added
             raise _err(f"{'@cast' if isinstance(e, ast.Cast) else '@var'} needs a process "
-                       "probe: its binary gives the DWARF and the load address", e)
+                       "probe: its binary gives the DWARF"
+                       f"{' and the load address' if isinstance(e, ast.AtVar) else ''}", e,
+                       None if isinstance(e, ast.AtVar) else
+                       'or name the types\' binary or headers: @cast(p, "T", "<hdr.h>")')
         if isinstance(e, ast.Cast):
             self._expect(e.operand, LONG, scope)
             tvars.cast_access(scope.sites, e)
@@ -555,6 +587,47 @@ class Types:
             tvars.atvar_access(scope.sites, e)
         for index in tvars.cast_subscripts(e):
             self._expect(index, LONG, scope)
+        return LONG
+
+    def dtype(self, e: ast.Expr, scope: Scope) -> DwarfType | None:
+        """The DWARF type the value of `e` carries (autocast.py), as far as known yet."""
+        if isinstance(e, ast.Symbol):
+            if self._var_kind(e.name, scope) != "local":
+                return None
+            return autocast.usable(scope.dtypes.get(e.name))
+        if isinstance(e, ast.Assign):
+            return self.dtype(e.value, scope) if e.op == "=" else None
+        if isinstance(e, ast.Ternary):
+            chosen = self.defined_choice(e, scope)
+            if chosen is not None:
+                return self.dtype(chosen, scope)
+            a = self.dtype(e.then, scope)
+            return a if a == self.dtype(e.else_, scope) else None
+        if isinstance(e, ast.Call) and e.name in self.funcs:
+            return autocast.usable(self.funcs[e.name].ret_dtype)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return tvars.cast_dtype(scope.sites, e)
+        if isinstance(e, ast.TargetSymbol) and scope.kind == "probe" and \
+                id(e) not in self.badvars and is_param_name(e.name):
+            return tvars.target_dtype(scope.sites, e)
+        if isinstance(e, ast.AutoCast) and id(e) in self.autocasts:
+            t = self.dtype(e.operand, scope)
+            return autocast.of_access(t.path, self.autocasts[id(e)]) if t else None
+        return None
+
+    def _autocast_type(self, e: ast.AutoCast, scope: Scope) -> str:
+        """Suffixes on an ordinary value: resolved on the DWARF type the value carries;
+        one not known yet waits for the fixpoint (a later local or function return)."""
+        self._expect(e.operand, LONG, scope)
+        for index in tvars.cast_subscripts(e):
+            self._expect(index, LONG, scope)
+        t = self.dtype(e.operand, scope)
+        if t is None:
+            cur = scope.dtypes.get(e.operand.name) if isinstance(e.operand, ast.Symbol) else \
+                None
+            self.untyped[id(e)] = (e, cur)
+            return LONG
+        self.autocasts[id(e)] = autocast.access(t, e)
         return LONG
 
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
@@ -748,6 +821,10 @@ class Types:
                 t = self._infer(s.value, scope, scope.func.ret)
                 what = f"return of '{scope.func.decl.name}'"
                 scope.func.ret = self._set(scope.func.ret, t, s, what)
+                dt = autocast.merge(scope.func.ret_dtype, self.dtype(s.value, scope))
+                if dt != scope.func.ret_dtype:
+                    scope.func.ret_dtype = dt
+                    self.changed = True
                 if t is None and scope.func.ret is not None:
                     self._infer(s.value, scope, scope.func.ret)
         elif isinstance(s, ast.Try):
