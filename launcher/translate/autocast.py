@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..elf import dwarf
-from ..elf.dwarf_types import Access, DwarfAccessError, Root, resolve
+from ..elf.dwarf_types import POINTERS, RECORDS, Access, DwarfAccessError, Root, resolve
 from ..errors import ScriptError, TargetError
 from ..script import ast
 from .common import _err
@@ -44,7 +44,25 @@ def of_access(path: str, acc: Access) -> DwarfType | None:
     """The type of the value an access reads (None: the DWARF gave no type DIE)."""
     if acc.type_offset < 0:
         return None
-    return DwarfType(path, acc.type_offset, acc.is_address, acc.type_name)
+    return normal(DwarfType(path, acc.type_offset, acc.is_address, acc.type_name))
+
+
+def normal(t: DwarfType) -> DwarfType:
+    """One spelling of each type, so that values of one type compare equal however they
+    were read, as stap's (a pointer to its pointee, typedefs stripped): a record is
+    the address of one in memory, whether it came from `&@cast(p, "T")` or from a
+    `T *` read from memory or a parameter."""
+    info = dwarf.get_dwarf(t.path)
+    s = dwarf.strip_type(info.dwarf.get_DIE_from_refaddr(t.offset))
+    if s is None:
+        return t
+    if not t.in_memory and s.tag in POINTERS:
+        target = dwarf.strip_type(dwarf.type_die(s))
+        if target is not None and target.tag in RECORDS:
+            return DwarfType(t.path, target.offset, True, t.name)
+    if t.in_memory and s.tag in RECORDS:
+        return DwarfType(t.path, s.offset, True, t.name)
+    return t
 
 
 def merge(cur: DwarfType | None, new: DwarfType | None) -> DwarfType | None:

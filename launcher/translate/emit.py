@@ -337,8 +337,9 @@ class Emitter:
         root = f"ac{self.ntemp}_"
         read = (f"({{ int64_t {root} = {self.expr(e.operand)}; "
                 f"{tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))}; }})")
+        # a type from headers may reach a probe of the other ABI through a function
         abi = tvars.header_abi(t.path) if t is not None else None
-        return self.abi_guard(read, abi, e) if abi is not None and not self.sites else read
+        return self.abi_guard(read, abi, e) if abi is not None else read
 
     def abi_guard(self, read: str, abi: str, e: ast.Expr) -> str:
         """A read of types compiled from headers for `abi` where no probed binary says

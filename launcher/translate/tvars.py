@@ -39,7 +39,7 @@ from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, TargetError
 from ..script import ast
-from .autocast import DwarfType, of_access
+from .autocast import DwarfType, normal, of_access
 from .common import _c_string, _err
 
 
@@ -433,7 +433,7 @@ def target_dtype(sites: tuple[ProbeSite, ...], e: ast.TargetSymbol) -> DwarfType
                 return None
             info = dwarf.get_dwarf(site.path)
             t = info.dwarf.get_DIE_from_refaddr(p.type_offset)
-            found.add(DwarfType(site.path, p.type_offset, False, dwarf.type_name(t)))
+            found.add(normal(DwarfType(site.path, p.type_offset, False, dwarf.type_name(t))))
     except (ScriptError, TargetError):
         return None
     return found.pop() if len(found) == 1 else None
