@@ -41,6 +41,7 @@ int main(void)
     printf("prog v=%d next=%d name1=%d fam=%d path1=%d off=%d sum=%d nextname1=%d\n", n1.v,
            n1.next->v, n1.name[1], sun.sun_family, sun.sun_path[1],
            (int)offsetof(struct node, name), walk(&n1), n1.next->name[1]);
+    printf("prog2 size=%d ptrsz=%d\n", (int)sizeof(struct node), (int)sizeof(void *));
     return 0;
 }
 """
@@ -62,6 +63,8 @@ probe process("%(exe)s").mark("mark") {
     printf("hdr fam=%%d path1=%%d\n", s->sun_family, (s->sun_path)[1])
     printf("func %%d\n", node_of($arg1)->next->v)     # a function's typed return
     printf("ternary %%d\n", (randint(2) ? n : n->next)->v > 0)
+    printf("size=%%d ptrsz=%%d\n", @cast_sizeof("struct node"),
+           @cast_module_sizeof("<stdint.h>", "uintptr_t"))
 }
 """
 
@@ -83,6 +86,8 @@ def test_autocast_on_a_real_process(cache: Path, tmp_path: Path, abi: str) -> No
     assert f"hdr fam={want['fam']} path1={want['path1']}\n" in out, out
     assert f"func {want['next']}\n" in out, out
     assert "ternary 1\n" in out, out
+    prog2 = next(line for line in out.splitlines() if line.startswith("prog2 "))
+    assert prog2[len("prog2 "):] + "\n" in out, out
     assert "ERROR" not in res.stderr, res.stderr
 
 

@@ -295,8 +295,9 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
             memory = True
             steps.append(Index(comp[1], _object_size(info, target, word, i)))
             t_full = target
-        elif memory and i == 0 and root.kind == "value" and t.tag in RECORDS:
-            # `@cast(p, "struct T")[n]`: the nth T from p, as stap's (an array of them)
+        elif memory and i == 0 and root.kind == "value" and t.tag != "DW_TAG_array_type":
+            # `@cast(p, "struct T")[n]`: the nth T from p, as stap's (an array of them;
+            # its @cast_sizeof is `&@cast(0, T)[1]`)
             steps.append(Index(comp[1], _object_size(info, t_full, word, i)))
         elif t.tag == "DW_TAG_array_type":
             if not memory:
