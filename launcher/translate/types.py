@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind
+from ..elf.dwarf_types import Access
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
@@ -16,7 +17,6 @@ from ..guru import SET_USER, embedded_is_string, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
-from ..elf.dwarf_types import Access
 from . import autocast, tvars
 from .autocast import DwarfType
 from .common import LONG, STAT, STRING, _err
@@ -230,8 +230,8 @@ class Types:
                         self.changed = True
             if not self.changed:
                 break
-        for e, t in self.untyped.values():
-            raise autocast.untyped_error(e, t)
+        for e, dt in self.untyped.values():
+            raise autocast.untyped_error(e, dt)
         for name, var in list(self.globals.items()):
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
