@@ -133,3 +133,15 @@ def test_no_autocast_before_2_6(cache: Path) -> None:
         assert "error:" in res.stderr and "Traceback" not in res.stderr, res.stderr
     res = run_pydyn(cache, "-p1", "-e", "probe begin { ( x ->m ) }")
     assert res.returncode == 0, res.stderr
+
+
+def test_an_unused_autocast_is_elided(cache: Path) -> None:
+    """A @cast or autocast statement that only reads is dropped before types, as stap's
+    pass 2 drops it: a bogus member there is a warning, not an error (-u keeps it)."""
+    script = ('probe begin { foo->no->such; @cast(0, "sockaddr_un", "<sys/un.h>")->nope; '
+              'print("x") }')
+    res = run_pydyn(cache, "-p2", "-e", script)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("Eliding side-effect-free expression") == 2, res.stderr
+    res = run_pydyn(cache, "-p2", "-u", "-e", script)
+    assert res.returncode == 1 and "unable to find member 'nope'" in res.stderr, res.stderr

@@ -32,7 +32,7 @@ from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
 from .types import infer_types
-from .warnings import elide_assignments, find_warnings
+from .warnings import elide_assignments, elide_target_statements, find_warnings
 
 __all__ = ["Program", "translate"]
 
@@ -49,10 +49,13 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding."""
     limits = Limits.from_defines(defines)
     given = script
+    elided: list[ScriptWarning] = []
     if optimize:
+        script, elided = elide_target_statements(script)
+        given = script
         script = elide_assignments(script)
     types = infer_types(script, resolution, skip_badvars)
-    warnings = [*types.warnings, *find_warnings(given)] if optimize else []
+    warnings = [*types.warnings, *find_warnings(given), *elided] if optimize else []
     for w in warnings:
         if warn is not None:
             warn(w)
