@@ -62,6 +62,7 @@ probe process("%(exe)s").mark("mark") {
     s = & @cast($arg2, "sockaddr_un", "<sys/un.h>")    # compiled for the process's ABI
     printf("hdr fam=%%d path1=%%d\n", s->sun_family, (s->sun_path)[1])
     printf("func %%d\n", node_of($arg1)->next->v)     # a function's typed return
+    printf("pretty %%s %%s\n", s->sun_path$, n->next$$)
     printf("ternary %%d\n", (randint(2) ? n : n->next)->v > 0)
     printf("size=%%d ptrsz=%%d\n", @cast_sizeof("struct node"),
            @cast_module_sizeof("<stdint.h>", "uintptr_t"))
@@ -86,6 +87,7 @@ def test_autocast_on_a_real_process(cache: Path, tmp_path: Path, abi: str) -> No
     assert f"hdr fam={want['fam']} path1={want['path1']}\n" in out, out
     assert f"func {want['next']}\n" in out, out
     assert "ternary 1\n" in out, out
+    assert 'pretty "/tmp/ac" {.v=22, .next=0x0, .name="two"}\n' in out, out
     prog2 = next(line for line in out.splitlines() if line.startswith("prog2 "))
     assert prog2[len("prog2 "):] + "\n" in out, out
     assert "ERROR" not in res.stderr, res.stderr

@@ -19,7 +19,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..elf import dwarf
-from ..elf.dwarf_types import POINTERS, RECORDS, Access, DwarfAccessError, Root, resolve
+from ..elf.dwarf_types import (
+    POINTERS,
+    RECORDS,
+    Access,
+    DwarfAccessError,
+    Root,
+    pretty_plan,
+    resolve,
+)
 from ..errors import ScriptError, TargetError
 from ..script import ast
 from .common import _err
@@ -88,21 +96,66 @@ def _components(e: ast.AutoCast) -> list[tuple[str, object]]:
     return comps
 
 
-def access(t: DwarfType, e: ast.AutoCast) -> Access:
-    """The access of `e` (its suffixes) on a value of type `t`."""
-    if any(isinstance(c, ast.PrettyPrint) for c in e.components):
-        raise _err(f"pretty printing an autocast value ({t}) is not supported", e,
-                   "name the members to print")
+def pretty_depth(e: ast.AutoCast) -> int:
+    """2 for `x->m$$`, 1 for `x->m$`, 0 if `e` is not pretty-printed."""
+    last = e.components[-1] if e.components else None
+    return len(last.dollars) if isinstance(last, ast.PrettyPrint) else 0
+
+
+def _resolve(t: DwarfType, e: ast.AutoCast, comps: list[tuple[str, object]],
+             addressof: bool = False, whole: bool = False) -> Access:
     try:
         info = dwarf.get_dwarf(t.path)
         die = info.dwarf.get_DIE_from_refaddr(t.offset)
-        return resolve(info, Root("value"), die, t.in_memory, _components(e), e.addressof)
+        return resolve(info, Root("value"), die, t.in_memory, comps, addressof, whole)
     except TargetError as exc:
         raise _err(f"autocast: {exc}", e) from exc
     except DwarfAccessError as exc:
         parts = [c for c in e.components if isinstance(c, ast.Member | ast.Subscript)]
         where = parts[exc.index] if 0 <= exc.index < len(parts) else e
         raise ScriptError(f"{exc} (autocast of a '{t}')", where.loc) from None
+
+
+def access(t: DwarfType, e: ast.AutoCast) -> Access:
+    """The access of `e` (its suffixes) on a value of type `t`."""
+    if pretty_depth(e):
+        return _resolve(t, e, _components(e), whole=True)
+    return _resolve(t, e, _components(e), e.addressof)
+
+
+# one value a pretty print reads: its access, the literal subscripts, whether a string
+PrettyRead = tuple[Access, tuple[int, ...], bool]
+
+
+def pretty(t: DwarfType, e: ast.AutoCast) -> tuple[str, tuple[PrettyRead, ...]]:
+    """`x->m$`, `x$$`: stap's pretty print of the value (dwarf_types.pretty_plan), the
+    format and the accesses it reads from the operand's value."""
+    if e.addressof:
+        raise _err("'&' of a pretty-printed value", e)
+    base: list[tuple[str, object]] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            base.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            if not isinstance(c.index, ast.NumberLiteral):
+                raise _err("a pretty-printed value takes literal subscripts only", c)
+            base.append(("index", c.index.value))
+
+    def numbered(comps: list[tuple[str, object]]) -> list[tuple[str, object]]:
+        # resolve() numbers the subscripts; these are literals, read back by the caller
+        return [(k, sum(1 for kk, _ in comps[:i] if kk == "index") if k == "index" else v)
+                for i, (k, v) in enumerate(comps)]
+
+    info = dwarf.get_dwarf(t.path)
+    end = _resolve(t, e, numbered(base), whole=True).type_offset if base else t.offset
+    die = info.dwarf.get_DIE_from_refaddr(end)
+    fmt, args = pretty_plan(info, die, pretty_depth(e) > 1)
+    reads = []
+    for a in args:
+        comps = [*base, *a.extra]
+        literals = tuple(int(str(v)) for k, v in comps if k == "index")
+        reads.append((_resolve(t, e, numbered(comps)), literals, a.string))
+    return fmt, tuple(reads)
 
 
 def untyped_error(e: ast.AutoCast, t: DwarfType | None) -> ScriptError:

@@ -37,8 +37,9 @@ from ..plan import EntryKeep
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes
-from . import tvars
+from . import autocast, tvars
 from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
+from .autocast import DwarfType
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
@@ -331,6 +332,9 @@ class Emitter:
         access from the operand's value, as a @cast's."""
         acc = self.tr.types.autocasts[id(e)]
         t = self.tr.types.dtype(e.operand, self.scope)
+        if autocast.pretty_depth(e):
+            assert t is not None
+            return self.autocast_pretty(t, e)
         subs = tvars.cast_subscripts(e)
         # the operand first: a function it calls sets c->where for its own reads
         self.ntemp += 1
@@ -340,6 +344,25 @@ class Emitter:
         # a type from headers may reach a probe of the other ABI through a function
         abi = tvars.header_abi(t.path) if t is not None else None
         return self.abi_guard(read, abi, e) if abi is not None else read
+
+    def autocast_pretty(self, t: DwarfType, e: ast.AutoCast) -> str:
+        """`x->m$`: stap's sprintf of the value's parts, the operand read once; "ERROR"
+        if a read faults, as target_pretty."""
+        fmt, reads = autocast.pretty(t, e)
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        nodes: list[ast.Expr] = []
+        for acc, literals, string in reads:
+            read = ast.Embedded(tvars.access_c(acc, root, literals.__getitem__, _where(e)),
+                                e.loc)
+            nodes.append(ast.Call("user_string_quoted", (read,), e.loc) if string else read)
+        body = self.sprintf(parse_format(fmt), nodes, ast.Call("sprintf", (), e.loc))
+        abi = tvars.header_abi(t.path)
+        if abi is not None:
+            body = f"(sizeof(void *) == {4 if abi == 'm32' else 8} ? {body} : \"ERROR\")"
+        return (f"({{ int64_t {root} = {self.expr(e.operand)}; int e_ = c->error; "
+                f"const char *r_ = {body}; "
+                f"if (!e_ && c->error) {{ c->error = 0; r_ = \"ERROR\"; }} r_; }})")
 
     def abi_guard(self, read: str, abi: str, e: ast.Expr) -> str:
         """A read of types compiled from headers for `abi` where no probed binary says

@@ -165,7 +165,7 @@ def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
     return find_variable(info, func.cu_offset, func.die_offset, e.name[1:]) is not None
 
 
-def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str) -> str:
+def access_c(acc: Access, root_c: str, index_c: Callable[[int], object], where: str) -> str:
     """C for the access: `root_c` is the root's value (a parameter) or address."""
     v = root_c
     for step in acc.steps:

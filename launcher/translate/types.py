@@ -628,6 +628,9 @@ class Types:
             self.untyped[id(e)] = (e, cur)
             return LONG
         self.autocasts[id(e)] = autocast.access(t, e)
+        if autocast.pretty_depth(e):
+            autocast.pretty(t, e)
+            return STRING
         return LONG
 
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
