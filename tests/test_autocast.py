@@ -147,3 +147,24 @@ def test_an_unused_autocast_is_elided(cache: Path) -> None:
     assert res.stderr.count("Eliding side-effect-free expression") == 2, res.stderr
     res = run_pydyn(cache, "-p2", "-u", "-e", script)
     assert res.returncode == 1 and "unable to find member 'nope'" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("abi", ["m64", "m32"])
+def test_guru_writes_through_an_autocast(cache: Path, tmp_path: Path, abi: str) -> None:
+    """`x->m = v` in guru mode stores the member's size where the read would load (the
+    program prints what it then holds); without -g it is stap's error."""
+    src = tmp_path / "ac.c"
+    src.write_text(PROG)
+    exe = build_c(src, tmp_path / "ac", m32=abi == "m32", extra=("-g",))
+    script = f"""probe process("{exe}").mark("mark") {{
+    n = & @cast($arg1, "struct node")
+    printf("old %d\\n", n->next->v = 77)
+    @cast($arg2, "sockaddr_un", "<sys/un.h>")->sun_path[1] = 88
+}}"""
+    res = run_pydyn(cache, "-g", "-e", script, "-c", str(exe))
+    assert res.returncode == 0, res.stderr
+    assert "old 77\n" in res.stdout and " next=77 " in res.stdout, res.stdout + res.stderr
+    assert " path1=88 " in res.stdout, res.stdout
+    res = run_pydyn(cache, "-p2", "-e", script)
+    assert res.returncode == 1 and "write not permitted; need stap -g" in res.stderr, \
+        res.stderr

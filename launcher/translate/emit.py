@@ -9,6 +9,7 @@ formatted in the handler.  A probe the analysis proves FAST (fast.py) is compile
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from ...shmlayout.globals import (
@@ -20,6 +21,7 @@ from ...shmlayout.globals import (
 )
 from .. import kstat
 from ..elf import dwarf
+from ..elf.dwarf_types import Load
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
@@ -345,6 +347,28 @@ class Emitter:
         abi = tvars.header_abi(t.path) if t is not None else None
         return self.abi_guard(read, abi, e) if abi is not None else read
 
+    def target_write(self, tgt: ast.Cast | ast.AutoCast, value: ast.Expr) -> str:
+        """Guru mode's `@cast(p, "T")->m = v`, `x->m = v`: the address the read would load
+        from, written with the member's size (pd_set_user: a fault is the handler's
+        error); the assignment's value is v."""
+        acc = self.tr.types.write_access(tgt, self.scope)
+        assert acc is not None and isinstance(acc.steps[-1], Load)
+        size = acc.steps[-1].size
+        addr_acc = dataclasses.replace(acc, steps=acc.steps[:-1])
+        subs = tvars.cast_subscripts(tgt)
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        addr = tvars.access_c(addr_acc, root, lambda k: self.expr(subs[k]), _where(tgt))
+        write = (f"({{ int64_t {root} = {self.expr(tgt.operand)}; int64_t v_ = "
+                 f"{self.expr(value)}; c->where = {_where(tgt)}; "
+                 f"pd_set_user(c, {addr}, v_, {size}); v_; }})")
+        t = self.tr.types.dtype(tgt.operand, self.scope) if isinstance(tgt, ast.AutoCast) \
+            else None
+        abi = tvars.header_abi(t.path) if t is not None else \
+            "m64" if isinstance(tgt, ast.Cast) and not self.sites and tgt.module is not None \
+            and tgt.module.startswith("<") else None
+        return self.abi_guard(write, abi, tgt) if abi is not None else write
+
     def autocast_pretty(self, t: DwarfType, e: ast.AutoCast) -> str:
         """`x->m$`: stap's sprintf of the value's parts, the operand read once; "ERROR"
         if a read faults, as target_pretty."""
@@ -437,6 +461,8 @@ class Emitter:
             return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
                     f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
         tgt = e.target
+        if isinstance(tgt, ast.Cast | ast.AutoCast):
+            return self.target_write(tgt, e.value)
         if e.op == "=" and self.outline and isinstance(tgt, ast.Index) and \
                 isinstance(tgt.base, ast.Symbol) and self.is_global(tgt.base.name):
             var = self.tr.globals[tgt.base.name]

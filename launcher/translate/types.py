@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind
-from ..elf.dwarf_types import Access
+from ..elf.dwarf_types import Access, Load
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
@@ -486,6 +486,8 @@ class Types:
         raise _err("cannot assign to this expression", e)
 
     def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
+        if isinstance(e.target, ast.Cast | ast.AutoCast):
+            return self._infer_target_write(e, e.target, scope)
         if e.op == "<<<":
             self._stat_operand(e.target, scope, read=False)
             self._expect(e.value, LONG, scope)
@@ -514,6 +516,28 @@ class Types:
             self._mark_read(e.target)
         self._expect(e.value, t, scope)
         return t
+
+    def _infer_target_write(self, e: ast.Assign, target: ast.Cast | ast.AutoCast,
+                            scope: Scope) -> str:
+        """`@cast(p, "T")->m = v`, `x->m[0] = v` (guru mode): a store of the member's size
+        where the read would load, through the runtime's fault-safe write."""
+        if not self.script.guru:
+            raise _err("write not permitted; need stap -g", target)
+        if e.op != "=":
+            raise _err(f"'{e.op}' on a target value: only '=' writes one", e)
+        self._infer(target, scope)
+        self._expect(e.value, LONG, scope)
+        acc = self.write_access(target, scope)
+        if acc is not None and not (acc.steps and isinstance(acc.steps[-1], Load)):
+            raise _err(f"cannot write to a '{acc.type_name}' here: only a scalar in memory "
+                       "(not a bitfield, float or address)", target)
+        return LONG
+
+    def write_access(self, target: ast.Cast | ast.AutoCast, scope: Scope) -> Access | None:
+        """The read access of a written target (None: an autocast not typed yet)."""
+        if isinstance(target, ast.Cast):
+            return tvars.cast_access(scope.sites, target)
+        return self.autocasts.get(id(target))
 
     def _mark_read(self, target: ast.Expr) -> None:
         name = target.name if isinstance(target, ast.Symbol) else (
