@@ -32,10 +32,10 @@ this checkout's .venv/bin/pydyn:
 In scope for a user-space tool: tests whose probe points are all begin, end, error, never,
 oneshot, timer.{s,ms,us,ns,hz,sec,msec,usec,nsec}, process... or aliases the script itself
 defines (parseok/parseko are about syntax and are in scope whatever they probe).  Out of
-scope: kernel probe points, tests SystemTap itself marks as failing under dyninst
-(buildok-dyninst.exp, the `dyninst_kfails` lists of systemtap.pass1-4, setup_kfail/xfail or
-untested reached with runtime=dyninst in an .exp), and the deliberate differences listed
-with their reasons in bench/stap_differences.toml.
+scope: kernel probe points and kernel types (a @cast module "kernel..."), tests SystemTap
+itself marks as failing under dyninst (buildok-dyninst.exp, the `dyninst_kfails` lists of
+systemtap.pass1-4, setup_kfail/xfail or untested reached with runtime=dyninst in an .exp),
+and the deliberate differences listed with their reasons in bench/stap_differences.toml.
 """
 
 from __future__ import annotations
@@ -177,6 +177,23 @@ def _split_points(text: str) -> list[str]:
     return [p for p in out if p]
 
 
+# a @cast (or @cast_module_sizeof) module naming the kernel: "kernel", "kernel<linux/x.h>",
+# a search path with "kernel" in it
+_KERNEL_TYPES = re.compile(r'@cast(?:_module_sizeof)?\s*\((?:[^()"]|"[^"]*")*?'
+                           r'"(?:[^"]*:)?kernel(?:<[^"]*>)*(?::[^"]*)?"')
+
+
+def kernel_reason(scripts: list[str]) -> str | None:
+    """Why tests of these scripts are out of scope for a user-space tool, if they are:
+    a kernel probe point, or types read from the kernel's DWARF (pydyn has no kernel)."""
+    bad = [p for s in scripts for p in kernel_points(s)]
+    if bad:
+        return f"kernel probe point {bad[0]}"
+    if any(_KERNEL_TYPES.search(_COMMENT.sub(" ", s)) for s in scripts):
+        return "kernel types (a @cast module naming the kernel)"
+    return None
+
+
 def kernel_points(script: str) -> list[str]:
     """The probe points of a script that are not user-space ones."""
     # Strings are blanked after comments go, so a "#" inside a string survives as text.
@@ -289,9 +306,7 @@ def pass_tests(suite: Path, work: Path, marked: dict[str, str]) -> Iterator[Test
             if name in marked:
                 t.out_of_scope = f"marked failing under dyninst ({marked[name]})"
             elif d not in ("parseok", "parseko"):
-                bad = kernel_points(text)
-                if bad:
-                    t.out_of_scope = f"kernel probe point {bad[0]}"
+                t.out_of_scope = kernel_reason([text])
             yield t
 
 
@@ -790,9 +805,7 @@ class Interp:
         judge = copy.copy(self)
         judge.vars = dict(self.vars)
         t.expect = Expect(judge, pairs, on_timeout, on_eof, self.rest)
-        bad = [p for s in scripts for p in kernel_points(s)]
-        if bad:
-            t.out_of_scope = f"kernel probe point {bad[0]}"
+        t.out_of_scope = kernel_reason(scripts)
         self.spawned = None
         self.tests.append(t)
 
@@ -899,9 +912,7 @@ class Interp:
             t.out_of_scope = f"marked failing under dyninst ({self.pending_mark})"
             self.pending_mark = None
         else:
-            bad = [p for s in scripts for p in kernel_points(s)]
-            if bad:
-                t.out_of_scope = f"kernel probe point {bad[0]}"
+            t.out_of_scope = kernel_reason(scripts)
         self.tests.append(t)
 
 

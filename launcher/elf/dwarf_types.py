@@ -28,8 +28,8 @@ from typing import Any
 
 from .dwarf import DwarfInfo, die_attr, strip_type, type_die, type_name, type_size
 
-_POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
-_RECORDS = ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type")
+POINTERS = ("DW_TAG_pointer_type", "DW_TAG_reference_type", "DW_TAG_rvalue_reference_type")
+RECORDS = ("DW_TAG_structure_type", "DW_TAG_union_type", "DW_TAG_class_type")
 _DW_ATE_FLOAT, _DW_ATE_SIGNED, _DW_ATE_SIGNED_CHAR = 4, 5, 6
 
 
@@ -138,7 +138,7 @@ def _base_kind(t: Any, word: int) -> tuple[int, bool]:
     """(size, signed) of a scalar type (base, enum, pointer); ValueError if not one."""
     if t is None:
         raise ValueError("void")
-    if t.tag in _POINTERS:
+    if t.tag in POINTERS:
         return type_size(t, word), False
     if t.tag == "DW_TAG_base_type":
         enc = die_attr(t, "DW_AT_encoding") or 0
@@ -179,7 +179,7 @@ def _members(t: Any) -> list[str]:
             out.append(name.decode(errors="replace"))
         else:
             sub = strip_type(type_die(c))
-            if sub is not None and sub.tag in _RECORDS:
+            if sub is not None and sub.tag in RECORDS:
                 out.extend(_members(sub))
     return out
 
@@ -194,7 +194,7 @@ def _find_member(t: Any, name: str) -> list[Any] | None:
             return [c]
         if cname is None:
             sub = strip_type(type_die(c))
-            if sub is not None and sub.tag in _RECORDS:
+            if sub is not None and sub.tag in RECORDS:
                 inner = _find_member(sub, name)
                 if inner is not None:
                     return [c, *inner]
@@ -249,7 +249,7 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
         if t is None:
             raise DwarfAccessError(f"invalid access '{_component_text(comp)}' vs 'void'", i)
         if comp[0] == "member":
-            if t.tag in _POINTERS:
+            if t.tag in POINTERS:
                 target = strip_type(type_die(t))
                 if target is None:
                     raise DwarfAccessError(f"invalid access '->{comp[1]}' vs "
@@ -258,7 +258,7 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
                     steps.append(Load(word, False))
                 memory = True
                 t_full, t = type_die(t), target
-            if t.tag not in _RECORDS:
+            if t.tag not in RECORDS:
                 raise DwarfAccessError(f"invalid access '->{comp[1]}' vs. {type_name(t)}", i)
             t = _resolve_declaration(info, t)
             chain = _find_member(t, comp[1])
@@ -286,7 +286,7 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
         # an index
         if bitfield is not None:
             raise DwarfAccessError("invalid access '[...]' of a bitfield", i)
-        if t.tag in _POINTERS:
+        if t.tag in POINTERS:
             target = type_die(t)
             if strip_type(target) is None:
                 raise DwarfAccessError(f"invalid access '[...]' vs '{type_name(t)}'", i)
@@ -295,6 +295,10 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
             memory = True
             steps.append(Index(comp[1], _object_size(info, target, word, i)))
             t_full = target
+        elif memory and i == 0 and root.kind == "value" and t.tag != "DW_TAG_array_type":
+            # `@cast(p, "struct T")[n]`: the nth T from p, as stap's (an array of them;
+            # its @cast_sizeof is `&@cast(0, T)[1]`)
+            steps.append(Index(comp[1], _object_size(info, t_full, word, i)))
         elif t.tag == "DW_TAG_array_type":
             if not memory:
                 raise DwarfAccessError("an array passed by value", i)
@@ -321,7 +325,7 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
         if not memory:
             raise DwarfAccessError("an array passed by value")
         return Access(root, tuple(steps), tname, True, offset)
-    if t is not None and t.tag in _RECORDS:
+    if t is not None and t.tag in RECORDS:
         if whole and memory:
             return Access(root, tuple(steps), tname, True, offset)
         t = _resolve_declaration(info, t)
@@ -368,7 +372,7 @@ def _by_value_member(info: DwarfInfo, root: Root, root_type: Any,
     size = 0
     for i, comp in enumerate(components):
         t = strip_type(t_full)
-        if comp[0] != "member" or t is None or t.tag not in _RECORDS or bits is not None:
+        if comp[0] != "member" or t is None or t.tag not in RECORDS or bits is not None:
             break
         t = _resolve_declaration(info, t)
         chain = _find_member(t, comp[1])
@@ -392,7 +396,7 @@ def _by_value_member(info: DwarfInfo, root: Root, root_type: Any,
     t = strip_type(t_full)
     if bits is not None:
         return Root("param", part_name(root.name, off, size, False)), t_full, done, bits
-    if t is not None and (t.tag in _RECORDS or t.tag == "DW_TAG_array_type"):
+    if t is not None and (t.tag in RECORDS or t.tag == "DW_TAG_array_type"):
         # an array or struct member: addressed, so only where the variable is in memory
         return Root("param", part_name(root.name, off, 0, False)), t_full, done, None
     try:
@@ -418,7 +422,7 @@ def is_float32(t: Any) -> bool:
 
 def _object_size(info: DwarfInfo, t: Any, word: int, i: int) -> int:
     s = strip_type(t)
-    if s is not None and s.tag in _RECORDS:
+    if s is not None and s.tag in RECORDS:
         s = _resolve_declaration(info, s)
     if s is not None and s.tag == "DW_TAG_array_type":
         n = 1
@@ -573,7 +577,7 @@ def pretty_plan(info: DwarfInfo, root_type: Any, full: bool
             fmt.append("[")
             recurse(elem, (*extra, ("index", 0)), False)
             fmt.append(", ...]")
-        elif t.tag in _POINTERS:
+        elif t.tag in POINTERS:
             pointee = type_die(t)
             if strip_type(pointee) is not None:
                 if is_chars(pointee):
@@ -585,7 +589,7 @@ def pretty_plan(info: DwarfInfo, root_type: Any, full: bool
             push("%p", extra)
         elif t.tag == "DW_TAG_subroutine_type":
             push("<function>:%p", extra)
-        elif t.tag in _RECORDS:
+        elif t.tag in RECORDS:
             t = _resolve_declaration(info, t)
             if "DW_AT_declaration" in t.attributes:
                 fmt.append("{...}")

@@ -84,8 +84,12 @@ def _print_format(name: str) -> tuple[bool, bool] | None:
 
 class Parser:
     def __init__(self, tokens: Iterator[Token], filename: str, lines: list[str],
-                 guru: bool = False, library: Sequence[LibraryFile] = ()) -> None:
+                 guru: bool = False, library: Sequence[LibraryFile] = (),
+                 autocast: bool = True) -> None:
         self._guru = guru
+        # stap parses suffixes on an ordinary value (an autocast) from 2.6 on: under an
+        # older --compatible, `&x` is an error and `x->m` ends the value before `->`
+        self._autocast = autocast
         self.library = library
         self._src = tokens
         self._filename = filename
@@ -821,7 +825,11 @@ class Parser:
                 module = self.string_literal().value
             self.expect_op(")")
             return ast.AtVar(var_name, module, self._components([]), addressof, t.loc)
+        if addressof and not self._autocast:
+            self.fail("@cast, @var or $var (--compatible older than 2.6)")
         value = self.value()
+        if not self._autocast:
+            return value
         if addressof and isinstance(value, (ast.TargetSymbol, ast.Cast, ast.AtVar,
                                             ast.AutoCast)) and value.addressof:
             raise ScriptError("cannot take an address more than once", t.loc)
@@ -1194,7 +1202,8 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
                                      tuple(globs), tuple(aliases)))
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
-                        lines, guru, files)
+                        lines, guru, files, autocast=compatible is None or
+                        strverscmp(compatible, "2.6") >= 0)
         parser.glue_across_comments = strverscmp(config.systemtap_version, "2.0") >= 0
         try:
             script = parser.script()

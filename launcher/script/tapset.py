@@ -151,7 +151,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
 # stap's macro libraries (.stpm): @prints(s) prints a statistic as the exit report
 # does, @printsN(a) each entry of an N-index array of statistics; @try_assign(v, try,
 # catch) assigns the try expression, or the catch one if it raises an error;
-# @choose_defined(a, b) is a if @defined(a), else b
+# @choose_defined(a, b) is a if @defined(a), else b; @cast_sizeof(T) and
+# @cast_module_sizeof(M, T) the size of a type
 def _prints_n(n: int) -> str:
     keys = ",".join(f"__k{i}" for i in range(n))
     label = ', ",", '.join(f"__k{i}" for i in range(n))
@@ -167,7 +168,11 @@ _MACROS = ('@define prints(s) %(\n  printf("@count=%d @min=%d @max=%d @sum=%d @a
            + "@define try_assign(v, try_expr, catch_expr) %(\n"
            "  try { @v = @try_expr } catch { @v = @catch_expr }\n%)\n"
            + "@define choose_defined(value_if_defined, alternate) %(\n"
-           "  ( @defined(@value_if_defined) ? (@value_if_defined) : (@alternate) )\n%)\n")
+           "  ( @defined(@value_if_defined) ? (@value_if_defined) : (@alternate) )\n%)\n"
+           # the size of a type: the address of the second of an array of them at 0
+           + "@define cast_sizeof(type) %(\n  ( & @cast(0, @type) [1] )\n%)\n"
+           + "@define cast_module_sizeof(module, type) %(\n"
+           "  ( & @cast(0, @type, @module) [1] )\n%)\n")
 
 MACRO_GROUPS: tuple[tuple[str, str], ...] = (("<pydyn tapset macros>", _MACROS),)
 

@@ -34,7 +34,13 @@ from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
 from .types import infer_types
-from .warnings import elide_assignments, elision_warnings, empty_probes, find_warnings
+from .warnings import (
+    elide_assignments,
+    elide_target_statements,
+    elision_warnings,
+    empty_probes,
+    find_warnings,
+)
 
 __all__ = ["Program", "elide_probes", "translate"]
 
@@ -71,10 +77,14 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
     `elided`: the warnings of elide_probes, given after the others of stap's pass 2."""
     limits = Limits.from_defines(defines)
     given = script
+    statements: list[ScriptWarning] = []   # side-effect-free target reads elided
     if optimize:
+        script, statements = elide_target_statements(script)
+        given = script
         script = elide_assignments(script)
     types = infer_types(script, resolution, skip_badvars)
-    warnings = [*types.warnings, *find_warnings(given, elided)] if optimize else []
+    warnings = ([*types.warnings, *statements, *find_warnings(given, elided)]
+                if optimize else [])
     for w in warnings:
         if warn is not None:
             warn(w)

@@ -54,6 +54,10 @@ def _describe(node: object) -> str:
         return "operator '@cast'"
     if isinstance(node, ast.AtVar):
         return "operator '@var'"
+    if isinstance(node, ast.AutoCast):   # its token: the '&' or the first suffix
+        first = node.components[0] if node.components else None
+        return "operator '&'" if node.addressof else \
+            "operator '->'" if isinstance(first, ast.Member) else "operator '['"
     if isinstance(node, ast.Index) and isinstance(node.base, ast.Symbol):
         return f"identifier '{node.base.name}'"
     if isinstance(node, ast.NumberLiteral):

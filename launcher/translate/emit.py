@@ -9,6 +9,7 @@ formatted in the handler.  A probe the analysis proves FAST (fast.py) is compile
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 from ...shmlayout.globals import (
@@ -20,6 +21,7 @@ from ...shmlayout.globals import (
 )
 from .. import kstat
 from ..elf import dwarf
+from ..elf.dwarf_types import Load
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
@@ -37,8 +39,9 @@ from ..plan import EntryKeep
 from ..program import Format, HistFormat, ReportTag
 from ..script import ast
 from ..script.walk import entry_values, is_param_name, iter_nodes
-from . import tvars
+from . import autocast, tvars
 from .analysis import GlobalPlan, _stat_name, counter_update, kcount_update
+from .autocast import DwarfType
 from .common import LONG, STAT, STRING, _c_string, _err, _where
 from .fast import FastCheck, where_table
 from .layout import GlobalsLayout
@@ -255,6 +258,8 @@ class Emitter:
             return self.target(e)
         if isinstance(e, ast.Cast | ast.AtVar):
             return self.cast(e)
+        if isinstance(e, ast.AutoCast):
+            return self.autocast(e)
         if isinstance(e, ast.BinaryOp):
             return self.binary(e)
         if isinstance(e, ast.Comparison):
@@ -334,7 +339,81 @@ class Emitter:
         else:
             acc = tvars.atvar_access(self.sites, e)
             root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
-        return tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+        read = tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
+        if isinstance(e, ast.Cast) and not self.sites and e.module is not None and \
+                e.module.startswith("<"):
+            return self.abi_guard(read, "m64", e)
+        return read
+
+    def autocast(self, e: ast.AutoCast) -> str:
+        """Suffixes on a value that carries a DWARF type (autocast.py): the reads of its
+        access from the operand's value, as a @cast's."""
+        acc = self.tr.types.autocasts[id(e)]
+        t = self.tr.types.dtype(e.operand, self.scope)
+        if autocast.pretty_depth(e):
+            assert t is not None
+            return self.autocast_pretty(t, e)
+        subs = tvars.cast_subscripts(e)
+        # the operand first: a function it calls sets c->where for its own reads
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        read = (f"({{ int64_t {root} = {self.expr(e.operand)}; "
+                f"{tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))}; }})")
+        # a type from headers may reach a probe of the other ABI through a function
+        abi = tvars.header_abi(t.path) if t is not None else None
+        return self.abi_guard(read, abi, e) if abi is not None else read
+
+    def target_write(self, tgt: ast.Cast | ast.AutoCast, value: ast.Expr) -> str:
+        """Guru mode's `@cast(p, "T")->m = v`, `x->m = v`: the address the read would load
+        from, written with the member's size (pd_set_user: a fault is the handler's
+        error); the assignment's value is v."""
+        acc = self.tr.types.write_access(tgt, self.scope)
+        assert acc is not None and isinstance(acc.steps[-1], Load)
+        size = acc.steps[-1].size
+        addr_acc = dataclasses.replace(acc, steps=acc.steps[:-1])
+        subs = tvars.cast_subscripts(tgt)
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        addr = tvars.access_c(addr_acc, root, lambda k: self.expr(subs[k]), _where(tgt))
+        write = (f"({{ int64_t {root} = {self.expr(tgt.operand)}; int64_t v_ = "
+                 f"{self.expr(value)}; c->where = {_where(tgt)}; "
+                 f"pd_set_user(c, {addr}, v_, {size}); v_; }})")
+        t = self.tr.types.dtype(tgt.operand, self.scope) if isinstance(tgt, ast.AutoCast) \
+            else None
+        abi = tvars.header_abi(t.path) if t is not None else \
+            "m64" if isinstance(tgt, ast.Cast) and not self.sites and tgt.module is not None \
+            and tgt.module.startswith("<") else None
+        return self.abi_guard(write, abi, tgt) if abi is not None else write
+
+    def autocast_pretty(self, t: DwarfType, e: ast.AutoCast) -> str:
+        """`x->m$`: stap's sprintf of the value's parts, the operand read once; "ERROR"
+        if a read faults, as target_pretty."""
+        fmt, reads = autocast.pretty(t, e)
+        self.ntemp += 1
+        root = f"ac{self.ntemp}_"
+        nodes: list[ast.Expr] = []
+        for acc, literals, string in reads:
+            read = ast.Embedded(tvars.access_c(acc, root, literals.__getitem__, _where(e)),
+                                e.loc)
+            nodes.append(ast.Call("user_string_quoted", (read,), e.loc) if string else read)
+        body = self.sprintf(parse_format(fmt), nodes, ast.Call("sprintf", (), e.loc))
+        abi = tvars.header_abi(t.path)
+        if abi is not None:
+            body = f"(sizeof(void *) == {4 if abi == 'm32' else 8} ? {body} : \"ERROR\")"
+        return (f"({{ int64_t {root} = {self.expr(e.operand)}; int e_ = c->error; "
+                f"const char *r_ = {body}; "
+                f"if (!e_ && c->error) {{ c->error = 0; r_ = \"ERROR\"; }} r_; }})")
+
+    def abi_guard(self, read: str, abi: str, e: ast.Expr) -> str:
+        """A read of types compiled from headers for `abi` where no probed binary says
+        which ABI runs it (begin, end, timers and script functions: the launcher's, m64):
+        in a process of the other ABI it is the handler's error, never a read at the
+        wrong offsets."""
+        word = 4 if abi == "m32" else 8
+        msg = _c_string(f"types from headers compiled for {abi} read in a process of "
+                        "another ABI")
+        return (f"(sizeof(void *) == {word} ? ({read}) : "
+                f"(c->where = {_where(e)}, pd_error(c, {msg}), INT64_C(0)))")
 
     def _defined(self, e: ast.Expr) -> bool:
         return self.tr.types.is_defined(e, self.scope)
@@ -398,6 +477,8 @@ class Emitter:
             return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
                     f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
         tgt = e.target
+        if isinstance(tgt, ast.Cast | ast.AutoCast):
+            return self.target_write(tgt, e.value)
         if e.op == "=" and self.outline and isinstance(tgt, ast.Index) and \
                 isinstance(tgt.base, ast.Symbol) and self.is_global(tgt.base.name):
             var = self.tr.globals[tgt.base.name]

@@ -39,6 +39,7 @@ from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, TargetError
 from ..script import ast
+from .autocast import DwarfType, normal, of_access
 from .common import _c_string, _err
 
 
@@ -164,7 +165,7 @@ def is_static(site: FunctionSite, e: ast.TargetSymbol) -> bool:
     return find_variable(info, func.cu_offset, func.die_offset, e.name[1:]) is not None
 
 
-def access_c(acc: Access, root_c: str, index_c: Callable[[int], str], where: str) -> str:
+def access_c(acc: Access, root_c: str, index_c: Callable[[int], object], where: str) -> str:
     """C for the access: `root_c` is the root's value (a parameter) or address."""
     v = root_c
     for step in acc.steps:
@@ -395,5 +396,44 @@ def _component_node(e: ast.Cast | ast.AtVar, index: int) -> object:
     return parts[index] if 0 <= index < len(parts) else e
 
 
-def cast_subscripts(e: ast.Cast | ast.AtVar) -> list[ast.Expr]:
+def cast_subscripts(e: ast.Cast | ast.AtVar | ast.AutoCast) -> list[ast.Expr]:
     return [c.index for c in e.components if isinstance(c, ast.Subscript)]
+
+
+# -- the DWARF type of a value, for autocast (autocast.py) ------------------------------
+
+def header_abi(path: str) -> str | None:
+    """The ABI headers compiled at `path` are for (None: `path` is no such object)."""
+    return next((abi for (_, abi), obj in _HEADER_OBJECTS.items() if obj == path), None)
+
+
+def cast_dtype(sites: tuple[ProbeSite, ...], e: ast.Cast | ast.AtVar) -> DwarfType | None:
+    """The type of the value `@cast(...)...` or `@var(...)...` reads."""
+    try:
+        if isinstance(e, ast.Cast):
+            return of_access(_module(sites, e.module, e), cast_access(sites, e))
+        return of_access(_module(sites, None, e), atvar_access(sites, e))
+    except ScriptError:
+        return None
+
+
+def target_dtype(sites: tuple[ProbeSite, ...], e: ast.TargetSymbol) -> DwarfType | None:
+    """The type of `$var...` in a function probe, if every site gives the same one."""
+    if pretty_depth(e) or not sites or not all(isinstance(s, FunctionSite) for s in sites):
+        return None
+    found: set[DwarfType | None] = set()
+    try:
+        for site in sites:
+            assert isinstance(site, FunctionSite)
+            if has_suffix(e) or is_static(site, e):
+                found.add(of_access(site.path, access(site, e)))
+                continue
+            p = _site_var(site, e.name[1:])
+            if p is None or p.type_offset < 0:
+                return None
+            info = dwarf.get_dwarf(site.path)
+            t = info.dwarf.get_DIE_from_refaddr(p.type_offset)
+            found.add(normal(DwarfType(site.path, p.type_offset, False, dwarf.type_name(t))))
+    except (ScriptError, TargetError):
+        return None
+    return found.pop() if len(found) == 1 else None

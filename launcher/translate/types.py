@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind
+from ..elf.dwarf_types import Access, Load
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
@@ -16,7 +17,8 @@ from ..guru import SET_USER, embedded_is_string, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
-from . import tvars
+from . import autocast, tvars
+from .autocast import DwarfType
 from .common import LONG, STAT, STRING, _err
 from .regex import RegexError, compile_regex
 
@@ -54,6 +56,7 @@ class FuncInfo:
     ret: str | None
     locals: dict[str, str | None] = field(default_factory=dict)
     uses_globals: bool = False
+    ret_dtype: DwarfType | None = None   # the DWARF type its returns carry (autocast.py)
 
 
 # Built-in functions: name -> (argument types, return type).  None = any.
@@ -149,6 +152,7 @@ class Scope:
         self.uses_globals = False
         self.first_use: dict[str, ast.Symbol] = {}
         self.in_entry = False   # inside @entry(...): the entry's registers (entry.py)
+        self.dtypes: dict[str, DwarfType] = {}   # the DWARF type each local carries
 
 
 
@@ -169,6 +173,10 @@ class Types:
         self.badvars: set[int] = set()   # id() of each such TargetSymbol
         # DWARF parameters a probe reads ($fd): slot k is site argument NARGS + k
         self.param_names: list[str] = []
+        # autocasts: the access of each (by id()), and those whose operand has no DWARF
+        # type yet (a later local or function return may give it one)
+        self.autocasts: dict[int, Access] = {}
+        self.untyped: dict[int, tuple[ast.AutoCast, DwarfType | None]] = {}
         for g in script.globals:
             if g.name in self.globals:
                 raise _err(f"duplicate global '{g.name}'", g)
@@ -219,6 +227,7 @@ class Types:
     def infer(self) -> None:
         for _ in range(50):
             self.changed = False
+            self.untyped = {}
             for probe, scope in zip(self.script.probes, self.probe_scopes, strict=True):
                 self._infer_stmt(probe.body, scope)
             for f in self.script.functions:
@@ -233,6 +242,8 @@ class Types:
                         self.changed = True
             if not self.changed:
                 break
+        for e, dt in self.untyped.values():
+            raise autocast.untyped_error(e, dt)
         for name, var in list(self.globals.items()):
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
@@ -346,6 +357,8 @@ class Types:
             return self._target_type(e, scope)
         if isinstance(e, ast.Cast | ast.AtVar):
             return self._cast_type(e, scope)
+        if isinstance(e, ast.AutoCast):
+            return self._autocast_type(e, scope)
         if isinstance(e, ast.BinaryOp):
             t = STRING if e.op == "." else LONG
             self._expect(e.left, t, scope)
@@ -436,7 +449,12 @@ class Types:
     def is_defined(self, e: ast.Expr, scope: Scope) -> bool:
         """`@defined(e)`: whether the target variable or @cast/@var `e` resolves here."""
         try:
-            if isinstance(e, ast.Cast | ast.AtVar):
+            if isinstance(e, ast.AutoCast):
+                t = self.dtype(e.operand, scope)
+                if t is None:
+                    return False
+                autocast.access(t, e)
+            elif isinstance(e, ast.Cast | ast.AtVar):
                 self._cast_type(e, scope)
             elif isinstance(e, ast.TargetSymbol):
                 self._target_type(e, scope)
@@ -480,6 +498,8 @@ class Types:
         raise _err("cannot assign to this expression", e)
 
     def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
+        if isinstance(e.target, ast.Cast | ast.AutoCast):
+            return self._infer_target_write(e, e.target, scope)
         if e.op == "<<<":
             self._stat_operand(e.target, scope, read=False)
             self._expect(e.value, LONG, scope)
@@ -487,6 +507,15 @@ class Types:
         if e.op == "=":
             vt = self._infer(e.value, scope)
             tt = self._lvalue(e.target, scope, vt)
+            if isinstance(e.target, ast.Symbol) and self._var_kind(e.target.name,
+                                                                   scope) == "local":
+                # the local keeps the DWARF type of what it is given (autocast.py)
+                name = e.target.name
+                cur = scope.dtypes.get(name)
+                new = autocast.merge(cur, self.dtype(e.value, scope))
+                if new is not None and new != cur:
+                    scope.dtypes[name] = new
+                    self.changed = True
             if vt is None and tt is not None:
                 self._infer(e.value, scope, tt)
             if tt == STAT:
@@ -499,6 +528,28 @@ class Types:
             self._mark_read(e.target)
         self._expect(e.value, t, scope)
         return t
+
+    def _infer_target_write(self, e: ast.Assign, target: ast.Cast | ast.AutoCast,
+                            scope: Scope) -> str:
+        """`@cast(p, "T")->m = v`, `x->m[0] = v` (guru mode): a store of the member's size
+        where the read would load, through the runtime's fault-safe write."""
+        if not self.script.guru:
+            raise _err("write not permitted; need stap -g", target)
+        if e.op != "=":
+            raise _err(f"'{e.op}' on a target value: only '=' writes one", e)
+        self._infer(target, scope)
+        self._expect(e.value, LONG, scope)
+        acc = self.write_access(target, scope)
+        if acc is not None and not (acc.steps and isinstance(acc.steps[-1], Load)):
+            raise _err(f"cannot write to a '{acc.type_name}' here: only a scalar in memory "
+                       "(not a bitfield, float or address)", target)
+        return LONG
+
+    def write_access(self, target: ast.Cast | ast.AutoCast, scope: Scope) -> Access | None:
+        """The read access of a written target (None: an autocast not typed yet)."""
+        if isinstance(target, ast.Cast):
+            return tvars.cast_access(scope.sites, target)
+        return self.autocasts.get(id(target))
 
     def _mark_read(self, target: ast.Expr) -> None:
         name = target.name if isinstance(target, ast.Symbol) else (
@@ -557,9 +608,14 @@ class Types:
 
     def _cast_type(self, e: ast.Cast | ast.AtVar, scope: Scope) -> str:
         """`@cast(ptr, "struct foo", "PATH")->m`, `@var("g@file.c")->m` (tvars.py)."""
-        if scope.kind != "probe" or not scope.sites:
+        if not scope.sites and (isinstance(e, ast.AtVar) or e.module is None):
+            # @cast of a named binary or of headers needs no probed binary: the value is
+            # the address, no load bias is added
             raise _err(f"{'@cast' if isinstance(e, ast.Cast) else '@var'} needs a process "
-                       "probe: its binary gives the DWARF and the load address", e)
+                       "probe: its binary gives the DWARF"
+                       f"{' and the load address' if isinstance(e, ast.AtVar) else ''}", e,
+                       None if isinstance(e, ast.AtVar) else
+                       'or name the types\' binary or headers: @cast(p, "T", "<hdr.h>")')
         if isinstance(e, ast.Cast):
             self._expect(e.operand, LONG, scope)
             tvars.cast_access(scope.sites, e)
@@ -567,6 +623,50 @@ class Types:
             tvars.atvar_access(scope.sites, e)
         for index in tvars.cast_subscripts(e):
             self._expect(index, LONG, scope)
+        return LONG
+
+    def dtype(self, e: ast.Expr, scope: Scope) -> DwarfType | None:
+        """The DWARF type the value of `e` carries (autocast.py), as far as known yet."""
+        if isinstance(e, ast.Symbol):
+            if self._var_kind(e.name, scope) != "local":
+                return None
+            return autocast.usable(scope.dtypes.get(e.name))
+        if isinstance(e, ast.Assign):
+            return self.dtype(e.value, scope) if e.op == "=" else None
+        if isinstance(e, ast.Ternary):
+            chosen = self.defined_choice(e, scope)
+            if chosen is not None:
+                return self.dtype(chosen, scope)
+            a = self.dtype(e.then, scope)
+            return a if a == self.dtype(e.else_, scope) else None
+        if isinstance(e, ast.Call) and e.name in self.funcs:
+            return autocast.usable(self.funcs[e.name].ret_dtype)
+        if isinstance(e, ast.Cast | ast.AtVar):
+            return tvars.cast_dtype(scope.sites, e)
+        if isinstance(e, ast.TargetSymbol) and scope.kind == "probe" and \
+                id(e) not in self.badvars and is_param_name(e.name):
+            return tvars.target_dtype(scope.sites, e)
+        if isinstance(e, ast.AutoCast) and id(e) in self.autocasts:
+            t = self.dtype(e.operand, scope)
+            return autocast.of_access(t.path, self.autocasts[id(e)]) if t else None
+        return None
+
+    def _autocast_type(self, e: ast.AutoCast, scope: Scope) -> str:
+        """Suffixes on an ordinary value: resolved on the DWARF type the value carries;
+        one not known yet waits for the fixpoint (a later local or function return)."""
+        self._expect(e.operand, LONG, scope)
+        for index in tvars.cast_subscripts(e):
+            self._expect(index, LONG, scope)
+        t = self.dtype(e.operand, scope)
+        if t is None:
+            cur = scope.dtypes.get(e.operand.name) if isinstance(e.operand, ast.Symbol) else \
+                None
+            self.untyped[id(e)] = (e, cur)
+            return LONG
+        self.autocasts[id(e)] = autocast.access(t, e)
+        if autocast.pretty_depth(e):
+            autocast.pretty(t, e)
+            return STRING
         return LONG
 
     def _target_type(self, e: ast.TargetSymbol, scope: Scope) -> str:
@@ -767,6 +867,10 @@ class Types:
                 t = self._infer(s.value, scope, scope.func.ret)
                 what = f"return of '{scope.func.decl.name}'"
                 scope.func.ret = self._set(scope.func.ret, t, s, what)
+                dt = autocast.merge(scope.func.ret_dtype, self.dtype(s.value, scope))
+                if dt != scope.func.ret_dtype:
+                    scope.func.ret_dtype = dt
+                    self.changed = True
                 if t is None and scope.func.ret is not None:
                     self._infer(s.value, scope, scope.func.ret)
         elif isinstance(s, ast.Try):

@@ -6,6 +6,7 @@ warnings stap prints only at -vvv, and with -u it prints none of these):
     never-assigned global variable 'g' (similar: ...)   a global read, never written,
                                                         with no initial value (nor -G)
     Eliding assignment to 'x'                           an assignment to a local never read
+    Eliding side-effect-free expression                 a @cast, @var or autocast statement
     side-effect-free function 'f'                       a called function whose body is empty
     Probe 'begin' has been elided                       a probe whose body is empty: it is
                                                         not armed (stap names the first
@@ -27,6 +28,7 @@ from typing import Any
 from ..errors import ScriptWarning
 from ..script import ast
 from ..script.walk import iter_nodes
+from .common import _describe
 
 
 @dataclass
@@ -244,3 +246,53 @@ def find_warnings(script: ast.Script, elided: Iterable[ScriptWarning] = ()
     if len(kept) < len(out):
         kept.append(f"Number of similar warning messages suppressed: {len(out) - len(kept)}.")
     return kept
+
+
+def _pure(e: object) -> bool:
+    """Whether evaluating `e` only reads: literals, variables, target values, arithmetic."""
+    if isinstance(e, ast.NumberLiteral | ast.StringLiteral | ast.Symbol):
+        return True
+    if isinstance(e, ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast):
+        operand = getattr(e, "operand", None)
+        return (operand is None or _pure(operand)) and all(
+            _pure(c.index) for c in e.components if isinstance(c, ast.Subscript))
+    if isinstance(e, ast.BinaryOp | ast.Comparison | ast.Logical):
+        return _pure(e.left) and _pure(e.right)
+    if isinstance(e, ast.Unary):
+        return _pure(e.operand)
+    return False
+
+
+def _leftmost(e: ast.Expr) -> ast.Expr:
+    while isinstance(e, ast.AutoCast) and not e.addressof:
+        e = e.operand
+    return e
+
+
+def elide_target_statements(script: ast.Script) -> tuple[ast.Script, list[ScriptWarning]]:
+    """stap's dead_stmtexpr_remover for @cast, @var and autocast statements: one whose
+    value nothing uses and that only reads is dropped before types, so a bogus member
+    there is no error ("Eliding side-effect-free expression", off with -u)."""
+    warnings: list[ScriptWarning] = []
+    user = script.loc.file
+
+    def rewrite(node: Any) -> Any:
+        if isinstance(node, tuple):
+            items = tuple(rewrite(x) for x in node)
+            return node if all(a is b for a, b in zip(items, node, strict=True)) else items
+        if isinstance(node, ast.ExprStatement) and \
+                isinstance(node.expr, ast.Cast | ast.AtVar | ast.AutoCast) and _pure(node.expr):
+            first = _leftmost(node.expr)
+            if first.loc.file == user:
+                warnings.append(ScriptWarning("Eliding side-effect-free expression",
+                                              _describe(first), first.loc))
+            return ast.Empty(node.loc)
+        if not isinstance(node, ast.Stmt | ast.Probe | ast.Function) or not is_dataclass(node):
+            return node
+        changed = {f.name: new for f in fields(node) if f.name != "loc"
+                   for old in [getattr(node, f.name)] for new in [rewrite(old)]
+                   if new is not old}
+        return replace(node, **changed) if changed else node
+
+    out = replace(script, probes=rewrite(script.probes), functions=rewrite(script.functions))
+    return out, warnings
