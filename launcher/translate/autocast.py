@@ -84,7 +84,9 @@ def usable(t: DwarfType | None) -> DwarfType | None:
     return None if t is MIXED or t == MIXED else t
 
 
-def _components(e: ast.AutoCast) -> list[tuple[str, object]]:
+def suffix_components(e: ast.AutoCast | ast.Cast | ast.AtVar) -> list[tuple[str, object]]:
+    """A value's `->member` and `[index]` suffixes as the DWARF access walks them: each
+    index by its place among the indexes."""
     comps: list[tuple[str, object]] = []
     n = 0
     for c in e.components:
@@ -119,8 +121,8 @@ def _resolve(t: DwarfType, e: ast.AutoCast, comps: list[tuple[str, object]],
 def access(t: DwarfType, e: ast.AutoCast) -> Access:
     """The access of `e` (its suffixes) on a value of type `t`."""
     if pretty_depth(e):
-        return _resolve(t, e, _components(e), whole=True)
-    return _resolve(t, e, _components(e), e.addressof)
+        return _resolve(t, e, suffix_components(e), whole=True)
+    return _resolve(t, e, suffix_components(e), e.addressof)
 
 
 # one value a pretty print reads: its access, the literal subscripts, whether a string

@@ -39,7 +39,7 @@ from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, TargetError
 from ..script import ast
-from .autocast import DwarfType, normal, of_access
+from .autocast import DwarfType, normal, of_access, suffix_components
 from .common import _c_string, _err
 
 
@@ -380,15 +380,7 @@ def atvar_access(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> Access:
 def _components_of(e: ast.Cast | ast.AtVar) -> list[tuple[str, object]]:
     if any(isinstance(c, ast.PrettyPrint) for c in e.components):
         raise _err("pretty printing a @cast or @var value is not supported yet", e)
-    comps: list[tuple[str, object]] = []
-    n = 0
-    for c in e.components:
-        if isinstance(c, ast.Member):
-            comps.append(("member", c.name))
-        elif isinstance(c, ast.Subscript):
-            comps.append(("index", n))
-            n += 1
-    return comps
+    return suffix_components(e)
 
 
 def _component_node(e: ast.Cast | ast.AtVar, index: int) -> object:
