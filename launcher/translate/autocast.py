@@ -129,19 +129,26 @@ def access(t: DwarfType, e: ast.AutoCast) -> Access:
 PrettyRead = tuple[Access, tuple[int, ...], bool]
 
 
+def literal_suffixes(e: ast.AutoCast | ast.TargetSymbol) -> list[tuple[str, object]]:
+    """The suffixes before a pretty print's `$`: members and literal subscripts only
+    (each index by its value)."""
+    out: list[tuple[str, object]] = []
+    for c in e.components:
+        if isinstance(c, ast.Member):
+            out.append(("member", c.name))
+        elif isinstance(c, ast.Subscript):
+            if not isinstance(c.index, ast.NumberLiteral):
+                raise _err("a pretty-printed value takes literal subscripts only", c)
+            out.append(("index", c.index.value))
+    return out
+
+
 def pretty(t: DwarfType, e: ast.AutoCast) -> tuple[str, tuple[PrettyRead, ...]]:
     """`x->m$`, `x$$`: stap's pretty print of the value (dwarf_types.pretty_plan), the
     format and the accesses it reads from the operand's value."""
     if e.addressof:
         raise _err("'&' of a pretty-printed value", e)
-    base: list[tuple[str, object]] = []
-    for c in e.components:
-        if isinstance(c, ast.Member):
-            base.append(("member", c.name))
-        elif isinstance(c, ast.Subscript):
-            if not isinstance(c.index, ast.NumberLiteral):
-                raise _err("a pretty-printed value takes literal subscripts only", c)
-            base.append(("index", c.index.value))
+    base = literal_suffixes(e)
 
     def numbered(comps: list[tuple[str, object]]) -> list[tuple[str, object]]:
         # resolve() numbers the subscripts; these are literals, read back by the caller

@@ -39,7 +39,7 @@ from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, TargetError
 from ..script import ast
-from .autocast import DwarfType, normal, of_access, suffix_components
+from .autocast import DwarfType, literal_suffixes, normal, of_access, suffix_components
 from .common import _c_string, _err
 
 
@@ -209,19 +209,6 @@ def pretty_depth(e: ast.TargetSymbol) -> int:
     return len(last.dollars) if isinstance(last, ast.PrettyPrint) else 0
 
 
-def _base_comps(e: ast.TargetSymbol) -> list[tuple[str, object]]:
-    """The components before the `$`: members and literal subscripts only."""
-    out: list[tuple[str, object]] = []
-    for c in e.components:
-        if isinstance(c, ast.Member):
-            out.append(("member", c.name))
-        elif isinstance(c, ast.Subscript):
-            if not isinstance(c.index, ast.NumberLiteral):
-                raise _err("a pretty-printed value takes literal subscripts only", c)
-            out.append(("index", c.index.value))
-    return out
-
-
 def _type_at(site: FunctionSite, name: str, comps: list[tuple[str, object]],
              node: ast.TargetSymbol) -> object:
     """The DWARF type DIE at the end of `$name` + comps (literal indexes)."""
@@ -269,7 +256,7 @@ def pretty(site: FunctionSite, e: ast.TargetSymbol) -> tuple[str, tuple[PrettyVa
             fmt_parts.append(f"{name}={f}")
             values.extend((f"${name}", a.extra, a.string) for a in args)
         return " ".join(fmt_parts), tuple(values)
-    base = _base_comps(e)
+    base = literal_suffixes(e)
     t = _type_at(site, e.name[1:], base, e)
     f, args = pretty_plan(info, t, full)
     return f, tuple((e.name, (*base, *a.extra), a.string) for a in args)
