@@ -618,7 +618,7 @@ def run(argv: Sequence[str]) -> int:
             lookup.bind_script(script)
         if cache is not None:
             facts_root = cache.root
-        from .plan.objfacts import set_cache_root
+        from .factstore import set_cache_root
         set_cache_root(facts_root)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step,
                             parse_warnings)
