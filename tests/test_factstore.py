@@ -1,5 +1,6 @@
 """Facts computed once per binary and kept in the module cache (launcher/factstore.py):
-the function table read back equals the one computed, on real binaries; a stripped
+the function table and the USDT sites read back equal the ones computed, on real
+binaries (PostgreSQL's, python3.11's and libjvm's marks where installed); a stripped
 binary's table follows its debug file (installed later, the stored table is computed
 again and a probe on a static function works); a copy of a binary (same build-id)
 under another path takes the stored table under its own path.
@@ -18,11 +19,14 @@ from cbuild import build_c, have_cc, have_m32, run_pydyn
 from pydyn.launcher import factstore
 from pydyn.launcher.elf import functions as fn
 from pydyn.launcher.elf.header import get_build_id
+from pydyn.launcher.elf.stapsdt import get_probe_sites
 
 pytestmark = pytest.mark.skipif(not have_cc(), reason="no C compiler")
 
 POSTGRES = Path("/usr/lib/postgresql/15/bin/postgres")
 PYTHON = Path("/usr/bin/python3.11")
+LIBJVM = Path("/usr/lib/jvm/java-17-openjdk-amd64/lib/server/libjvm.so")
+ROOT = Path(__file__).resolve().parent.parent
 
 SRC = r"""
 #include <stdio.h>
@@ -91,6 +95,22 @@ def test_stored_table_equals_computed(store_root: Path, program: Path,
         assert set(_stored(store_root)) - before, binary
         stored = _table(binary)                 # reads what was stored
         assert fresh == first == stored, binary
+
+
+def test_stored_usdt_sites_equal_computed(store_root: Path) -> None:
+    counters = [ROOT / "examples" / "bin" / n for n in ("counter", "counter32")]
+    binaries = [p for p in (*counters, PYTHON, POSTGRES, LIBJVM) if p.exists()]
+    if not any(p in binaries for p in counters):
+        pytest.skip("examples not built (make examples)")
+    for binary in binaries:
+        factstore.set_cache_root(None)
+        fresh = get_probe_sites(str(binary))
+        factstore.set_cache_root(store_root)
+        before = set(_stored(store_root))
+        first = get_probe_sites(str(binary))        # computes and stores
+        assert set(_stored(store_root)) - before, binary
+        stored = get_probe_sites(str(binary))       # reads what was stored
+        assert fresh == first == stored and fresh.sites, binary
 
 
 def test_damaged_table_is_computed_again(store_root: Path, program: Path) -> None:
