@@ -24,7 +24,17 @@ struct rec {
     struct rec *next;
 };
 
+/* packed: bitfields at odd bit offsets, one across 8 bytes, one across 9 */
+struct __attribute__((packed)) packed_bits {
+    unsigned char k;
+    unsigned a : 3;
+    unsigned long long w : 58;
+    int z : 7;
+    unsigned long long wide : 62;
+};
+
 struct rec global_rec = {.v = 1};
+struct packed_bits gpk = {1, 5, 0x123456789abcdefULL, -7, 1};
 static int counter_static = 5;
 int garr[5] = {10, 11, 12, 13, 14};
 int gscalar = 3;
@@ -51,6 +61,22 @@ __attribute__((noipa)) int touch(struct rec *r, int i)
 {
     __asm__ volatile("" ::: "memory");
     return r->v + r->arr[i] + counter_static;
+}
+
+/* structs passed by value: x86-64 in registers (pieces, a part of one), i386 on the stack */
+struct pair {
+    long a;
+    int b;
+    int c;
+};
+struct small_bits {
+    unsigned x : 4;
+    int y : 6;
+};
+
+__attribute__((noipa)) long by_value(struct pair s, struct small_bits t)
+{
+    return s.a + s.b * 10 + s.c * 100 + t.x * 1000 + t.y * 10000;
 }
 
 /* noipa: the callers keep no value in a register these do not clobber (IPA-RA), and
@@ -101,7 +127,11 @@ int main(int argc, char **argv)
     printf("bits a=%u b=%d c=%u d=%d e=%llu f=%d g=%u\n", r.bf.a, r.bf.b, r.bf.c, r.bf.d,
            (unsigned long long)r.bf.e, r.bf.f, r.bf.g);
     printf("global v=%d garr=%d,%d scalar=%d\n", global_rec.v, garr[1], garr[4], gscalar);
+    printf("packed k=%u a=%u w=%llx z=%d\n", gpk.k, gpk.a, (unsigned long long)gpk.w, gpk.z);
     printf("keep=%d\n", keep(argc));
+    struct pair p = {argc, argc + 1, argc + 2};
+    struct small_bits q = {argc, -argc};
+    printf("by_value=%ld\n", by_value(p, q));
     fflush(stdout);
     return 0;
 }
