@@ -414,6 +414,9 @@ void pd_got_restore_all(uint32_t counts[2]);
 void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether pd_objects[o] is armed in this process, and its load bias. */
 int pd_object_bias(uint32_t o, uintptr_t *bias);
+/* The load bias of the armed object at `path`, else the handler's error (@var in a
+ * script function). */
+int64_t pd_object_bias_of(struct pd_ctx *c, const char *path, const char *where);
 /* pd_ret_tramp's address; the original return address stored at `at` (0: none). */
 uintptr_t pd_ret_tramp_addr(void);
 uintptr_t pd_shadow_ret(uintptr_t at);
@@ -698,6 +701,18 @@ int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);
 int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s);
+/* Guru mode's writes to target variables: a bitfield in memory, a variable where its
+ * location puts it (a register of the saved context, or memory), $return. */
+int64_t pd_set_user_bits(struct pd_ctx *c, int64_t addr, unsigned size, unsigned shift,
+                         unsigned width, int64_t v);
+int64_t pd_store_arg(struct pd_ctx *c, unsigned index, int64_t v);
+int64_t pd_set_return(struct pd_ctx *c, int64_t v);
+/* `old` with its `width` bits from bit `shift` replaced by the low bits of v. */
+static inline uint64_t pd_merge_bits(uint64_t old, uint64_t v, unsigned shift, unsigned width)
+{
+    uint64_t mask = (width >= 64 ? ~0ull : (1ull << width) - 1) << shift;
+    return (old & ~mask) | ((v << shift) & mask);
+}
 int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);

@@ -396,8 +396,11 @@ static ssize_t pd_write_self(void *dst, const void *src, size_t n)
 #endif
 }
 
+/* Not after an error in the statement: its address may come from a read that faulted. */
 static int64_t pd_user_write(struct pd_ctx *c, int64_t addr, const void *src, size_t n)
 {
+    if (c->error)
+        return 0;
     if (pd_write_self((void *)(uintptr_t)addr, src, n) == (ssize_t)n)
         return 0;
     pd_error(c, "user memory write fault at 0x%lx (%u bytes)", (unsigned long)addr,
@@ -409,6 +412,24 @@ int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size
 {
     /* the low `size` bytes of the value: x86 and aarch64 are little-endian */
     return pd_user_write(c, addr, &value, size);
+}
+
+/* A bitfield written (guru mode's `$p->bits = v`): the `size` bytes at addr holding it
+ * read, its `width` bits from bit `shift` replaced by v's low bits, written back, as
+ * stap's read-modify-write of the storage unit; a fault is the handler's error. */
+int64_t pd_set_user_bits(struct pd_ctx *c, int64_t addr, unsigned size, unsigned shift,
+                         unsigned width, int64_t v)
+{
+    uint64_t old = 0;
+    if (c->error)
+        return v;
+    if (pd_read_self(&old, (const void *)(uintptr_t)addr, size) != (ssize_t)size) {
+        pd_error(c, "user memory read fault at 0x%lx (%u bytes)", (unsigned long)addr, size);
+        return v;
+    }
+    uint64_t merged = pd_merge_bits(old, (uint64_t)v, shift, width);
+    pd_user_write(c, addr, &merged, size);
+    return v;
 }
 
 int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s)

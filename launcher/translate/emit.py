@@ -9,7 +9,7 @@ formatted in the handler.  A probe the analysis proves FAST (fast.py) is compile
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from typing import NamedTuple
 
 from ...shmlayout.globals import (
@@ -21,7 +21,7 @@ from ...shmlayout.globals import (
 )
 from .. import kstat
 from ..elf import dwarf
-from ..elf.dwarf_types import Load
+from ..elf.dwarf_types import Access
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
@@ -338,12 +338,21 @@ class Emitter:
             root = self.expr(e.operand)
         else:
             acc = tvars.atvar_access(self.sites, e)
-            root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+            root = self.atvar_root(e, acc)
         read = tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
         if isinstance(e, ast.Cast) and not self.sites and e.module is not None and \
                 e.module.startswith("<"):
             return self.abi_guard(read, "m64", e)
         return read
+
+    def atvar_root(self, e: ast.AtVar, acc: Access) -> str:
+        """The address of @var's global: plus the load bias of the probe's object, or in a
+        script function that of the binary the @var names, looked up in the process."""
+        if self.sites:
+            return f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+        path = _c_string(tvars.atvar_path(self.sites, e))
+        return (f"(int64_t)((uint64_t)pd_object_bias_of(c, {path}, {_where(e)}) + "
+                f"{acc.root.address:#x}u)")
 
     def autocast(self, e: ast.AutoCast) -> str:
         """Suffixes on a value that carries a DWARF type (autocast.py): the reads of its
@@ -363,27 +372,57 @@ class Emitter:
         abi = tvars.header_abi(t.path) if t is not None else None
         return self.abi_guard(read, abi, e) if abi is not None else read
 
-    def target_write(self, tgt: ast.Cast | ast.AutoCast, value: ast.Expr) -> str:
-        """Guru mode's `@cast(p, "T")->m = v`, `x->m = v`: the address the read would load
-        from, written with the member's size (pd_set_user: a fault is the handler's
-        error); the assignment's value is v."""
-        acc = self.tr.types.write_access(tgt, self.scope)
-        assert acc is not None and isinstance(acc.steps[-1], Load)
-        size = acc.steps[-1].size
-        addr_acc = dataclasses.replace(acc, steps=acc.steps[:-1])
-        subs = tvars.cast_subscripts(tgt)
+    def target_write(self, tgt: ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast,
+                     value: ast.Expr) -> str:
+        """Guru mode's `$var = v`, `$p->m = v`, `@var("g")->m = v`, `@cast(p, "T")->m = v`,
+        `x->m = v`, `$return = v`: v stored where the read would load it (tvars.store_c;
+        pd_set_user*: a fault is the handler's error), or into the variable's register or
+        stack slot (pd_store_arg); the assignment's value is v."""
         self.ntemp += 1
-        root = f"ac{self.ntemp}_"
-        addr = tvars.access_c(addr_acc, root, lambda k: self.expr(subs[k]), _where(tgt))
-        write = (f"({{ int64_t {root} = {self.expr(tgt.operand)}; int64_t v_ = "
-                 f"{self.expr(value)}; c->where = {_where(tgt)}; "
-                 f"pd_set_user(c, {addr}, v_, {size}); v_; }})")
+        v = f"tv{self.ntemp}_"
+        if isinstance(tgt, ast.TargetSymbol):
+            store = self.target_store(tgt, v)
+            return (f"({{ int64_t {v} = {self.expr(value)}; c->where = {_where(tgt)}; "
+                    f"{store}; {v}; }})")
+        acc = self.tr.types.write_access(tgt, self.scope)
+        assert acc is not None
+        subs = tvars.cast_subscripts(tgt)
+        if isinstance(tgt, ast.AtVar):
+            root, head = self.atvar_root(tgt, acc), ""
+        else:   # the operand first: a function it calls sets c->where for its own reads
+            root = f"ac{self.ntemp}_"
+            head = f"int64_t {root} = {self.expr(tgt.operand)}; "
+        store = tvars.store_c(acc, root, lambda k: self.expr(subs[k]), _where(tgt), v)
+        write = (f"({{ {head}int64_t {v} = {self.expr(value)}; c->where = {_where(tgt)}; "
+                 f"{store}; {v}; }})")
         t = self.tr.types.dtype(tgt.operand, self.scope) if isinstance(tgt, ast.AutoCast) \
             else None
         abi = tvars.header_abi(t.path) if t is not None else \
             "m64" if isinstance(tgt, ast.Cast) and not self.sites and tgt.module is not None \
             and tgt.module.startswith("<") else None
         return self.abi_guard(write, abi, tgt) if abi is not None else write
+
+    def target_store(self, e: ast.TargetSymbol, v: str) -> str:
+        """C storing the C value `v` into `$return` or `$var...` at each site of the probe
+        (chosen by the site where they differ)."""
+        if e.name == "$return":
+            return f"pd_set_return(c, {v})"
+        subs = tvars.subscripts(e)
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites:
+            assert isinstance(site, FunctionSite)
+            acc = tvars.store_access(site, e)
+            if acc.root.kind == "param":
+                slot = self.tr.types.param_slot(acc.root.name)
+                root = f"pd_fetch_arg(c, {slot})"
+                cases[(site.path, site.pc)] = tvars.store_c(
+                    acc, root, lambda k: self.expr(subs[k]), _where(e), v,
+                    functools.partial("pd_store_arg(c, {}, {})".format, slot))
+            else:
+                root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+                cases[(site.path, site.pc)] = tvars.store_c(
+                    acc, root, lambda k: self.expr(subs[k]), _where(e), v)
+        return tvars.by_site(cases)
 
     def autocast_pretty(self, t: DwarfType, e: ast.AutoCast) -> str:
         """`x->m$`: stap's sprintf of the value's parts, the operand read once; "ERROR"
@@ -477,7 +516,7 @@ class Emitter:
             return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
                     f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
         tgt = e.target
-        if isinstance(tgt, ast.Cast | ast.AutoCast):
+        if isinstance(tgt, ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast):
             return self.target_write(tgt, e.value)
         if e.op == "=" and self.outline and isinstance(tgt, ast.Index) and \
                 isinstance(tgt.base, ast.Symbol) and self.is_global(tgt.base.name):

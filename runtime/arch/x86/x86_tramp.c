@@ -11,8 +11,9 @@
  *     pd_xmm_always (-x attach): the C it calls is general-regs-only and leaves
  *     through pd_xmm_call for any probe not FAST (PD_TRAMP_SAVE_XMM=0: never saved),
  *   - calls pd_tramp_entry(regs, site, bias) -> pd_run (reentrancy guard and all),
- *   - gives the private stack back, restores flags (add $0x7f,%al; sahf) and the
- *     caller-saved registers and the site's stack pointer,
+ *   - gives the private stack back, restores flags (add $0x7f,%al; sahf), every
+ *     general register from the pd_regs (a guru-mode handler may have written one:
+ *     `$var = v` of a variable in a register) and the site's stack pointer,
  *   - runs the plan's relocated instructions and jumps back to plan.resume.
  * DF is not restored (C code at a USDT site always runs with DF=0).
  * The register-saving parts differ per arch: pd_stub_frame and pd_fast_frame in
@@ -216,6 +217,7 @@ static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
     pd_regs_from_ucontext(&regs, uc);
     regs.r[PD_DWARF_IP] = (pd_ureg)a->addr;
     pd_tramp_fire(&regs, a->site, a->bias);
+    pd_regs_to_ucontext(uc, &regs);
     pd_uc_set_ip(uc, a->stub + pd_stub_code_off);
 }
 
