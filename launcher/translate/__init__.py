@@ -33,7 +33,7 @@ from .layout import lay_out
 from .limits import Limits
 from .report import exit_report
 from .tables import build_tables
-from .types import infer_types
+from .types import Types, infer_types
 from .warnings import (
     elide_assignments,
     elide_target_statements,
@@ -68,13 +68,16 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               warn: Callable[[ScriptWarning | str], None] | None = None,
               optimize: bool = True, skip_badvars: bool = False,
               symbols: Sequence[tuple[str, str]] = (),
-              elided: Sequence[ScriptWarning] = ()) -> Program:
+              elided: Sequence[ScriptWarning] = (),
+              typed: Callable[[ast.Script, Types], None] | None = None) -> Program:
     """`warn` is given each warning once the script is typed: a script in error gets
     its one error only; `optimize` False is -u, where stap's optimisation rounds, which
     give the warnings about unused and never-assigned variables, do not run;
     `skip_badvars` reads target variables that cannot be read where probed as 0;
     `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding;
-    `elided`: the warnings of elide_probes, given after the others of stap's pass 2."""
+    `elided`: the warnings of elide_probes, given after the others of stap's pass 2;
+    `typed` is given the script as typed (after stap's optimisation) and its Types
+    (-p2 prints them)."""
     limits = Limits.from_defines(defines)
     given = script
     statements: list[ScriptWarning] = []   # side-effect-free target reads elided
@@ -83,6 +86,8 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
         given = script
         script = elide_assignments(script)
     types = infer_types(script, resolution, skip_badvars)
+    if typed is not None:
+        typed(script, types)
     warnings = ([*types.warnings, *statements, *find_warnings(given, elided)]
                 if optimize else [])
     for w in warnings:
