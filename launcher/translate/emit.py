@@ -705,7 +705,7 @@ class Emitter:
         if name in PRINT_FUNCS:
             return self.print_call(e)
         args = [self.expr(a) for a in e.args]
-        now = "pd_fast_gettime_ns" if self.fast else "pd_gettime_ns"
+        now = "pd_fast_gettime_ns(c, " if self.fast else "pd_gettime_ns("
         simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
@@ -714,11 +714,11 @@ class Emitter:
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
-                  "gettimeofday_s": f"({now}(1) / 1000000000)",
-                  "gettimeofday_ms": f"({now}(1) / 1000000)",
-                  "gettimeofday_us": f"({now}(1) / 1000)",
-                  "gettimeofday_ns": f"{now}(1)",
-                  "local_clock_ns": f"{now}(0)",
+                  "gettimeofday_s": f"({now}1) / 1000000000)",
+                  "gettimeofday_ms": f"({now}1) / 1000000)",
+                  "gettimeofday_us": f"({now}1) / 1000)",
+                  "gettimeofday_ns": f"{now}1)",
+                  "local_clock_ns": f"{now}0)",
                   "get_cycles": "(int64_t)pd_cycles()"}
         if name in simple:
             return simple[name]
