@@ -268,6 +268,18 @@ __attribute__((noipa)) PD_FAST_FN void pd_fast_regs(struct pd_regs *regs,
     pd_fast_run(&pd_probes[site->probe], &pd_fenv, site, regs, bias, 1);
 }
 
+/* A fast stub's call for a row whose one probe p is FAST and reads no register but sp
+ * (PD_PROBE_SP, x86_tramp.c): the probe with a pd_regs whose only register is that sp
+ * (a function exit's: after the `ret`, as pd_exit_regs shows it). */
+__attribute__((noipa)) PD_FAST_FN void pd_fast_sp(const struct pd_probe *p,
+                                                 const struct pd_site *site, uintptr_t sp,
+                                                 uintptr_t bias)
+{
+    struct pd_regs regs;
+    regs.r[PD_DWARF_SP] = (pd_ureg)(site->fx & PD_FX_EXIT ? sp + sizeof(pd_ureg) : sp);
+    pd_fast_run(p, &pd_fenv, site, &regs, bias, 1);
+}
+
 static __attribute__((noinline)) PD_FAST_FN void
 pd_run_fast(const struct pd_probe *p, const struct pd_site *site, const struct pd_regs *regs,
             uintptr_t bias)
