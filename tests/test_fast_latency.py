@@ -36,8 +36,8 @@ probe end {{
 {ends}
 }}
 """
-FAMILY = """  printf("== {k}\\n%d %d %d %d %d %d\\n", @count({k}a), @sum({k}a), @min({k}a), @max({k}a),
-         @avg({k}a), @variance({k}a))
+FAMILY = """  printf("== {k}\\n%d %d %d %d %d %d\\n", @count({k}a), @sum({k}a), @min({k}a),
+         @max({k}a), @avg({k}a), @variance({k}a))
   print(@hist_log({k}a))
   printf("%d %d %d\\n", @count({k}b), @sum({k}b), @avg({k}b))
   print(@hist_linear({k}b, -1000, 1000, 100))
