@@ -130,9 +130,10 @@ static const int64_t *pd_entry_peek(uint32_t probe, uintptr_t at)
             return ent[k - 1].v;
     return NULL;
 }}
-static __attribute__((noinline, noclone)) PD_FAST_FN int
-pd_entry_pop_search(struct pd_fast_tls *t, uint32_t probe, uintptr_t at, int64_t *v)
+static PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
 {{
+    uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP] - sizeof(pd_ureg);
+    struct pd_fast_tls *t = c->tls;
     struct pd_entry_frame *ent = t->ent;
     if (PD_UNLIKELY(!ent))
         return 0;
@@ -154,21 +155,6 @@ pd_entry_pop_search(struct pd_fast_tls *t, uint32_t probe, uintptr_t at, int64_t
         return 1;
     }}
     return 0;
-}}
-/* the common case inline: the top frame is this call's, pushed by this probe's entry
- * (nothing below it to drop, nothing above it to move) */
-static inline PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
-{{
-    uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP] - sizeof(pd_ureg);
-    struct pd_fast_tls *t = c->tls;
-    const struct pd_entry_frame *ent = t->ent;
-    uint32_t n = t->ent_n;
-    if (PD_UNLIKELY(!ent || !n || ent[n - 1].at != at || ent[n - 1].probe != probe))
-        return pd_entry_pop_search(t, probe, at, v);
-    for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
-        v[i] = ent[n - 1].v[i];
-    t->ent_n = n - 1;
-    return 1;
 }}
 """.splitlines()
 
