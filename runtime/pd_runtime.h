@@ -210,6 +210,7 @@ extern void pd_init_globals(uint8_t *globals);
 
 /* ---- the handler context ------------------------------------------------ */
 
+struct pd_fast_tls;
 struct pd_ctx {
     const struct pd_probe *probe;
     const struct pd_site *site;   /* NULL outside mark probes */
@@ -221,6 +222,9 @@ struct pd_ctx {
     int nesting;                  /* user function call depth (MAXNESTING) */
     const char *where;            /* the statement running, for error messages */
     int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
+    /* the thread's FAST TLS block (pd_fast_tls): its clock anchor, statistic slot and
+     * @entry frames, one load away for a FAST handler (pd_fast.h, launcher/entry.py) */
+    struct pd_fast_tls *tls;
     /* a probe inside a function: the registers at its entry, by DWARF number, that a
      * hidden entry probe kept (launcher/entry.py); NULL where none did */
     const int64_t *entry_regs;
@@ -294,6 +298,11 @@ struct pd_fast_tls {
     uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
     int pslot; /* pd_pstat.c: 0 not claimed yet, -1 none free (slot 0), k: owns slot k */
     struct pd_clock_anchor clock;
+    /* launcher/entry.py: the thread's stack of @entry frames (laid out by the module),
+     * how many it holds, and whether mapping it failed */
+    void *ent;
+    uint32_t ent_n;
+    int ent_failed;
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
@@ -357,6 +366,7 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
                                           const int *guard)
 {
     c->cslot = ((const struct pd_fast_tls *)(const void *)guard)->cslot; /* busy is first */
+    c->tls = (struct pd_fast_tls *)(uintptr_t)guard;
     c->bias = bias;
     c->globals = globals;
     c->actions = pd_fenv.maxaction;
@@ -364,18 +374,15 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
     c->where = NULL;
 }
 /* What FAST handlers read and feed beyond counter adds (pd_fastval.c): an argument, the
- * return value, a statistic's `<<<`, a keyed add.  Each does the common case with
- * general registers only -- a register or a stack word of the site's own page, the
- * thread's own statistic slot -- and anything else (a memory or DWARF location that may
- * fault, a slot to claim, a keyed table) through pd_fast_slow, with the vector
- * registers saved and a whole context.  Hidden: i386 handlers call them with no PLT. */
+ * return value, a keyed add (a statistic's `<<<` and the clocks: pd_fast.h).  Each does
+ * the common case with general registers only -- a register or a stack word of the
+ * site's own page -- and anything else (a memory or DWARF location that may fault, a
+ * keyed table) through pd_fast_slow, with the vector registers saved and a whole
+ * context.  Hidden: i386 handlers call them with no PLT. */
 struct pd_statdesc;
 struct pd_kstatdesc;
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_arg(struct pd_ctx *c, unsigned index);
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_return(struct pd_ctx *c);
-PD_HIDDEN PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime);
-PD_HIDDEN PD_FAST_FN void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v,
-                                            const struct pd_statdesc *d);
 PD_HIDDEN PD_FAST_FN void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area,
                                             const struct pd_kstatdesc *kd, const uint8_t *key,
                                             int64_t v);
@@ -749,5 +756,7 @@ void pd_action(struct pd_ctx *c, const char *where);
             (c)->error = PD_ERROR_DEFERRED;                                   \
         }                                                                     \
     } while (0)
+
+#include "pd_fast.h"
 
 #endif

@@ -18,6 +18,7 @@ from ...shmlayout.globals import (
     PD_HIST_MAX_BUCKETS,
     PD_PROBE_FAST,
     PD_PROBE_REGS,
+    PD_PROBE_SP,
 )
 from .. import kstat
 from ..elf import dwarf
@@ -744,7 +745,7 @@ class Emitter:
         if name in PRINT_FUNCS:
             return self.print_call(e)
         args = [self.expr(a) for a in e.args]
-        now = "pd_fast_gettime_ns" if self.fast else "pd_gettime_ns"
+        now = "pd_fast_gettime_ns(c, " if self.fast else "pd_gettime_ns("
         simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
@@ -753,11 +754,11 @@ class Emitter:
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
-                  "gettimeofday_s": f"({now}(1) / 1000000000)",
-                  "gettimeofday_ms": f"({now}(1) / 1000000)",
-                  "gettimeofday_us": f"({now}(1) / 1000)",
-                  "gettimeofday_ns": f"{now}(1)",
-                  "local_clock_ns": f"{now}(0)",
+                  "gettimeofday_s": f"({now}1) / 1000000000)",
+                  "gettimeofday_ms": f"({now}1) / 1000000)",
+                  "gettimeofday_us": f"({now}1) / 1000)",
+                  "gettimeofday_ns": f"{now}1)",
+                  "local_clock_ns": f"{now}0)",
                   "get_cycles": "(int64_t)pd_cycles()"}
         if name in simple:
             return simple[name]
@@ -1251,7 +1252,8 @@ def _entry_handler(tr: Unit, pi: int, scope: Scope,
                    nodes: list[ast.Expr]) -> tuple[list[str], int]:
     """The hidden entry handler of a .return probe using @entry (entry.py), and its
     pd_probes.locks: the globals lock, or FAST (fast.py) and PD_PROBE_REGS (the push
-    reads sp) when every value is a FAST value."""
+    reads sp; PD_PROBE_SP where no value reads the context) when every value is a FAST
+    value."""
     operands = [n.operand if isinstance(n, ast.Entry) else n for n in nodes]
     scope.in_entry = True
     try:
@@ -1267,11 +1269,19 @@ def _entry_handler(tr: Unit, pi: int, scope: Scope,
         em.line(f"pd_entry_push(c, {pi}, v_);")
     finally:
         scope.in_entry = False
-    locks = PD_PROBE_FAST | PD_PROBE_REGS if fast else int(em.needs_lock)
+    locks = _fast_locks(check.reads_context, True) if fast else int(em.needs_lock)
     return (["", *(where_table(pi, em.wheres, "_entry") if em.wheres is not None else []),
              f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}_entry(struct pd_ctx *c)",
              "{", *em.local_decls(set()), *em.decls, *_match_decls(tr, fast), *em.lines,
              "out:", "    return;", "}"], locks)
+
+
+def _fast_locks(reads_context: bool, entry_frames: bool) -> int:
+    """pd_probes.locks of a FAST handler: PD_PROBE_REGS when it reads a context value or
+    pushes or pops `@entry` frames, which are found by the stack pointer alone: then,
+    reading nothing else, also PD_PROBE_SP."""
+    regs = PD_PROBE_REGS if reads_context or entry_frames else 0
+    return PD_PROBE_FAST | regs | (PD_PROBE_SP if entry_frames and not reads_context else 0)
 
 
 def _match_decls(tr: Unit, fast: bool) -> list[str]:
@@ -1420,8 +1430,8 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         local_decls = [*em.local_decls(set()), *em.decls]
         assert not fast or all(d.lstrip().startswith("uint8_t t") for d in local_decls), \
             "a FAST handler has no local but key buffers"
-        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
-                     | (PD_PROBE_REGS if fast and (check.reads_context or entries_of[pi]) else 0))
+        locks.append(int(em.needs_lock)
+                     | (_fast_locks(check.reads_context, bool(entries_of[pi])) if fast else 0))
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]
