@@ -755,9 +755,6 @@ class Types:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
-                if isinstance(a, ast.HistOp) and name.startswith("s"):
-                    raise _err(f"{name}() of a histogram is not supported: the launcher "
-                               "draws histograms", a, "print() it instead")
                 if self._infer(a, scope) == STAT:
                     raise _err("a statistic has no value to print", a,
                                "print @count(x), @sum(x), @min(x), @max(x), @avg(x) "
@@ -788,6 +785,8 @@ class Types:
         if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
+            if name == "fp_to_long" and len(e.args) == 3:   # stap's (fp, mode, exact)
+                params = (LONG, LONG, LONG)
             if name == "ctime" and not e.args:
                 params = ()
             # stap's two-argument forms: a default for an unreadable address

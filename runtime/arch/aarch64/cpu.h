@@ -26,4 +26,6 @@ static inline uint64_t pd_cycles(void)
 #define PD_FAST_FN
 #define PD_FAST_UNIT
 
+/* Double arithmetic is IEEE's, rounded at every step: nothing to ask (pd_fp.c). */
+#define PD_IEEE_FN
 #endif

@@ -10,4 +10,6 @@
 
 #include "../x86/cpu.h"
 
+/* Double arithmetic is IEEE's, rounded at every step (SSE2): nothing to ask (pd_fp.c). */
+#define PD_IEEE_FN
 #endif
