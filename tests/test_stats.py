@@ -15,7 +15,6 @@ import pytest
 
 from pydyn.launcher.stats import (
     HIST_LOG_BUCKET0,
-    HIST_LOG_BUCKETS,
     StatSummary,
     StatValue,
     format_global_exit,
