@@ -14,11 +14,10 @@ exact)` is SoftFloat's f64_to_i64.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import build_c, run_pydyn, run_pydyn_clean
+from cbuild import PROGS, abi_program_fixture, run_pydyn, run_pydyn_clean
 
 # (text, precision, what stap's fp_to_string(string_to_fp(text), precision) gives)
 CASES = [
@@ -44,12 +43,6 @@ LONG_CASES = [  # fp_to_long(string_to_fp(text), mode, 0) for modes 0..6
     ("-9223372036854775808", [-2**63] * 7),
 ]
 
-PROG_C = r"""
-#include <sys/sdt.h>
-int main(void) { DTRACE_PROBE(fpt, go); return 0; }
-"""
-
-
 def script(head: str) -> str:
     lines = [f'  println(fp_to_string(string_to_fp("{t}"), {p}))' for t, p, _ in CASES]
     for t, _ in LONG_CASES:
@@ -69,13 +62,7 @@ def expected() -> str:
     return "\n".join(out) + "\n"
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
-    d = tmp_path_factory.mktemp("fpt")
-    (d / "fpt.c").write_text(PROG_C)
-    m32 = request.param == "m32"
-    return build_c(d / "fpt.c", d / f"fpt_{request.param}", m32=m32, extra=sdt_cflags(m32))
+prog = abi_program_fixture(PROGS / "fp_go.c", "fp_go", "prog")
 
 
 def test_conversions_in_the_target(prog: Path, cache: Path) -> None:

@@ -14,11 +14,9 @@ visit_stat_op and visit_print_format).
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-from cbuild import build_c, run_pydyn, run_pydyn_clean
+from cbuild import PROGS, abi_program_fixture, run_pydyn, run_pydyn_clean
 from histdraw import draw, draw_linear, draw_log
 
 from pydyn.launcher.stats import (
@@ -28,20 +26,6 @@ from pydyn.launcher.stats import (
     hist_log_bucket,
 )
 
-PROG_C = r"""
-#include <stdlib.h>
-#include <sys/sdt.h>
-int main(int argc, char **argv) {
-    int n = argc > 1 ? atoi(argv[1]) : 123;
-    for (int i = 0; i < n; i++) {
-        long v = (1L << (i % 31)) + i;   /* a register of either ABI */
-        DTRACE_PROBE2(hs, v, v, i % 3);
-    }
-    DTRACE_PROBE(hs, done);
-    return 0;
-}
-"""
-
 N = 123
 
 
@@ -49,13 +33,7 @@ def values() -> list[int]:
     return [(1 << (i % 31)) + i for i in range(N)]
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
-         sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
-    d = tmp_path_factory.mktemp("hs")
-    (d / "hs.c").write_text(PROG_C)
-    m32 = request.param == "m32"
-    return build_c(d / "hs.c", d / f"hs_{request.param}", m32=m32, extra=sdt_cflags(m32))
+prog = abi_program_fixture(PROGS / "hist_values.c", "hist_values", "prog")
 
 
 def test_sprint_in_the_target_is_print_s_drawing(prog: Path, cache: Path) -> None:
