@@ -359,6 +359,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "fp_eq": (("a", "b"), "1 if double a == b",
             Example('println(fp_eq(string_to_fp("0.5"), fp_div(long_to_fp(1), long_to_fp(2))))',
                     "1")),
+        "fp_sqrt": (("d",), "the square root of double d (IEEE's, as stap's SoftFloat)",
+            Example('println(fp_to_string(fp_sqrt(long_to_fp($arg1 * 42)), 1))', "42.0")),
         "fp32_to_fp64": (("f",), "an IEEE float's bits as a double's",
             Example('println(fp_to_string(fp32_to_fp64(0x3fc00000), 2))', "1.50")),
         "long_to_fp": (("n",), "n as a double",

@@ -50,6 +50,9 @@ PD_IEEE_FN int64_t pd_fp32_to_fp64(int64_t v)
 
 PD_IEEE_FN int64_t pd_long_to_fp(int64_t v) { return pd_bits((double)v); }
 
+/* SoftFloat's f64_sqrt: IEEE's, which the CPU's instruction is (pd_arch.h) */
+PD_IEEE_FN int64_t pd_fp_sqrt(int64_t v) { return pd_bits(pd_cpu_sqrt(pd_fp(v))); }
+
 /* SoftFloat's f64_to_i64(a, mode, exact) on the bits: modes 0 nearest even, 1 toward
  * zero, 2 down, 3 up, 4 nearest away from zero, any other toward zero (stap's build
  * has no round-to-odd); out of range INT64_MAX or INT64_MIN by the sign, a NaN 0.

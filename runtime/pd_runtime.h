@@ -704,6 +704,7 @@ int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s);
 int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);
+int64_t pd_fp_sqrt(int64_t v);
 int64_t pd_fp_to_long(int64_t v, int64_t mode);
 int64_t pd_string_to_fp(struct pd_ctx *c, const char *s);
 char *pd_fp_to_string(char *dst, int64_t v, int64_t precision);

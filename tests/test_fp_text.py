@@ -8,7 +8,7 @@ part of the number divided by ten until it is below 1e18 (then `eN`), the fracti
 digits each cut toward zero and the last one raised alone (so 0.96 to one digit is
 "0.10").  The expected texts below were worked out by hand from that algorithm in IEEE
 doubles; systemtap.base/floatingpoint.exp has more of them.  `fp_to_long(fp, mode,
-exact)` is SoftFloat's f64_to_i64.
+exact)` is SoftFloat's f64_to_i64, `fp_sqrt` its (IEEE's) square root.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ def script(head: str) -> str:
     lines.append('  println(fp_to_long(fp_div(long_to_fp(0), long_to_fp(0)), 0, 0), " ", '
                  'fp_to_string(fp_div(long_to_fp(0), long_to_fp(0)), 2), " ", '
                  'fp_to_long(string_to_fp("-7.9")))')
+    lines.append('  println(fp_to_string(fp_sqrt(long_to_fp(2)), 15), " ", '
+                 'fp_to_string(fp_sqrt(long_to_fp(-1)), 1), " ", '
+                 'fp_to_string(fp_sqrt(string_to_fp("6.25e36")), 2))')
     return f"{head} {{\n" + "\n".join(lines) + "\n}\n"
 
 
@@ -59,6 +62,8 @@ def expected() -> str:
     out = [want for _, _, want in CASES]
     out += [" ".join(str(v) for v in vals) for _, vals in LONG_CASES]
     out.append("0 NaN -7")
+    # IEEE's square root (SoftFloat's f64_sqrt); 6.25e36 as str_to_f64 makes it
+    out.append("1.414213562373095 NaN 249999999999999936.00e1")
     return "\n".join(out) + "\n"
 
 

@@ -825,7 +825,7 @@ class Emitter:
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:
             return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
-        if name in ("fp32_to_fp64", "long_to_fp"):
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_sqrt"):
             return f"pd_{name}({args[0]})"
         if name == "string_to_fp":
             return f"(c->where = {_where(e)}, pd_string_to_fp(c, {args[0]}))"

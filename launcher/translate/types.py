@@ -89,7 +89,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
-    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG),
+    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG), "fp_sqrt": ((LONG,), LONG),
     "fp_to_long": ((LONG,), LONG), "string_to_fp": ((STRING,), LONG),
     "fp_to_string": ((LONG, LONG), STRING),
     "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
