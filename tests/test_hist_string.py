@@ -144,3 +144,9 @@ probe process("{prog}").mark("done") {{
 """
     out = run_pydyn_clean(cache, "-e", script, "-c", str(prog)).stdout
     assert out == f"0 0 {N // 3} {N // 3}\nmax: empty aggregate\n"
+
+
+def test_hist_width_takes_a_number(cache: Path) -> None:
+    r = run_pydyn(cache, "-D", "HIST_WIDTH=wide", "-e", "probe begin { exit() }")
+    assert r.returncode == 1
+    assert r.stderr.startswith("pydyn: error: -D HIST_WIDTH=wide: HIST_WIDTH takes a number")
