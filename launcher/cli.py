@@ -260,7 +260,7 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 
 _LIMITS = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
            "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
-           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE"}
+           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE", "HIST_WIDTH"}
 
 
 def _check_defines(defines: Sequence[str]) -> list[str]:

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <stdlib.h>
 
+#include "pd_hist.h"
 #include "pd_runtime.h"
 
 /* struct pd_map_hdr and struct pd_map_ent: pd_shm.h (shmlayout/globals.py) */
@@ -413,21 +414,41 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)
     return 0;
 }
 
-/* A histogram goes to the launcher as a record of its buckets; the launcher
- * draws it in stap's ASCII format. */
+static uint32_t pd_hist_buckets(const struct pd_statdesc *d)
+{
+    uint32_t n = d->hist_log ? PD_HIST_LOG_BUCKETS
+                             : (uint32_t)((d->hi - d->lo) / d->step + 3);
+    return n > PD_HIST_MAX_BUCKETS ? PD_HIST_MAX_BUCKETS : n;
+}
+
+/* print(@hist_*(x)): a record of the buckets, which the launcher draws with
+ * pd_hist_draw (pd_launcher_hist_draw) or, under --json, writes as they are.  s is
+ * NULL for an array element that does not exist: stap's empty aggregate too. */
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id)
 {
-    if (s->count == 0) {
+    if (!s || s->count == 0) {
         pd_error(c, "empty aggregate");
         return;
     }
-    uint32_t n = d->hist_log ? PD_HIST_LOG_BUCKETS
-                             : (uint32_t)((d->hi - d->lo) / d->step + 3);
-    if (n > PD_HIST_MAX_BUCKETS)
-        n = PD_HIST_MAX_BUCKETS;
+    uint32_t n = pd_hist_buckets(d);
     pd_rec_open(c, PD_REC_PRINTF, fmt_id, (uint16_t)n);
     for (uint32_t i = 0; i < n; i++)
         pd_rec_i64(c, s->hist[i]);
     pd_rec_close(c);
+}
+
+/* sprint(@hist_*(x)): the drawing print() gives, cut to a string's MAXSTRINGLEN - 1
+ * bytes as stap cuts it. */
+char *pd_stat_sprint_hist(struct pd_ctx *c, char *dst, const struct pd_stat *s,
+                          const struct pd_statdesc *d)
+{
+    dst[0] = 0;
+    if (!s || s->count == 0) {
+        pd_error(c, "empty aggregate");
+        return dst;
+    }
+    pd_hist_draw(dst, MAXSTRINGLEN, s->hist, pd_hist_buckets(d), d->hist_log, d->lo, d->step,
+                 HIST_WIDTH, HIST_ELISION);
+    return dst;
 }

@@ -553,6 +553,8 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
+char *pd_stat_sprint_hist(struct pd_ctx *c, char *dst, const struct pd_stat *s,
+                          const struct pd_statdesc *d);
 
 /* Per-thread statistic slots (pd_pstat.c): a statistic only ever added to takes
  * 1 + PD_PSTAT_SLOTS slots of PD_PSTAT_SLOT_SIZE bytes, a struct pd_pslot_head then a
@@ -720,11 +722,13 @@ static inline uint64_t pd_merge_bits(uint64_t old, uint64_t v, unsigned shift, u
     uint64_t mask = (width >= 64 ? ~0ull : (1ull << width) - 1) << shift;
     return (old & ~mask) | ((v << shift) & mask);
 }
+/* stap's floatingpoint tapset (pd_fp.c) */
 int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);
-int64_t pd_fp_to_long(int64_t v);
-int64_t pd_string_to_fp(const char *s);
+int64_t pd_fp_sqrt(int64_t v);
+int64_t pd_fp_to_long(int64_t v, int64_t mode);
+int64_t pd_string_to_fp(struct pd_ctx *c, const char *s);
 char *pd_fp_to_string(char *dst, int64_t v, int64_t precision);
 void pd_sf_lit(char *dst, const char *s);
 int64_t pd_sf_clamp(int64_t v);

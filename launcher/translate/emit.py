@@ -310,9 +310,11 @@ class Emitter:
                 shift = self.tr.plan.variance_shift.get(_stat_name(e.operand), 0)
                 read = (f"pd_stat_variance(c, s_, {shift}, "
                         f"{int(isinstance(e.operand, ast.Index))})")
-            return (f"({{ const struct pd_stat *s_ = {sp}; "
-                    f"s_ ? {read} "
-                    f": (pd_error(c, \"empty aggregate\"), 0); }})")
+            # an array element that does not exist (never added to, or deleted): stap's
+            # @count and @sum are 0, the others an empty aggregate
+            missing = "0" if e.op in ("count", "sum") else \
+                '(pd_error(c, "empty aggregate"), 0)'
+            return f"({{ const struct pd_stat *s_ = {sp}; s_ ? {read} : {missing}; }})"
         if isinstance(e, ast.Call):
             return self.call(e)
         if isinstance(e, ast.RegexMatch):
@@ -863,8 +865,16 @@ class Emitter:
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:
             return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
-        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long", "string_to_fp"):
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_sqrt"):
             return f"pd_{name}({args[0]})"
+        if name == "string_to_fp":
+            return f"(c->where = {_where(e)}, pd_string_to_fp(c, {args[0]}))"
+        if name == "fp_to_long":
+            if len(args) == 1:   # pydyn's short form: toward zero
+                return f"pd_fp_to_long({args[0]}, 1)"
+            # stap's (fp, roundingMode, exact): `exact` raises a flag nothing reads
+            return (f"({{ int64_t f_ = {args[0]}, m_ = {args[1]}; (void)({args[2]}); "
+                    "pd_fp_to_long(f_, m_); })")
         if name == "fp_to_string":
             return f"pd_fp_to_string({self.strtemp()}, {args[0]}, {args[1]})"
         if name == "tokenize":
@@ -910,7 +920,8 @@ class Emitter:
             else:
                 sep = ""
             if len(args) == 1 and isinstance(args[0], ast.HistOp):
-                return self.print_hist(args[0], newline=name.endswith("ln"))
+                # stap's print_format of a histogram: println and sprintln add no newline
+                return self.print_hist(args[0], to_string=name.startswith("s"))
             pieces = [("%s" if self.type_of(a) == STRING else "%d") for a in args]
             text = sep.join(pieces) + ("\n" if name.endswith("ln") else "")
             spec = parse_format(text, e.loc)
@@ -940,19 +951,20 @@ class Emitter:
         parts.append("pd_rec_close(c)")
         return "(" + ", ".join(parts) + ", 0)"
 
-    def print_hist(self, h: ast.HistOp, newline: bool) -> str:
+    def print_hist(self, h: ast.HistOp, to_string: bool) -> str:
         var = self.tr.globals[h.operand.name] if isinstance(h.operand, ast.Symbol) else (
             self.tr.globals[h.operand.base.name]
             if isinstance(h.operand, ast.Index) and isinstance(h.operand.base, ast.Symbol)
             else None)
         if var is None:
             raise _err("histograms need a global statistic", h)
+        sp = self.stat_ptr(h.operand)
+        if to_string:   # drawn here (pd_hist.c), as the launcher draws a printed one
+            return f"pd_stat_sprint_hist(c, {self.strtemp()}, {sp}, &sd_{var.name})"
         fmt = (HistFormat("log") if h.kind == "log" else
                HistFormat("linear", *h.params))
         fid = self.tr.format_id(fmt)
-        sp = self.stat_ptr(h.operand)
-        return (f"({{ const struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
-                f"&sd_{var.name}, {fid}); 0; }})")
+        return f"(pd_stat_emit_hist(c, {sp}, &sd_{var.name}, {fid}), 0)"
 
     def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
         """sprintf in the probe, with stap's formatting rules (pd_sf_* in pd_string.c)."""

@@ -89,7 +89,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
-    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG),
+    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG), "fp_sqrt": ((LONG,), LONG),
     "fp_to_long": ((LONG,), LONG), "string_to_fp": ((STRING,), LONG),
     "fp_to_string": ((LONG, LONG), STRING),
     "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
@@ -794,9 +794,6 @@ class Types:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
-                if isinstance(a, ast.HistOp) and name.startswith("s"):
-                    raise _err(f"{name}() of a histogram is not supported: the launcher "
-                               "draws histograms", a, "print() it instead")
                 if self._infer(a, scope) == STAT:
                     raise _err("a statistic has no value to print", a,
                                "print @count(x), @sum(x), @min(x), @max(x), @avg(x) "
@@ -827,6 +824,8 @@ class Types:
         if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
+            if name == "fp_to_long" and len(e.args) == 3:   # stap's (fp, mode, exact)
+                params = (LONG, LONG, LONG)
             if name == "ctime" and not e.args:
                 params = ()
             # stap's two-argument forms: a default for an unreadable address
