@@ -425,6 +425,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if opts.pass_ == 3:
         sys.stdout.write(program.c_source)
         return None
+    if program.build_error is not None:
+        raise program.build_error
     required = set(program.required_abis) | {"m64"}
     if target_path is not None:
         from .session import target_abi

@@ -838,6 +838,11 @@ class Emitter:
             assert isinstance(size_lit, ast.NumberLiteral)
             return (f"(c->where = {_where(e)}, "
                     f"pd_user_read(c, {args[1]}, {size_lit.value}, 0))")
+        if name in ("@uregister", "@kregister"):
+            regno = e.args[0]
+            assert isinstance(regno, ast.NumberLiteral)
+            return (f"(c->where = {_where(e)}, "
+                    f"pd_uregno(c, INT64_C({regno.value}), {int(name == '@uregister')}))")
         if name in USER_READS:
             size, signed = USER_READS[name]
             size_c = "sizeof(long)" if size == 0 else str(size)
