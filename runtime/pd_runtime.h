@@ -499,6 +499,7 @@ struct pd_mapdesc {
     uint8_t key_types[PD_MAX_KEYS];
     const struct pd_statdesc *stat;
     uint32_t wrap;         /* `global a%`: a full array drops its oldest entry */
+    uint32_t sized;        /* `global a[N]`: an overflow names N, else MAXMAPENTRIES */
 };
 
 /* struct pd_stat lives in the segment: pd_shm.h (shmlayout/globals.py). */
@@ -703,7 +704,7 @@ int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);
 int64_t pd_fp_to_long(int64_t v);
-int64_t pd_string_to_fp(const char *s);
+int64_t pd_string_to_fp(struct pd_ctx *c, const char *s);
 char *pd_fp_to_string(char *dst, int64_t v, int64_t precision);
 void pd_sf_lit(char *dst, const char *s);
 int64_t pd_sf_clamp(int64_t v);

@@ -2,6 +2,7 @@
  * MAXSTRINGLEN bytes; results are truncated to it, as in stap. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,11 +489,94 @@ int64_t pd_fp32_to_fp64(int64_t v)
 
 int64_t pd_long_to_fp(int64_t v) { return pd_bits((double)v); }
 int64_t pd_fp_to_long(int64_t v) { return (int64_t)pd_fp(v); }
-int64_t pd_string_to_fp(const char *s) { return pd_bits(strtod(s, NULL)); }
+/* string_to_fp and fp_to_string as stap's softfloat runtime (str_to_f64, f64_to_str)
+ * computes them, one IEEE double operation at a time (volatile: i386's x87 rounds each
+ * to a double as SSE does), so the digits are stap's: the value is read digit by digit
+ * and divided by the power of ten of its fraction; a number of 1e18 or more is printed
+ * as its first digits and `eN`; each fraction digit is cut, the last rounded by the next. */
+int64_t pd_string_to_fp(struct pd_ctx *c, const char *s)
+{
+    volatile double value = 0, power = 1, exp10 = 0;
+    double sign = *s == '-' ? -1.0 : 1.0;
+    if (*s == '-' || *s == '+')
+        s++;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        value = value * 10.0;
+        value = value + (double)(*s - '0');
+    }
+    if (*s == '.')
+        s++;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        value = value * 10.0;
+        value = value + (double)(*s - '0');
+        power = power * 10.0;
+    }
+    if (*s == 'e' || *s == 'E') {
+        s++;
+        int negative = *s == '-';
+        if (*s == '-' || *s == '+')
+            s++;
+        for (; *s >= '0' && *s <= '9'; s++) {
+            exp10 = exp10 * 10.0;
+            exp10 = exp10 + (double)(*s - '0');
+        }
+        for (; exp10 != 0; exp10 = exp10 - 1.0)
+            power = negative ? power * 10.0 : power / 10.0;
+    }
+    if (*s) {
+        pd_error(c, "invalid format");
+        return 0;
+    }
+    volatile double q = value / power;
+    return pd_bits(sign * q);
+}
+
+/* Appends the decimal digits of v to dst (of MAXSTRINGLEN). */
+static void pd_fp_digits(char *dst, uint64_t v)
+{
+    size_t n = strlen(dst);
+    snprintf(dst + n, MAXSTRINGLEN - n, "%llu", (unsigned long long)v);
+}
 
 char *pd_fp_to_string(char *dst, int64_t v, int64_t precision)
 {
-    snprintf(dst, MAXSTRINGLEN, "%.*f", (int)(precision < 0 ? 6 : precision > 50 ? 50 : precision),
-             pd_fp(v));
+    double a = pd_fp(v);
+    dst[0] = 0;
+    if (isinf(a) || isnan(a)) {
+        pd_strcpy(dst, isnan(a) ? "NaN" : a < 0 ? "-Infinity" : "Infinity");
+        return dst;
+    }
+    if (signbit(a))
+        pd_strcpy(dst, "-");
+    volatile double pos = a < 0 ? -a : a, frac;
+    int e10 = 0;
+    while (pos >= 1e18) {
+        pos = pos / 10.0;
+        e10++;
+    }
+    int64_t ipart = (int64_t)pos;
+    frac = pos - (double)ipart;
+    pd_fp_digits(dst, (uint64_t)ipart);
+    if (precision > 0) {
+        size_t n = strlen(dst);
+        snprintf(dst + n, MAXSTRINGLEN - n, ".");
+        for (int64_t i = 0; i < precision - 1 && strlen(dst) < MAXSTRINGLEN - 24; i++) {
+            frac = frac * 10.0;
+            int64_t d = (int64_t)frac;
+            pd_fp_digits(dst, (uint64_t)d);
+            frac = frac - (double)d;
+        }
+        frac = frac * 10.0;
+        int64_t last = (int64_t)frac;
+        frac = frac - (double)last;
+        frac = frac * 10.0;
+        if ((int64_t)frac >= 5)
+            last++;
+        pd_fp_digits(dst, (uint64_t)last);
+    }
+    if (e10) {
+        size_t n = strlen(dst);
+        snprintf(dst + n, MAXSTRINGLEN - n, "e%d", e10);
+    }
     return dst;
 }

@@ -530,6 +530,61 @@ probe end {{ printf("errors %d\\n", errors) }}'''
     assert rc == 1 and f"ERROR: {fault} near operator '@uregister'" in err, err
 
 
+def test_embedded_c_memory_macros_of_stap(cache: Path, target: Path) -> None:
+    # stap's kread/kwrite (its dyninst runtime's: the probed process's memory), uread,
+    # and DEREF_FAULT/CATCH_DEREF_FAULT in a guru function: a fault is the call's error
+    script = f'''
+function peek:long (addr:long) %{{
+  STAP_RETVALUE = kread((const uint8_t *)(uintptr_t)STAP_ARG_addr); CATCH_DEREF_FAULT();
+%}}
+function poke:long (addr:long, v:long) %{{
+  kwrite((uint8_t *)(uintptr_t)STAP_ARG_addr, STAP_ARG_v); CATCH_DEREF_FAULT();
+%}}
+function same_pointer:long () %{{
+  const void *p = &systemtap_module_init; STAP_RETVALUE = (uread(&p) == p);
+%}}
+function bad:long () %{{ STAP_RETVALUE = uread((uint32_t *)8); CATCH_DEREF_FAULT(); %}}
+probe process("{target}").mark("word") {{
+  poke($arg1, 90)
+  printf("%d %s %d\\n", peek($arg1 + 1), user_string($arg1), same_pointer())
+  try {{ bad() }} catch (msg) {{ println(msg) }}
+  try {{ poke(8, 1) }} catch (msg) {{ println(msg) }}
+}}'''
+    rc, out, err = run(cache, script, "-g", "-c", f"{target} 0 abc")
+    assert rc == 0, err
+    assert out.splitlines()[-3:] == ["98 Zbc 1", "read fault [man error::fault] at 0x8",
+                                     "user memory write fault at 0x8 (1 bytes)"], out
+
+
+def test_fp_strings_are_stap_s_digits(cache: Path, target: Path) -> None:
+    # string_to_fp and fp_to_string compute as stap's softfloat runtime does, one double
+    # operation at a time (also in a 32-bit process): 1e18 and more print their first
+    # digits and eN; fraction digits are cut, the last rounded by the next
+    script = f'''probe process("{target}").mark("done") {{
+  println(fp_to_string(string_to_fp("89898298323423423423987293485342893.00000001"), 10))
+  println(fp_to_string(string_to_fp("9223372036854775807"), 0))
+  println(fp_to_string(string_to_fp("-0.00001"), 8), " ", fp_to_string(string_to_fp("2.5e-3"), 4),
+          " ", fp_to_string(string_to_fp("1.5E2"), 1), " ", fp_to_string(string_to_fp("0.66666"), 3))
+  try {{ println(string_to_fp("1.5x")) }} catch (msg) {{ println(msg) }}
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-4:] == ["898982983234234624.0000000000e17", "922337203685477760e1",
+                                     "-0.00001000 0.0025 150.0 0.667", "invalid format"], out
+
+
+def test_shift_by_a_literal_count_of_zero_or_less_is_the_value(cache: Path, target: Path) -> None:
+    # stap folds `x << -2` (a literal count of 0 or less) to x; a count computed at run
+    # time is taken modulo 64
+    script = f'''probe process("{target}").mark("done") {{
+  n = $arg1 - 3
+  printf("%d %d %d %d %d\\n", $arg1 << -2, -4096 >> -3, $arg1 << 0, $arg1 << n, 1 << (n + 64))
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert rc == 0, err
+    assert out.splitlines()[-1] == f"1 -4096 1 {1 << 62} {1 << 62}", out
+
+
 def test_parameter_typed_by_its_body_in_an_uncalled_function(cache: Path, target: Path) -> None:
     # -u keeps a function nobody calls: its parameter's type comes from its body
     script = f'''function quoted(s) {{ return "<" . s . ">" }}

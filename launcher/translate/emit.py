@@ -442,6 +442,11 @@ class Emitter:
             return f"pd_mod(c, {a}, {b}, {_where(e)})"
         if e.op in ("+", "-", "*"):
             return f"(int64_t)((uint64_t)({a}) {e.op} (uint64_t)({b}))"
+        count = _literal_int(e.right)
+        if e.op in ("<<", ">>") and count is not None and count <= 0:
+            # stap folds a shift by a literal count of 0 or less to the value shifted
+            # (elaborate.cxx); a count it computes at run time is taken modulo 64
+            return f"({a})"
         if e.op == "<<":
             return f"(int64_t)((uint64_t)({a}) << (({b}) & 63))"
         if e.op == ">>":
@@ -823,7 +828,9 @@ class Emitter:
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:
             return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
-        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long", "string_to_fp"):
+        if name == "string_to_fp":
+            return f"(c->where = {_where(e)}, pd_string_to_fp(c, {args[0]}))"
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long"):
             return f"pd_{name}({args[0]})"
         if name == "fp_to_string":
             return f"pd_fp_to_string({self.strtemp()}, {args[0]}, {args[1]})"
@@ -1253,6 +1260,15 @@ def _match_decls(tr: Unit, fast: bool) -> list[str]:
             "    c->match = &m_;"]
 
 
+def _literal_int(e: ast.Expr) -> int | None:
+    """The value of a number literal, negated or not."""
+    if isinstance(e, ast.NumberLiteral):
+        return e.value
+    if isinstance(e, ast.Unary) and e.op == "-" and isinstance(e.operand, ast.NumberLiteral):
+        return -e.operand.value
+    return None
+
+
 def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
     """The initializer of an array's struct pd_mapdesc, for values of `value_size`."""
     assert var.array is not None
@@ -1263,7 +1279,8 @@ def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
     return (f"{_c_string(var.name)}, {tr.limits.capacity(var)}, {tr.limits.max_entries(var)}, "
             f"{len(var.array.keys)}, {key_size}, {value_size}, "
             f"{ENTRY_HEAD + key_size + value_size}, "
-            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}")
+            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}, "
+            f"{int(bool(var.decl and var.decl.size))}")
 
 
 def _kstat_merge(var: GlobalVar, ptr: str) -> str:
