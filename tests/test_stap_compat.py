@@ -563,8 +563,9 @@ def test_fp_strings_are_stap_s_digits(cache: Path, target: Path) -> None:
     script = f'''probe process("{target}").mark("done") {{
   println(fp_to_string(string_to_fp("89898298323423423423987293485342893.00000001"), 10))
   println(fp_to_string(string_to_fp("9223372036854775807"), 0))
-  println(fp_to_string(string_to_fp("-0.00001"), 8), " ", fp_to_string(string_to_fp("2.5e-3"), 4),
-          " ", fp_to_string(string_to_fp("1.5E2"), 1), " ", fp_to_string(string_to_fp("0.66666"), 3))
+  println(fp_to_string(string_to_fp("-0.00001"), 8), " ",
+          fp_to_string(string_to_fp("2.5e-3"), 4), " ",
+          fp_to_string(string_to_fp("1.5E2"), 1), " ", fp_to_string(string_to_fp("0.66666"), 3))
   try {{ println(string_to_fp("1.5x")) }} catch (msg) {{ println(msg) }}
 }}'''
     rc, out, err = run(cache, script, "-c", f"{target} 1")
