@@ -124,7 +124,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the probes' output to FILE instead of stdout")
     p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
                    help="initial value of global NAME (a number or a string)")
-    p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
+    p.add_argument("-w", dest="no_warnings", action="store_true",
+                   help="suppress warnings (the script's warn() too: counted, not printed)")
     p.add_argument("-W", dest="werror", action="store_true",
                    help="treat warnings as errors: the first one is the error, exit 1 "
                         "(with -w there are none, as in stap)")

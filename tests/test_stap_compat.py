@@ -586,6 +586,25 @@ def test_shift_by_a_literal_count_of_zero_or_less_is_the_value(cache: Path, targ
     assert out.splitlines()[-1] == f"1 -4096 1 {1 << 62} {1 << 62}", out
 
 
+def test_w_drops_warn_output_and_suppress_time_limits_lifts_maxaction(cache: Path,
+                                                                      target: Path) -> None:
+    # -w: the script's warn() is not printed (stap's dyninst runtime drops it);
+    # --suppress-time-limits (only with -g): no MAXACTION, as stap's
+    # STAP_SUPPRESS_TIME_LIMITS_ENABLE
+    script = f'''probe process("{target}").mark("done") {{
+  warn("careful")
+  for (i = 0; i < 5000; i++) {{ }}
+  println(i)
+}}'''
+    rc, out, err = run(cache, script, "-c", f"{target} 1")
+    assert rc == 1 and "WARNING: careful" in err and "MAXACTION exceeded" in err, err
+    rc, out, err = run(cache, script, "-w", "-g", "--suppress-time-limits", "-c", f"{target} 1")
+    assert rc == 0 and out.splitlines()[-1] == "5000", err
+    assert "careful" not in err, err
+    rc, out, err = run(cache, script, "--suppress-time-limits", "-p1")
+    assert rc == 1 and "--suppress-time-limits requires guru mode (-g)" in err, err
+
+
 def test_parameter_typed_by_its_body_in_an_uncalled_function(cache: Path, target: Path) -> None:
     # -u keeps a function nobody calls: its parameter's type comes from its body
     script = f'''function quoted(s) {{ return "<" . s . ">" }}
