@@ -365,9 +365,13 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
             Example('println(fp_to_string(long_to_fp($arg1), 2))', "42.00")),
         "fp_to_long": (("d",), "double d truncated to an integer",
             Example('println(fp_to_long(string_to_fp("2.75")))', "2")),
-        "string_to_fp": (("s",), "the decimal number in s as a double",
+        "string_to_fp": (("s",), "the decimal number in s (`[-+]digits[.digits][e[-+]N]`) "
+                         "as a double, computed digit by digit as stap's softfloat does; "
+                         "anything else is the error `invalid format`",
             Example('println(fp_to_string(string_to_fp("3.14159"), 2))', "3.14")),
-        "fp_to_string": (("d", "precision"), "double d in decimal with precision digits",
+        "fp_to_string": (("d", "precision"), "double d in decimal with precision digits, "
+                         "as stap prints it: each digit cut, the last rounded by the next; "
+                         "1e18 and more as its first 18 digits and `eN`",
             Example('println(fp_to_string(fp_div(long_to_fp(1), long_to_fp(3)), 4))', "0.3333")),
     }),
     ("Symbols and backtraces", {
