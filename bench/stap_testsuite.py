@@ -23,6 +23,8 @@ this checkout's .venv/bin/pydyn:
   switch, source, objcopy): exelib.exp builds its program/library variants and sources
   every subtest's .tcl for each (the runner enables all of them); a .tcl's spawned stap
   is judged as expect would count its patterns, then by the .tcl's own pass/fail checks.
+  The systemtap.base .exp files of FULL_TCL_EXPS are read so too: each spawned stap is
+  one test, judged by the commands after its expect block up to the next spawn.
 - The SDT tests of systemtap.base (sdt, sdt_va_args, sdt_casm, sdt_asm, and the types part
   of sdt_misc): each program is built as its .exp builds it, once per flag variant the
   .exp iterates (-O2/-O3, c89/c99/gnu99, the C++ dialects, -pedantic, -DSTAP_SDT_V2, ...)
@@ -82,9 +84,18 @@ EXEC_TOOLS = {"objcopy"}
 # test.  Elsewhere these commands leave an .exp out of scope as before, so a directory
 # is added here once each of its .exp files has been checked against the reader.
 FULL_TCL_DIRS = {"systemtap.exelib"}
+# .exp files of other directories read so too, each checked against the reader: a
+# spawned stap and its expect block (or several, one test each), the .exp's checks
+FULL_TCL_EXPS = {f"systemtap.base/{name}.exp" for name in (
+    "arith", "arith_limits", "at_var_unresolved", "beginenderror", "bench",
+    "const_value", "control_limits", "optim", "prepost_optim", "regrediag",
+    "suppress-time-limit", "timeout", "warnings2", "error_context", "error_dedup",
+    "func_overload", "global_access", "global_opt", "global_opt_invalid",
+    "global_opt_unknown", "global_stat", "optim_stats", "overflow_error",
+    "partial-inline", "retblocklist")}
 FULL_TCL = {"proc", "list", "eval", "split", "lindex", "file", "incr", "switch", "continue",
-            "break", "source", "spawn", "expect", "exp_continue", "exp_pid", "kill", "close",
-            "wait", "sdt_includes", "prelink_p", "exec"}
+            "break", "source", "spawn", "expect", "info", "exp_continue", "exp_pid", "kill",
+            "close", "wait", "sdt_includes", "prelink_p", "exec"}
 USER_HEADS = {"begin", "end", "error", "never", "oneshot", "process"}
 # stap_run's load functions that only let time pass (the probes' own timers need it).
 SLEEP_LOADS = {"no_load": 0.0, "": 0.0, "sleep_one_sec": 1.0, "wait_5_secs": 5.0,
@@ -491,6 +502,7 @@ class Interp:
         self.exp = exp
         self.work = work
         self.group = exp.parent.name
+        self.full = self.group in FULL_TCL_DIRS or f"{self.group}/{exp.name}" in FULL_TCL_EXPS
         self.vars: dict[str, str] = {
             "srcdir": str(suite), "subdir": exp.parent.name, "runtime": "",
             "test": exp.stem, "verbose": "0", "env(USER)": os.environ.get("USER", "root"),
@@ -505,7 +517,9 @@ class Interp:
         self.compiled: dict[str, str] = {}
         self.procs: dict[str, tuple[list[str], str]] = {}
         self.spawned: list[str] | None = None
-        self.rest: list[list[Word]] = []   # the commands after the running one, in its block
+        # the blocks running, outermost first: their commands, the running one's index,
+        # and whether the block is the body of a loop, a proc or a file (see _Judged)
+        self.frames: list[_Frame] = []
         # while an expect block is judged: the .exp's pass/fail calls, in order
         self.verdicts: list[tuple[bool, str]] | None = None
 
@@ -556,13 +570,66 @@ class Interp:
         return result
 
     # commands ---------------------------------------------------------------------
-    def run(self, script: str) -> None:
-        self.run_commands(tcl_commands(script))
+    def run(self, script: str, body: bool = False) -> None:
+        self.run_commands(tcl_commands(script), body)
 
-    def run_commands(self, cmds: list[list[Word]]) -> None:
-        for i, words in enumerate(cmds):
-            self.rest = cmds[i + 1:]
-            self.command(words)
+    def run_commands(self, cmds: list[list[Word]], body: bool = False) -> None:
+        """The commands of a block; body: the block is a loop's, a proc's or a file's."""
+        frame = _Frame(cmds, body or not self.frames)
+        self.frames.append(frame)
+        try:
+            while frame.i < len(cmds):
+                try:
+                    self.command(cmds[frame.i])
+                except _Judged:
+                    # the judging commands ran with the test: on from the next spawn
+                    nxt = self.after_judging(frame)
+                    if nxt is None:
+                        if frame.body:
+                            return
+                        raise
+                    frame.i = nxt
+                    continue
+                frame.i += 1
+        finally:
+            self.frames.pop()
+
+    def spawns(self, words: list[Word]) -> bool:
+        """Whether a command spawns a program: spawn, a proc that does, or a block
+        holding a spawn."""
+        name = words[0].text
+        if name in self.procs and re.search(r"(?<![\w$-])spawn\s", self.procs[name][1]):
+            return True
+        return name == "spawn" or any(re.search(r"(?<![\w$-])spawn\s", w.text)
+                                      for w in words[1:] if w.kind == "brace")
+
+    def continuation(self) -> list[list[Word]]:
+        """The commands after the running one up to the next that spawns, in its block
+        and the enclosing ones up to the body of a loop, a proc or a file: what runs
+        after an expect block before the next stap starts."""
+        out: list[list[Word]] = []
+        for frame in reversed(self.frames):
+            for words in frame.cmds[frame.i + 1:]:
+                if self.spawns(words):
+                    return out
+                out.append(words)
+            if frame.body:
+                break
+        return out
+
+    def after_judging(self, frame: _Frame) -> int | None:
+        """The index of the next command of frame that spawns (None if none does); the
+        `set` commands before it are run, so the variables they give are the next run's."""
+        for j in range(frame.i + 1, len(frame.cmds)):
+            words = frame.cmds[j]
+            if self.spawns(words):
+                return j
+            if words[0].text == "set" and len(words) == 3:
+                try:
+                    self.command(words)
+                except Unsupported:
+                    pass
+        return None
 
     def command(self, words: list[Word]) -> str:
         name = self.subst(words[0])
@@ -581,7 +648,7 @@ class Interp:
             return "1"
         if name in ("uretprobes_p",):
             return "1"
-        if name in FULL_TCL and self.group not in FULL_TCL_DIRS and not (
+        if name in FULL_TCL and not self.full and not (
                 name == "exec" and [self.subst(a) for a in args] == ["/usr/bin/id", "-u"]):
             raise Unsupported(name)
         if name == "uprobes_p":
@@ -598,7 +665,7 @@ class Interp:
         if name == "exec":
             return self.exec([self.subst(a) for a in args])
         if name == "arch_compile_flags":
-            return str(arch_compile_flags()) if self.group in FULL_TCL_DIRS else ""
+            return str(arch_compile_flags()) if self.full else ""
         if name == "sdt_includes":
             return sdt_includes(self.vars["srcdir"])
         if name == "prelink_p":
@@ -632,23 +699,28 @@ class Interp:
             return self.vars[var]
         if name == "switch":
             return self.cmd_switch(args)
+        if name == "info" and len(args) == 2 and self.subst(args[0]) == "procs":
+            return tcl_join([p for p in self.procs
+                             if fnmatch.fnmatchcase(p, self.subst(args[1]))])
         if name == "continue":
             raise _Continue()
         if name == "break":
             raise _Break()
         if name == "source" and len(args) == 1:
             try:
-                self.run(Path(self.subst(args[0])).read_text(errors="replace"))
+                self.run(Path(self.subst(args[0])).read_text(errors="replace"), body=True)
             except _Return:
                 pass
             return ""
+        if name == "spawn" and self.verdicts is not None:
+            raise _Return()     # the judging ends where the .exp starts its next program
         if name == "spawn":
             self.spawned = [self.subst(a) for a in args]
             return ""
         if name == "expect" and self.verdicts is None:
             self.expect_test(args)
-            # the rest of the file judges the run: it is run after the test has run
-            raise _Return()
+            # the commands after the block judge the run: they are run after it has run
+            raise _Judged()
         if name == "exp_continue" and self.verdicts is not None:
             raise _ExpContinue()
         if name == "exp_pid":
@@ -662,7 +734,8 @@ class Interp:
             for value in self.tcl_list(self.subst(args[1])):
                 self.vars[var] = value
                 try:
-                    self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]))
+                    self.run(args[2].text if args[2].kind == "brace" else self.subst(args[2]),
+                             body=True)
                 except _Continue:
                     continue
                 except _Break:
@@ -678,7 +751,7 @@ class Interp:
         if name in ("pass", "fail") and self.verdicts is not None:
             self.verdicts.append((name == "pass", " ".join(self.subst(a) for a in args)))
             return ""
-        if name == "fail" and self.group in FULL_TCL_DIRS:
+        if name == "fail" and self.full:
             # a step before any run failed (a compile): counted, not dropped
             msg = " ".join(self.subst(a) for a in args)
             t = Test(self.group, f"{self.group}/{self.exp.name}: {msg}", [], self.work,
@@ -690,7 +763,7 @@ class Interp:
             if name == "lappend" and args:
                 var = self.subst(args[0])
                 new = [self.subst(a) for a in args[1:]]
-                if self.group in FULL_TCL_DIRS:
+                if self.full:
                     self.vars[var] = tcl_join(self.tcl_list(self.vars.get(var, "")) + new)
                 else:
                     self.vars[var] = " ".join([self.vars.get(var, ""), *new]).strip()
@@ -731,7 +804,7 @@ class Interp:
             if kw == "elseif":
                 i += 1
                 continue
-            if i == len(args) - 1 and self.group in FULL_TCL_DIRS:
+            if i == len(args) - 1 and self.full:
                 # `if {c} {a} {b}`: Tcl's else keyword is optional
                 self.run(args[i].text)
                 return ""
@@ -771,7 +844,7 @@ class Interp:
         saved = self.vars
         self.vars = dict(saved, **dict(zip(params, values, strict=True)))
         try:
-            self.run(body)
+            self.run(body, body=True)
         except _Return:
             pass
         finally:
@@ -809,28 +882,40 @@ class Interp:
             w = words[i]
             if w == "-timeout":
                 i += 2
-            elif w == "-re" and i + 2 < len(words):
-                pairs.append((words[i + 1], words[i + 2]))
+            elif w in ("-re", "-gl", "-ex") and i + 2 < len(words):
+                pairs.append((expect_regex(w, words[i + 1]), words[i + 2]))
                 i += 3
-            elif w in ("timeout", "eof"):
-                if w == "timeout":
+            elif w in ("timeout", "eof", "default"):
+                if w != "eof":
                     on_timeout = words[i + 1]
-                else:
+                if w != "timeout":
                     on_eof = words[i + 1]
                 i += 2
-            else:
-                raise Unsupported(f"expect pattern {w}")
+            else:   # a pattern without a flag is a glob pattern
+                pairs.append((expect_regex("-gl", w), words[i + 1]))
+                i += 2
         argv = self.spawned
-        name = self.vars.get("testname", "")
+        if Path(argv[0]).name != "stap":
+            raise Unsupported(f"spawn {argv[0]}")
+        name = next((self.vars[v] for v in ("testname", "test_name", "test") if v in self.vars), "")
         script = next((a for a in argv if a.endswith(".stp")), argv[0])
         label = f"{self.group}/{self.exp.name}: {Path(script).stem}-{name}"
+        k = sum(1 for t in self.tests if t.name.startswith(label))
+        if k:
+            label += f" #{k + 1}"
         scripts = [Path(a).read_text(errors="replace") for a in argv
                    if a.endswith(".stp") and os.path.isfile(a)]
+        scripts += [argv[j + 1] for j, a in enumerate(argv[:-1]) if a == "-e"]
         t = Test(self.group, label, argv, self.work, mode="expect", scripts=scripts)
         judge = copy.copy(self)
         judge.vars = dict(self.vars)
-        t.expect = Expect(judge, pairs, on_timeout, on_eof, self.rest)
-        t.out_of_scope = kernel_reason(scripts)
+        judge.frames = []
+        t.expect = Expect(judge, pairs, on_timeout, on_eof, self.continuation())
+        if self.pending_mark:
+            t.out_of_scope = f"marked failing under dyninst ({self.pending_mark})"
+            self.pending_mark = None
+        else:
+            t.out_of_scope = kernel_reason(scripts)
         self.spawned = None
         self.tests.append(t)
 
@@ -939,6 +1024,56 @@ class Interp:
         else:
             t.out_of_scope = kernel_reason(scripts)
         self.tests.append(t)
+
+
+def expect_regex(flag: str, pattern: str) -> str:
+    """An expect pattern as a Python regular expression: -re as it is, -ex exact, -gl
+    (and a pattern without a flag) a glob, which like the others matches anywhere in
+    what is unread unless it begins with ^."""
+    if flag == "-re":
+        return pattern
+    if flag == "-ex":
+        return re.escape(pattern)
+    out, i = [], 0
+    if pattern.startswith("^"):
+        out.append("^")
+        i = 1
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            out.append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            out.append("(?s:.*?)")
+        elif c == "?":
+            out.append("(?s:.)")
+        elif c == "[" and "]" in pattern[i + 1:]:
+            j = pattern.index("]", i + 1)
+            out.append("[" + pattern[i + 1:j].replace("\\", "\\\\") + "]")
+            i = j
+        elif c == "$" and i == len(pattern) - 1:
+            out.append("$")
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+class _Frame:
+    """A block of commands running: the running one's index, and whether the block is
+    the body of a loop, a proc or a file."""
+
+    def __init__(self, cmds: list[list[Word]], body: bool) -> None:
+        self.cmds = cmds
+        self.i = 0
+        self.body = body
+
+
+class _Judged(Exception):
+    """An expect block became a test: the commands after it up to the next spawn judge
+    it when it has run (Interp.continuation); reading the .exp goes on from that spawn,
+    in the block of the expect or an enclosing one up to a loop's, proc's or file's body."""
 
 
 class _Untested(Exception):
@@ -1316,6 +1451,7 @@ def run_expected(t: Test, env: dict[str, str], timeout: float) -> None:
     spec = t.expect
     judge = copy.copy(spec.interp)
     judge.vars = dict(spec.interp.vars)
+    judge.frames = []
     judge.verdicts = []
     p = _start(t, env)
     if p is None:
@@ -1345,6 +1481,8 @@ def run_expected(t: Test, env: dict[str, str], timeout: float) -> None:
                 judge.run(end)
                 break
             buf = buf[hit[0].end():]
+            judge.vars.update({f"expect_out({k},string)": g or ""
+                               for k, g in enumerate([hit[0].group(0), *hit[0].groups()])})
             try:
                 judge.run(hit[1])
                 break

@@ -127,10 +127,13 @@ def _parser() -> argparse.ArgumentParser:
                    help="write the probes' output to FILE instead of stdout")
     p.add_argument("-G", dest="set_globals", action="append", default=[], metavar="NAME=VALUE",
                    help="initial value of global NAME (a number or a string)")
-    p.add_argument("-w", dest="no_warnings", action="store_true", help="suppress warnings")
+    p.add_argument("-w", dest="no_warnings", action="store_true",
+                   help="suppress warnings (the script's warn() too: counted, not printed)")
     p.add_argument("-W", dest="werror", action="store_true",
                    help="treat warnings as errors: the first one is the error, exit 1 "
                         "(with -w there are none, as in stap)")
+    p.add_argument("--suppress-time-limits", action="store_true",
+                   help="no MAXACTION limit on a handler's statements (needs -g)")
     p.add_argument("--suppress-handler-errors", action="store_true",
                    help="an error ends only its handler, never the session (each is still "
                         "printed and counted)")
@@ -202,6 +205,8 @@ def _check_options(opts: argparse.Namespace) -> None:
     for d in opts.tapset_dirs:
         if not os.path.isdir(d):
             raise PydynError(f"-I {d}: not a directory")
+    if opts.suppress_time_limits and not opts.guru:
+        raise PydynError("--suppress-time-limits requires guru mode (-g)")
 
 
 def _include_path(opts: argparse.Namespace) -> list[str]:
@@ -261,6 +266,9 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 _LIMITS = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
            "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
            "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE", "HIST_WIDTH"}
+
+
+_NO_LIMIT = 1 << 62   # a statement budget no handler reaches
 
 
 def _check_defines(defines: Sequence[str]) -> list[str]:
@@ -461,6 +469,8 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if opts.pass_ == 3:
         sys.stdout.write(program.c_source)
         return None
+    if program.build_error is not None:
+        raise program.build_error
     required = set(program.required_abis) | {"m64"}
     if target_path is not None:
         from .session import target_abi
@@ -539,6 +549,10 @@ def run(argv: Sequence[str]) -> int:
                                                 for d in opts.defines):
         # errors then never end the session: the exit's WARNING still counts them
         opts.defines.append("MAXERRORS=1000000000")
+    if opts.suppress_time_limits:
+        # as stap's STAP_SUPPRESS_TIME_LIMITS_ENABLE: handlers count no statements
+        opts.defines = [d for d in opts.defines if not d.startswith("MAXACTION")]
+        opts.defines += [f"MAXACTION={_NO_LIMIT}", f"MAXACTION_INTERRUPTIBLE={_NO_LIMIT}"]
     defines = _check_defines(opts.defines)
     # The same module either way: the runtime reads the mode when it arms (inherited
     # by every process of the session); -D PD_FORCE_TRAPS=1 compiles the choice in.

@@ -70,6 +70,7 @@ OPTION_EXAMPLES: dict[str, dict[str, str]] = {
         "-G": "pydyn -G threshold=1000 -G label=slow trace.stp -c ./app",
         "-w": "pydyn -w trace.stp -c ./app",
         "-W": "pydyn -W -p2 trace.stp",
+        "--suppress-time-limits": "pydyn -g --suppress-time-limits loop.stp -c ./app",
         "--suppress-handler-errors": "pydyn --suppress-handler-errors trace.stp -c ./app",
         "--runtime": "pydyn --runtime=dyninst trace.stp -c ./app",
         "--dyninst": "pydyn --dyninst trace.stp -c ./app",

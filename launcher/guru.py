@@ -7,8 +7,9 @@ Without `-g` the parser refuses `%{ %}` and the translator refuses
   includes (both ABIs compile it);
 - `function f:long (x:long) %{ ... %}` becomes a C function whose body sees
   stap's macros: `STAP_ARG_x`, `STAP_RETVALUE`, `STAP_RETURN(v)`,
-  `STAP_ERROR(fmt, ...)`, `CONTEXT`, and the older `THIS->x` /
-  `THIS->__retvalue`;
+  `STAP_ERROR(fmt, ...)`, `CONTEXT`, the older `THIS->x` /
+  `THIS->__retvalue`, and the memory macros `kread`/`uread`, `kwrite`/`uwrite`,
+  `DEREF_FAULT`, `STORE_DEREF_FAULT`, `CATCH_DEREF_FAULT()` (a fault is an error);
 - `%{ expr %}` inside an expression is a long;
 - `set_user_char/short/int/long/pointer/int8..uint64(addr, v)` and
   `set_user_string(addr, s)` write through `pd_set_user*` (runtime/pd_string.c,
@@ -78,7 +79,27 @@ _STRL = ["static inline size_t pd_guru_strlcpy(char *d, const char *s, size_t n)
          "static inline size_t pd_guru_strlcat(char *d, const char *s, size_t n)",
          "{ size_t l = strnlen(d, n); return l == n ? n + strlen(s) : "
          "l + pd_guru_strlcpy(d + l, s, n - l); }",
-         "#define strlcpy pd_guru_strlcpy", "#define strlcat pd_guru_strlcat", ""]
+         "#define strlcpy pd_guru_strlcpy", "#define strlcat pd_guru_strlcat",
+         "/* stap's module entry point: embedded C may take its address */",
+         "static int systemtap_module_init(void) { return 0; }", ""]
+
+
+# stap's memory access macros of embedded C, as its dyninst runtime has them (kread is
+# uread there: the "kernel" is the process itself); a fault is the function's error
+_DEREF = [
+    "#define DEREF_FAULT(addr) do { pd_error(c, \"read fault [man error::fault] at 0x%lx\", "
+    "(unsigned long)(uintptr_t)(addr)); goto out; } while (0)",
+    "#define STORE_DEREF_FAULT(addr) do { pd_error(c, \"write fault [man error::fault] at "
+    "0x%lx\", (unsigned long)(uintptr_t)(addr)); goto out; } while (0)",
+    "#define CATCH_DEREF_FAULT() do { } while (0)",
+    "#define uread(ptr) ({ char r_[sizeof(*(ptr))] __attribute__((aligned(16))); "
+    "if (pd_read_self(r_, (const void *)(ptr), sizeof(r_)) != (ssize_t)sizeof(r_)) "
+    "DEREF_FAULT(ptr); *(__typeof__(*(ptr)) *)(void *)r_; })",
+    "#define uwrite(ptr, value) ({ __typeof__(*(ptr)) w_; int64_t b_ = 0; "
+    "w_ = (__typeof__(*(ptr)))(value); memcpy(&b_, (const void *)&w_, sizeof(w_)); "
+    "pd_set_user(c, (int64_t)(uintptr_t)(ptr), b_, sizeof(w_)); "
+    "if (c->error) goto out; })",
+    "#define kread(ptr) uread(ptr)", "#define kwrite(ptr, value) uwrite(ptr, value)"]
 
 
 def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str | None,
@@ -95,7 +116,8 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
                if ret != "string" else
                "#define STAP_RETURN(v) do { strlcpy(STAP_RETVALUE, (v), MAXSTRINGLEN); "
                "goto out; } while (0)",
-               "#define STAP_ERROR(...) do { pd_error(c, __VA_ARGS__); goto out; } while (0)"]
+               "#define STAP_ERROR(...) do { pd_error(c, __VA_ARGS__); goto out; } while (0)",
+               *_DEREF]
     undefs = [f"#undef {m.split()[1].split('(')[0]}" for m in macros]
     result = ("    pd_strcpy(ret, this_.__retvalue);\n    return ret;" if ret == "string"
               else "    return this_.__retvalue;")

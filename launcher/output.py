@@ -63,6 +63,8 @@ class OutputSink:
         # remembers at most 1024 of them
         self.dedup_warnings = True
         self.seen_warnings: set[str] = set()
+        # -w: the script's warnings are counted, not printed (as stap's runtime drops them)
+        self.suppress_warnings = False
         self.exit_requested = False
         self.bad_records = 0
         self.merge_text = merge_text  # the drain may join TEXT records (PD_FLAG_MERGE_TEXT)
@@ -129,6 +131,8 @@ class OutputSink:
                 self.error_kinds.update(k for k in LIMIT_ADVICE if msg.startswith(k))
             else:
                 self.warnings += 1
+                if self.suppress_warnings:
+                    return
                 if self.dedup_warnings and msg in self.seen_warnings:
                     return
                 if self.dedup_warnings and len(self.seen_warnings) < MAX_STORED_WARNINGS:

@@ -12,7 +12,7 @@ from .format import FormatSpec
 
 if TYPE_CHECKING:
     from .elf.stapsdt import ProbeSite
-    from .errors import ScriptWarning
+    from .errors import ScriptError, ScriptWarning
     from .plan import PatchPlan
 
 
@@ -64,6 +64,8 @@ class Program:
         self.objects = objects or []
         # (function, its return mechanism) for `pydyn -v` (plan/returns.py; set by translate)
         self.return_plans: list[tuple[str, str]] = []
+        # set by translate: why the C does not build (given after -p3, as stap's gcc would)
+        self.build_error: ScriptError | None = None
 
     @property
     def checksum_hex(self) -> str:

@@ -121,7 +121,8 @@ class SessionOptions(NamedTuple):   # not a dataclass: see shmlayout/layout.py
     set_globals: tuple[tuple[str, str], ...] = ()   # NAME=VALUE, applied before `begin`
     attach_pid: int | None = None   # -x PID: attach to a running process (launcher/attach.py)
     timeout: float | None = None    # -T SECS: end the session after SECS, as exit() would
-    no_warnings: bool = False       # -w: no warning about probed objects never loaded
+    no_warnings: bool = False       # -w: no warn() output, no warning about probed
+    #                                   objects never loaded
 
 
 class SessionResult(NamedTuple):
@@ -349,6 +350,7 @@ class Session:
         self.options = options
         self.sink = sink or OutputSink(program.formats)
         self.sink.dedup_warnings = not self.options.verbose
+        self.sink.suppress_warnings = self.options.no_warnings
         self.log = log or (lambda msg: print(msg, file=sys.stderr))
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)

@@ -137,7 +137,10 @@ void *pd_map_get_seq(struct pd_ctx *c, uint8_t *map, const struct pd_mapdesc *d,
     if (h->count >= d->max_entries && d->wrap)
         pd_map_drop_oldest(map, d);
     if (h->count >= d->max_entries) {
-        pd_error(c, "Array overflow, check size limit (%u)", d->max_entries);
+        if (d->sized)
+            pd_error(c, "Array overflow, check size limit (%u)", d->max_entries);
+        else
+            pd_error(c, "Array overflow, check MAXMAPENTRIES");
         return NULL;
     }
     uint8_t *e = reuse;

@@ -468,9 +468,10 @@ char *pd_sprint_ubacktrace(struct pd_ctx *c, char *dst);
 char *pd_sprint_usyms(struct pd_ctx *c, char *dst, const char *stk);
 void pd_print_usyms(struct pd_ctx *c, uint32_t fmt_id, const char *stk);
 
-/* register(), u_register(), uaddr(), *_arg(), regparm() (pd_uregs.c) */
+/* register(), u_register(), @uregister, uaddr(), *_arg(), regparm() (pd_uregs.c) */
 #define PD_REGPARM_SET 0x100
 int64_t pd_uregister(struct pd_ctx *c, const char *name, int sign_extend);
+int64_t pd_uregno(struct pd_ctx *c, int64_t regno, int user);
 int64_t pd_uaddr(struct pd_ctx *c);
 void pd_regparm(struct pd_ctx *c, int64_t n);
 int64_t pd_uarg(struct pd_ctx *c, int64_t argnum, int sign_extend, int truncate);
@@ -508,6 +509,7 @@ struct pd_mapdesc {
     uint8_t key_types[PD_MAX_KEYS];
     const struct pd_statdesc *stat;
     uint32_t wrap;         /* `global a%`: a full array drops its oldest entry */
+    uint32_t sized;        /* `global a[N]`: an overflow names N, else MAXMAPENTRIES */
 };
 
 /* struct pd_stat lives in the segment: pd_shm.h (shmlayout/globals.py). */

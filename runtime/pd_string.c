@@ -2,6 +2,7 @@
  * MAXSTRINGLEN bytes; results are truncated to it, as in stap. */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>

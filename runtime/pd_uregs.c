@@ -1,4 +1,4 @@
-/* register(), u_register(), uaddr(), the *_arg() family and regparm(): stap's
+/* register(), u_register(), @uregister, uaddr(), the *_arg() family and regparm(): stap's
  * registers tapset (tapset/<arch>/registers.stp) on the probe's register context.
  *
  * Each arch folder names its registers (pd_regnames[], the names stap's tapset of that
@@ -48,6 +48,20 @@ int64_t pd_uregister(struct pd_ctx *c, const char *name, int sign_extend)
     if (sign_extend && (v >> (r->bits - 1)))
         v |= ~mask;
     return (int64_t)v;
+}
+
+/* @uregister(regno): the probed thread's register of that DWARF number (the numbering
+ * stap's user_regset table uses: the general registers, then the instruction pointer),
+ * unsigned at the process's word size.  @kregister(regno) reads a kernel register, which
+ * no pydyn probe context has: as stap's runtime in a context without one, both are the
+ * same error where there is no such register. */
+int64_t pd_uregno(struct pd_ctx *c, int64_t regno, int user)
+{
+    if (!user || !c->regs || regno < 0 || regno >= PD_NREGS) {
+        pd_error(c, "register access fault [man error::fault]");
+        return 0;
+    }
+    return (int64_t)pd_reg(c->regs, (int)regno);
 }
 
 int64_t pd_uaddr(struct pd_ctx *c)

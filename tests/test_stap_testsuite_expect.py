@@ -6,6 +6,7 @@ the test.  A fake stap (a shell script) prints the output."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -36,7 +37,7 @@ foreach name $names {
 JUDGE = r"""
 set hits 0
 set other 0
-spawn stap FAKE $testname
+spawn stap $testname
 expect {
   -timeout 60
 # a comment line between the pairs
@@ -56,23 +57,35 @@ def _collect(tmp_path: Path, fake_output: str) -> list[stap_testsuite.Test]:
     d = suite / "systemtap.exelib"
     d.mkdir(parents=True)
     (d / "variants.exp").write_text(EXP)
-    fake = tmp_path / "fake.sh"
-    fake.write_text(f"#!/bin/sh\nprintf '{fake_output}'\n")
+    (d / "judge.tcl").write_text(JUDGE)
+    return _run(tmp_path, d / "variants.exp", fake_output)
+
+
+def _fake_stap(tmp_path: Path, output: str) -> dict[str, str]:
+    """The environment of a run whose `stap` is a shell script printing output."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    fake = bindir / "stap"
+    fake.write_text(f"#!/bin/sh\nprintf '{output}'\n")
     fake.chmod(0o755)
-    (d / "judge.tcl").write_text(JUDGE.replace("stap FAKE", f"{fake}"))
+    return {"PATH": f"{bindir}:/usr/bin:/bin"}
+
+
+def _run(tmp_path: Path, exp: Path, fake_output: str) -> list[stap_testsuite.Test]:
+    env = _fake_stap(tmp_path, fake_output)
     work = tmp_path / "work"
     work.mkdir()
-    it = stap_testsuite.Interp(suite, d / "variants.exp", work)
-    it.run((d / "variants.exp").read_text())
+    it = stap_testsuite.Interp(tmp_path / "testsuite", exp, work)
+    it.run(exp.read_text())
     for t in it.tests:
-        stap_testsuite.run_one(t, {"PATH": "/usr/bin:/bin"}, 20)
+        stap_testsuite.run_one(t, env, 20)
     return it.tests
 
 
 @pytest.mark.unit
 def test_spawned_run_counted_and_judged(tmp_path: Path) -> None:
     tests = _collect(tmp_path, "hit 1\\nother x\\nhit 2\\n")
-    assert [t.name.rsplit(": ", 1)[1] for t in tests] == ["fake-one", "fake-two"]
+    assert [t.name.rsplit(": ", 1)[1] for t in tests] == ["stap-one", "stap-two"]
     assert all(t.mode == "expect" and t.passed for t in tests), [t.first_error for t in tests]
 
 
@@ -97,3 +110,61 @@ def test_other_directories_keep_expect_out_of_scope(tmp_path: Path) -> None:
     it = stap_testsuite.Interp(tmp_path / "testsuite", exp, tmp_path / "work")
     with pytest.raises(stap_testsuite.Unsupported):
         it.run(exp.read_text())
+
+
+# Two runs in one block and one in a loop, judged each by the commands up to the next
+# spawn: glob patterns (no flag), `default`, expect_out, `info procs`.
+SEVERAL = r"""
+set test "several"
+set ended 0
+spawn stap -e {probe begin {exit()}}
+set seen 0
+expect {
+    "hit ?" { incr seen; exp_continue }
+    default { set ended 1 }
+}
+if {$seen == 2 && $ended == 1} { pass "$test ($seen)" } { fail "$test ($seen $ended)" }
+set test "second"
+spawn stap -e {probe begin {exit()}}
+set word ""
+expect {
+    -re {other ([a-z]+)} { set word $expect_out(1,string) }
+    eof { }
+}
+if {$word == "xy"} then { pass $test } else { fail "$test ($word)" }
+foreach runtime [list a b] {
+    set test "loop $runtime"
+    if {[info procs ${runtime}_kfails] ne ""} { fail "no such proc" }
+    spawn stap -e {probe begin {exit()}}
+    set seen 0
+    expect {
+        -re {hit [0-9]\r\n} { incr seen; exp_continue }
+        eof { }
+    }
+    if {$seen == 2} { pass $test } { fail "$test $seen" }
+}
+"""
+
+
+@pytest.mark.unit
+def test_several_runs_each_judged_by_what_follows_it(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    d = tmp_path / "testsuite" / "systemtap.base"
+    d.mkdir(parents=True)
+    exp = d / "several.exp"
+    exp.write_text(SEVERAL)
+    monkeypatch.setattr(stap_testsuite, "FULL_TCL_EXPS", {"systemtap.base/several.exp"})
+    tests = _run(tmp_path, exp, "hit 1\\nother xy\\nhit 2\\n")
+    assert [t.name.rsplit(": ", 1)[1] for t in tests] == [
+        "stap-several", "stap-second", "stap-loop a", "stap-loop b"]
+    assert all(t.passed for t in tests), [t.first_error for t in tests]
+    assert [len(t.expect.after) for t in tests if t.expect] == [2, 1, 1, 1]
+
+
+@pytest.mark.unit
+def test_glob_patterns_match_anywhere_in_what_is_unread() -> None:
+    rx = stap_testsuite.expect_regex
+    assert rx("-gl", "var @count=0x0") == r"var\ @count=0x0"
+    assert re.search(rx("-gl", "a*c?"), "xxabbbcd").group(0) == "abbbcd"
+    assert re.search(rx("-gl", "^ab[0-9]"), "ab7") and not re.search(rx("-gl", "^b"), "ab")
+    assert rx("-ex", "a.b") == r"a\.b" and rx("-re", "a.b") == "a.b"

@@ -34,8 +34,8 @@ from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
 from .tapset import ARITY_NAMES, macro_groups_for
 from .tapset import groups_for as tapset_groups_for
 
-# stap's limits: a map's index tuple (PR10750 also bounds a print's values)
-_MAX_INDEXES = 9
+# stap's limits: a print's values (PR10750); a map's index tuple is bounded when it is
+# built (translate.types.MAX_INDEXES)
 _MAX_PRINT_ARGS = 32
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
@@ -921,8 +921,6 @@ class Parser:
                     self.advance()
                     continue
                 self.expect_op("]", "',' or ']'")
-                if len(keys) > _MAX_INDEXES and self.elaborate:   # stap: at build time
-                    raise ScriptError(f"more than {_MAX_INDEXES} indexes", lb.loc)
                 return tuple(keys)
 
     def indexable(self) -> ast.Symbol | ast.HistOp:
@@ -1005,7 +1003,8 @@ class Parser:
     def _target_at(self, t: Token) -> ast.Call:
         """@perf("name"), @kregister(N), @uregister(N), @kderef(N, addr), @uderef(N, addr),
         parsed with stap's rules (so -p1 takes them, or refuses what stap refuses) into a
-        call the semantic pass refuses: they read kernel state pydyn has no access to."""
+        call: @uderef and the registers are translated, @kderef and @perf the semantic
+        pass refuses (kernel memory and perf counters pydyn has no access to)."""
         name = t.text[1:]
         if name.startswith("k") and not self._guru:
             raise ScriptError(f"using {t.text} operator not permitted; need stap -g", t.loc,

@@ -120,4 +120,5 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
                                if v.array is None and v.type in ("long", "string")},
                       report=unit.report, objects=tables.objects)
     program.return_plans = [(f"{s.name}@{s.func_addr:#x}", str(r)) for s, r in tables.return_plans]
+    program.build_error = types.too_wide
     return program

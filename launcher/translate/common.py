@@ -48,6 +48,8 @@ def _describe(node: object) -> str:
         return f"operator '{node.op}'"
     if isinstance(node, ast.Ternary):
         return "operator '?'"
+    if isinstance(node, ast.Call) and node.name.startswith("@"):
+        return f"operator '{node.name}'"      # @uderef, @uregister: stap's operator tokens
     if isinstance(node, ast.Symbol | ast.Call | ast.Function | ast.TargetSymbol):
         return f"identifier '{node.name}'"
     if isinstance(node, ast.Cast):

@@ -484,6 +484,11 @@ class Emitter:
             return f"pd_mod(c, {a}, {b}, {_where(e)})"
         if e.op in ("+", "-", "*"):
             return f"(int64_t)((uint64_t)({a}) {e.op} (uint64_t)({b}))"
+        count = _literal_int(e.right)
+        if e.op in ("<<", ">>") and count is not None and count <= 0:
+            # stap folds a shift by a literal count of 0 or less to the value shifted
+            # (elaborate.cxx); a count it computes at run time is taken modulo 64
+            return f"({a})"
         if e.op == "<<":
             return f"(int64_t)((uint64_t)({a}) << (({b}) & 63))"
         if e.op == ">>":
@@ -888,6 +893,11 @@ class Emitter:
             assert isinstance(size_lit, ast.NumberLiteral)
             return (f"(c->where = {_where(e)}, "
                     f"pd_user_read(c, {args[1]}, {size_lit.value}, 0))")
+        if name in ("@uregister", "@kregister"):
+            regno = e.args[0]
+            assert isinstance(regno, ast.NumberLiteral)
+            return (f"(c->where = {_where(e)}, "
+                    f"pd_uregno(c, INT64_C({regno.value}), {int(name == '@uregister')}))")
         if name in USER_READS:
             size, signed = USER_READS[name]
             size_c = "sizeof(long)" if size == 0 else str(size)
@@ -1309,6 +1319,15 @@ def _match_decls(tr: Unit, fast: bool) -> list[str]:
             "    c->match = &m_;"]
 
 
+def _literal_int(e: ast.Expr) -> int | None:
+    """The value of a number literal, negated or not."""
+    if isinstance(e, ast.NumberLiteral):
+        return e.value
+    if isinstance(e, ast.Unary) and e.op == "-" and isinstance(e.operand, ast.NumberLiteral):
+        return -e.operand.value
+    return None
+
+
 def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
     """The initializer of an array's struct pd_mapdesc, for values of `value_size`."""
     assert var.array is not None
@@ -1319,7 +1338,8 @@ def _mapdesc_fields(tr: Unit, var: GlobalVar, value_size: int) -> str:
     return (f"{_c_string(var.name)}, {tr.limits.capacity(var)}, {tr.limits.max_entries(var)}, "
             f"{len(var.array.keys)}, {key_size}, {value_size}, "
             f"{ENTRY_HEAD + key_size + value_size}, "
-            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}")
+            f"{vt}, {{{ktypes}}}, {sd}, {int(bool(var.decl and var.decl.wrap))}, "
+            f"{int(bool(var.decl and var.decl.size))}")
 
 
 def _kstat_merge(var: GlobalVar, ptr: str) -> str:

@@ -130,6 +130,7 @@ ARG_FUNCS: dict[str, tuple[int, int] | None] = {
 Target = ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast
 TARGETS = (ast.TargetSymbol, ast.Cast, ast.AtVar, ast.AutoCast)
 
+MAX_INDEXES = 9   # a map's keys (runtime/pd_runtime.h PD_MAX_KEYS)
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
@@ -172,6 +173,10 @@ class Types:
         self.funcs: dict[str, FuncInfo] = {}
         self.changed = False
         self.warnings: list[ScriptWarning | str] = []
+        # the first array indexed with more keys than a map holds: as in stap, whose
+        # maps are C templates of at most MAX_INDEXES keys, the script translates and
+        # fails to build
+        self.too_wide: ScriptError | None = None
         # --skip-badvars: target variables that cannot be read where probed read as 0
         self.skip_badvars = False
         self.badvars: set[int] = set()   # id() of each such TargetSymbol
@@ -317,6 +322,9 @@ class Types:
         if len(var.array.keys) != nkeys:
             raise _err(f"array '{base.name}' used with {nkeys} keys, elsewhere with "
                        f"{len(var.array.keys)}", base)
+        if nkeys > MAX_INDEXES and self.too_wide is None:
+            self.too_wide = _err(f"array '{base.name}' has {nkeys} indexes: a map holds "
+                                 f"at most {MAX_INDEXES}", base)
         if write:
             var.written = True
         else:
@@ -848,6 +856,10 @@ class Types:
             if size.value not in (1, 2, 4, 8):
                 raise _err("@uderef reads 1, 2, 4 or 8 bytes", size)
             self._expect(e.args[1], LONG, scope)
+            return LONG
+        if name in ("@uregister", "@kregister"):
+            # @uregister(N): DWARF register N of the probed thread; @kregister(N): a
+            # kernel register, which no pydyn probe context has (an error when run)
             return LONG
         if info is None and name.startswith("@"):
             raise _err(f"'{name}' is not supported", e)
