@@ -53,6 +53,19 @@ def embedded_is_pure(code: str) -> bool:
     return "/* pure */" in code
 
 
+def pragma_globals(code: str, kind: str) -> list[str]:
+    """The globals embedded C names in `/* pragma:read:NAME */` (kind "read") or
+    `/* pragma:write:NAME */` ("write"), as stap's symbol resolution reads them."""
+    names, tag, pos = [], f"/* pragma:{kind}:", 0
+    while (pos := code.find(tag, pos)) >= 0:
+        end = code.find(" */", pos + len(tag))
+        if end < 0:
+            break
+        names.append(code[pos + len(tag):end])
+        pos = end + 3
+    return names
+
+
 def embedded_expr_c(code: str) -> str:
     if embedded_is_string(code):
         return f"((const char *)({code}))"

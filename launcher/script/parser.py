@@ -34,8 +34,7 @@ from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
 from .tapset import ARITY_NAMES, macro_groups_for
 from .tapset import groups_for as tapset_groups_for
 
-# stap's limits: a map's index tuple (PR10750 also bounds a print's values)
-_MAX_INDEXES = 9
+# stap's limit on a print's values (PR10750)
 _MAX_PRINT_ARGS = 32
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)
@@ -912,8 +911,6 @@ class Parser:
                     self.advance()
                     continue
                 self.expect_op("]", "',' or ']'")
-                if len(keys) > _MAX_INDEXES:
-                    raise ScriptError(f"more than {_MAX_INDEXES} indexes", lb.loc)
                 return tuple(keys)
 
     def indexable(self) -> ast.Symbol | ast.HistOp:

@@ -18,14 +18,14 @@ def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
         for item in node:
             yield from iter_nodes(item, prune)
     elif not isinstance(node, (type, *prune)):
-        for name in _child_fields(type(node)):
+        for name in child_fields(type(node)):
             yield from iter_nodes(getattr(node, name), prune)
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _child_fields(cls: type) -> tuple[str, ...]:
+def child_fields(cls: type) -> tuple[str, ...]:
     """The fields of a dataclass node type that may hold nodes (not `loc`); () for
     another type.  Once per type: the translator walks a script many times, and
     dataclasses.fields() per node was most of a 5,000-probe script's translation."""
