@@ -7,8 +7,8 @@ Without `-g` the parser refuses `%{ %}` and the translator refuses
   includes (both ABIs compile it);
 - `function f:long (x:long) %{ ... %}` becomes a C function whose body sees
   stap's macros: `STAP_ARG_x`, `STAP_RETVALUE`, `STAP_RETURN(v)`,
-  `STAP_ERROR(fmt, ...)`, `CONTEXT`, and the older `THIS->x` /
-  `THIS->__retvalue`;
+  `STAP_ERROR(fmt, ...)`, `CONTEXT` (`CONTEXT->last_error = "msg"` fails the
+  call with msg, as in stap), and the older `THIS->x` / `THIS->__retvalue`;
 - `%{ expr %}` inside an expression is a long;
 - `set_user_char/short/int/long/pointer/int8..uint64(addr, v)` and
   `set_user_string(addr, s)` write through `pd_set_user*` (runtime/pd_string.c,
@@ -119,6 +119,10 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
             "        pd_error(c, \"MAXNESTING exceeded\");",
             "        goto out;", "    }",
             f"    c->where = {where};",
+            "    c->last_error = NULL;",
             *macros, "    {", code, "    }", *undefs,
             "    goto out;",   # a body that never jumps there still uses the label
-            "out:", "    c->nesting--;", result, "}"]
+            "out:",
+            "    if (c->last_error && !c->error)",
+            '        pd_error(c, "%s", c->last_error);',
+            "    c->nesting--;", result, "}"]

@@ -2,8 +2,8 @@
 value nothing uses are cut down to what has effects, side-effect-free ones dropped with
 stap's warnings, constants folded, `@defined($x)` in a probe with no context collapsed
 to 0; `-u` keeps everything.  On a real program, m64 and m32: a `/* pure */` guru
-function that lies (it raises an error) is never called where its value is unused,
-while the impure calls beside it still run."""
+function that lies (it fails, setting stap's CONTEXT->last_error) is never called where
+its value is unused, while the impure calls beside it still run."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
 def test_a_lying_pure_function_is_never_called(cache: Path, prog: Path) -> None:
     script = f'''global loud_calls
 function loud() {{ loud_calls++; return 1 }}
-function liar:long () %{{ /* pure */ STAP_ERROR("the liar was called"); %}}
+function liar:long () %{{ /* pure */ CONTEXT->last_error = "the liar was called"; %}}
 probe process("{prog}").mark("tick") {{
     loud() && liar(); loud() || liar(); loud() + liar() * $arg1;
     sprintf("%d", liar() - loud()); loud() ? liar() : loud()
@@ -169,6 +169,6 @@ probe end {{ printf("loud=%d\\n", loud_calls) }}'''
     assert "liar" not in res.stderr and "ERROR" not in res.stderr, res.stderr
     # each tick: loud() in &&, ||, +, sprintf and ?: -- five calls
     assert res.stdout.splitlines()[-1] == f"loud={5 * N}", res.stdout
-    # -u: no elision, the liar's error is the session's
+    # -u: no elision, the liar's error (stap's CONTEXT->last_error) is the session's
     res = run_pydyn(cache, "-g", "-w", "-u", "-e", script, "-c", f"{prog} {N}")
-    assert "the liar was called" in res.stderr, res.stderr
+    assert "ERROR: the liar was called near identifier 'liar'" in res.stderr, res.stderr
