@@ -264,10 +264,8 @@ class Types:
         for name, var in list(self.globals.items()):
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
-                # stap elides a global the script never uses, with a warning
-                if var.decl is not None:
-                    self.warnings.append(ScriptWarning(f"Eliding unused variable '{name}'",
-                                                       f"identifier '{name}'", var.decl.loc))
+                # stap elides a global the script never uses (the warning is of the
+                # optimisation's first round: warnings.never_assigned)
                 del self.globals[name]
                 continue
             if var.array is not None:

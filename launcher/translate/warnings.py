@@ -5,6 +5,7 @@ warnings stap prints only at -vvv, and with -u it prints none of these):
     never-assigned local variable 'x' (similar: a, b)   a local read, never written
     never-assigned global variable 'g' (similar: ...)   a global read, never written,
                                                         with no initial value (nor -G)
+    Eliding unused variable 'g'                         a global nothing reads or writes
     Eliding assignment to 'x'                           an assignment to a local never read
     Probe 'begin' has been elided                       a probe whose body is empty: it is
                                                         not armed (stap names the first
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from ..errors import ScriptWarning
+from ..guru import pragma_globals
 from ..script import ast
 from ..script.walk import iter_nodes
 
@@ -206,7 +208,7 @@ def elision_warnings(probe: ast.Probe) -> list[ScriptWarning]:
 
 def never_assigned(script: ast.Script) -> list[ScriptWarning]:
     """stap's opt2 warnings: each probe's and then each function's (by name)
-    never-assigned locals, then the never-assigned globals."""
+    never-assigned locals, then the globals never used (elided) or never assigned."""
     declared = {g.name for g in script.globals}
     scopes = _user_scopes(script)
     # Every reachable function's uses count for the globals, the tapset's too.
@@ -218,11 +220,18 @@ def never_assigned(script: ast.Script) -> list[ScriptWarning]:
     g_written = {n for u in all_uses for n in u.written if n in declared}
     globals_used = g_read | g_written
 
+    pragmas = {name for n in iter_nodes((script.probes, script.functions))
+               if isinstance(n, ast.Embedded)
+               for kind in ("read", "write") for name in pragma_globals(n.code, kind)}
     out: list[ScriptWarning] = []
     for use, params, is_global in scopes:
         out.extend(_scope_warnings(use, globals_used, params, is_global))
     for g in script.globals:
-        if g.loc.file == user and g.init is None and g.name in g_read - g_written:
+        if g.loc.file == user and g.init is None and g.name not in globals_used | pragmas:
+            # types drop it (a global elided later, by the optimisation, goes silently)
+            out.append(ScriptWarning(f"Eliding unused variable '{g.name}'",
+                                     f"identifier '{g.name}'", g.loc))
+        elif g.loc.file == user and g.init is None and g.name in g_read - g_written:
             out.append(ScriptWarning(
                 f"never-assigned global variable '{g.name}'{_similar(g.name, globals_used)}",
                 f"identifier '{g.name}'", g.loc))
