@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cbuild import build_c, have_sdt_h, run_pydyn
 
+from pydyn.launcher.errors import ScriptError
 from pydyn.launcher.script import ast, parse_script
 from pydyn.launcher.script.elide import elide_unused_functions
 from pydyn.launcher.translate.optimize import optimize
@@ -172,3 +173,22 @@ probe end {{ printf("loud=%d\\n", loud_calls) }}'''
     # -u: no elision, the liar's error (stap's CONTEXT->last_error) is the session's
     res = run_pydyn(cache, "-g", "-w", "-u", "-e", script, "-c", f"{prog} {N}")
     assert "ERROR: the liar was called near identifier 'liar'" in res.stderr, res.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("src, message", [
+    ("global foo\nprobe begin { foo = 1 }\nprobe end { if (4 in foo) { } }",
+     "'foo' is a scalar, not an array"),
+    ("global a\nprobe begin { a[1] = 1; a[1, 2]; }",
+     "array 'a' used with 2 keys, elsewhere with 1"),
+    ("probe begin { x = 1; [4] in x }", "'x' is not a global array"),
+    ("probe begin { x = 1 <<< 2 }", "aggregate operations need a global statistic"),
+    ("global s\nprobe begin { s <<< 1; %{ /* pragma:read:s */ 0 %} }",
+     "Aggregates not available in embedded-C"),
+    ("probe begin { %{ /* pragma:write:nope */ 0 %} }", "unresolved pragma:write global nope"),
+])
+def test_symbol_errors_come_before_the_elision(src: str, message: str) -> None:
+    # stap's symbol resolution finds them before its optimisation drops the statement
+    script = parse_script(src, "<input>", guru=True)
+    with pytest.raises(ScriptError, match=message.replace("[", r"\[")):
+        optimize(script)

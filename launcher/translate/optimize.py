@@ -54,6 +54,8 @@ from .types import (
     PRINT_FUNCS,
     arity_mismatch,
     array_without_index,
+    not_a_statistic,
+    not_assignable,
     not_global_array,
     scalar_not_array,
 )
@@ -534,8 +536,9 @@ def check_symbols(script: ast.Script) -> None:
     """stap's symbol resolution, which comes before its optimisation, so its errors are
     errors also in a statement the optimisation drops: a global indexed with another
     number of keys than before or used both as an array and a scalar, a local or
-    parameter indexed; embedded C naming in a `pragma:read`/`pragma:write` a global
-    the script does not declare, or an aggregate (a global given `<<<`)."""
+    parameter indexed, an assignment to what is no variable; embedded C naming in a
+    `pragma:read`/`pragma:write` a global the script does not declare, or an
+    aggregate (a global given `<<<`)."""
     declared = {g.name for g in script.globals}
     aggregates = {t.name for n in iter_nodes((script.probes, script.functions))
                   if isinstance(n, ast.Assign) and n.op == "<<<"
@@ -578,6 +581,12 @@ def check_symbols(script: ast.Script) -> None:
                   node.limit, node.body), params)
         elif isinstance(node, ast.Delete) and isinstance(node.target, ast.Symbol):
             pass   # `delete x` of an array or a scalar
+        elif isinstance(node, ast.Assign | ast.IncDec) and not isinstance(
+                target := node.target if isinstance(node, ast.Assign) else node.operand,
+                (ast.Symbol, ast.Index, *_TARGETS)):
+            # stap's "Expecting lvalue for assignment"
+            raise not_a_statistic(target) if isinstance(node, ast.Assign) and \
+                node.op == "<<<" else not_assignable(target)
         elif isinstance(node, ast.Symbol):
             if node.name in declared and node.name not in params:
                 if arity.setdefault(node.name, 0) != 0:

@@ -155,6 +155,14 @@ def array_without_index(sym: ast.Symbol) -> ScriptError:
     return _err(f"array '{sym.name}' used without an index", sym)
 
 
+def not_a_statistic(e: ast.Expr) -> ScriptError:
+    return _err("aggregate operations need a global statistic", e)
+
+
+def not_assignable(e: ast.Expr) -> ScriptError:
+    return _err("cannot assign to this expression", e)
+
+
 class Scope:
     """Locals of one probe or function."""
 
@@ -513,14 +521,14 @@ class Types:
             var = self.globals[e.base.name]
             var.read |= read
             return var
-        raise _err("aggregate operations need a global statistic", e)
+        raise not_a_statistic(e)
 
     def _lvalue(self, e: ast.Expr, scope: Scope, t: str | None) -> str | None:
         if isinstance(e, ast.Symbol):
             return self._sym_type(e, scope, t, write=True)
         if isinstance(e, ast.Index):
             return self._index_type(e, scope, t, write=True)
-        raise _err("cannot assign to this expression", e)
+        raise not_assignable(e)
 
     def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
         if isinstance(e.target, ast.Cast | ast.AutoCast):
