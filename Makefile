@@ -27,7 +27,7 @@ DEB_PACKAGES += bpftrace uftrace
 EXAMPLES = examples/bin/counter examples/bin/counter32 examples/bin/server examples/bin/worker32 examples/bin/worker64 examples/bin/requests \
 	examples/bin/calls
 
-.PHONY: deps deb-deps demo-deps apt-install py-deps py-install examples demo check test lint clean bench bench-report i386-programs stap-testsuite
+.PHONY: deps deb-deps demo-deps apt-install py-deps bench-deps py-install examples demo check test lint clean bench bench-report i386-programs stap-testsuite
 
 deps: deb-deps py-deps
 
@@ -54,12 +54,18 @@ LINKS_COMPLETE = import os, sys, elftools, posix_ipc, cffi, capstone, pydyn.laun
   sys.exit(not c.__file__.startswith('$(CURDIR)/') or not all(os.path.exists(os.path.join(tree, d, f)) \
     for top in ('launcher', 'shmlayout') for d, _, fs in os.walk(top) if '__pycache__' not in d and 'pydyn_pkg' not in d for f in fs if f.endswith('.py')))
 TEST_EXTRAS = import pytest, ruff, mypy, hypothesis
+BENCH_EXTRAS = $(TEST_EXTRAS), frida
 py-deps:
-	@$(MAKE) -s py-install EXTRAS='[test]'
+	@$(MAKE) -s py-install EXTRAS='[test]' CHECK='$(TEST_EXTRAS)'
+
+# The peers' Python packages (frida) beside the test extras; through py-install, so a
+# reinstall is followed by the byte-compilation like any other.
+bench-deps: py-deps
+	@$(MAKE) -s py-install EXTRAS='[test,bench]' CHECK='$(BENCH_EXTRAS)'
 
 py-install:
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	@$(VPY) -c "$(if $(EXTRAS),$(TEST_EXTRAS); )$(LINKS_COMPLETE)" 2>/dev/null || \
+	@$(VPY) -c "$(if $(CHECK),$(CHECK); )$(LINKS_COMPLETE)" 2>/dev/null || \
 	  $(VPY) -m pip install -q -e '.$(EXTRAS)' --config-settings editable_mode=strict
 	@# PYTHONDONTWRITEBYTECODE=1 stops Python writing .pyc files, not reading them: without
 	@# these every run compiles the launcher again (~50 ms CPU of a warm run, more of a cold
@@ -124,18 +130,14 @@ test: deps examples lint i386-programs
 
 # ns per probe hit: bare / int3 trap / trampoline, m64 and m32; startup ms:
 # bare / warm / cold / bpftrace
-bench: deb-deps py-deps
-	@$(VPY) -c "import frida" 2>/dev/null || \
-	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+bench: deb-deps bench-deps
 	$(VPY) bench/run.py
 	$(VPY) bench/startup.py
 	$(VPY) bench/coldstart.py
 
 # Every benchmark once, written into docs/performance.md as one table (bench/report.py;
 # BENCH_ARGS=--quick for a smoke run of a few minutes).
-bench-report: deb-deps py-deps examples
-	@$(VPY) -c "import frida" 2>/dev/null || \
-	  $(VPY) -m pip install -q -e '.[test,bench]' --config-settings editable_mode=strict
+bench-report: deb-deps bench-deps examples
 	$(VPY) bench/report.py $(BENCH_ARGS)
 
 # SystemTap's own testsuite against pydyn (not part of `make test`): STAP is a SystemTap

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from .translate import Program
 
 CACHE_ENV = "PYDYN_CACHE_DIR"
+TAPSET_ENV = "SYSTEMTAP_TAPSET"
 
 EXAMPLES = """\
 examples:
@@ -100,7 +101,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-T", dest="timeout", metavar="SECS", type=float,
                    help="end the session after SECS seconds")
     p.add_argument("-p", dest="pass_", metavar="N", type=int, choices=range(1, 6),
-                   help="stop after pass N (1 parse, 2 resolve, 3 C, 4 build)")
+                   help="stop after pass N and print its result, as stap does: 1 the "
+                        "parse tree as script text, 2 the resolved, typed script, 3 the C, "
+                        "4 the modules' paths")
     p.add_argument("-v", dest="verbose", action="count", default=0, help="more output")
     p.add_argument("-D", dest="defines", action="append", default=[], metavar="NAME=VALUE",
                    help="set a limit such as MAXACTION=10000")
@@ -153,7 +156,8 @@ def _parser() -> argparse.ArgumentParser:
     compat.add_argument("-I", dest="tapset_dirs", action="append", default=[], metavar="DIR",
                         help="tapset directory: its .stp files are parsed, the functions, "
                              "globals and probe aliases a script uses taken; the macros of "
-                             "its .stpm files may be invoked")
+                             "its .stpm files may be invoked; $SYSTEMTAP_TAPSET names one "
+                             "more, read before the -I ones")
     compat.add_argument("-t", dest="timing", action="store_true",
                         help="taken; probe timing is not collected (as stap's -t, no "
                              "warning for an elided probe)")
@@ -200,16 +204,40 @@ def _check_options(opts: argparse.Namespace) -> None:
             raise PydynError(f"-I {d}: not a directory")
 
 
+def _include_path(opts: argparse.Namespace) -> list[str]:
+    """stap's include path: the directory $SYSTEMTAP_TAPSET names (in place of stap's
+    own tapset directory; pydyn's built-in tapset stays), then each -I DIR.  As in
+    stap, the variable names one directory and one that is not there adds nothing."""
+    env = os.environ.get(TAPSET_ENV)
+    return [*([env] if env and os.path.isdir(env) else []), *opts.tapset_dirs]
+
+
 def _tapsets(dirs: Sequence[str], suffix: str = ".stp") -> list[tuple[str, str]]:
-    """-I DIR: every .stp (or macro library, .stpm) under DIR (sorted), as (text, path)."""
+    """Every .stp (or macro library, .stpm) under each include directory (sorted), as
+    (text, path).  As stap does, a file seen already (the same file, or the same path
+    below an earlier directory) is read once: the earlier directory's wins."""
     out = []
+    seen: set[tuple[int, int] | str] = set()
     for d in dirs:
         for path in sorted(Path(d).rglob("*" + suffix)):
             try:
+                st = path.stat()
+                tail = str(path.relative_to(d))
+                if (st.st_dev, st.st_ino) in seen or tail in seen:
+                    continue
+                seen.update(((st.st_dev, st.st_ino), tail))
                 out.append((path.read_text(errors="surrogateescape"), str(path)))
             except OSError as exc:
-                raise PydynError(f"-I {d}: cannot read {path}: {exc.strerror}") from exc
+                raise PydynError(f"tapset directory {d}: cannot read {path}: "
+                                 f"{exc.strerror}") from exc
     return out
+
+
+def _write_out(text: str) -> None:
+    """Script text on stdout, its undecodable bytes (kept as lone surrogates) as read."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
 
 
 def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
@@ -232,7 +260,7 @@ def _read_script(opts: argparse.Namespace) -> tuple[str, str]:
 
 _LIMITS = {"MAXSTRINGLEN", "MAXMAPENTRIES", "MAXACTION", "MAXNESTING", "MAXERRORS",
            "MAXSKIPPED", "PD_FORCE_TRAPS", "PD_TRAMP_SAVE_XMM", "PD_PRIVATE_STACK",
-           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE"}
+           "PD_RETURN_HIJACK", "STUCK_CONTEXT_MS", "MAXACTION_INTERRUPTIBLE", "HIST_WIDTH"}
 
 
 def _check_defines(defines: Sequence[str]) -> list[str]:
@@ -337,8 +365,10 @@ class _Progress:
 def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
              argv_cmd: list[str] | None, target_path: str | None, cache: ModuleCache | None,
              lookup: Lookup | None, step: Callable[[int, str, float], None],
-             parse_warnings: Sequence[str] = ()) -> tuple[Program, ModuleSet] | None:
-    """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3)."""
+             parse_warnings: Sequence[str] = (), parsed_files: Sequence[Any] = ()
+             ) -> tuple[Program, ModuleSet] | None:
+    """Passes 2-4 when the cache has no entry: resolve, translate, build (None after -p2/-p3).
+    `parsed_files`: each file's declarations as written (-p2 names the probes so)."""
     from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
@@ -391,22 +421,28 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         # semantic error fails here, not only at -p3 (the C made for that is dropped).
         # The plans printed are those the translation used (planning claims bytes of
         # the object: a second plan of one site would see them taken).
+        from .elaborated import iter_elaborated
+        typed: list[Any] = []
         with recursion_headroom():
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars, symbols=symbols, pass2=pass2)
-        for sites in resolution.points:
-            for rp in sites:
-                for site in rp.sites:
-                    print(site)
-                    if not isinstance(site, FunctionSite):
-                        print(f"    plan: {plans.mark(site)}")
-                        continue
-                    fplan = plans.function(site)
-                    print(f"    plan: {fplan.entry}")
-                    if site.is_return and fplan.returns is not None:
-                        print(f"    returns: {describe_returns(fplan.returns)}")
+                      skip_badvars=opts.skip_badvars, symbols=symbols, pass2=pass2,
+                      typed=lambda s, t: typed.extend((s, t)))
+
+            def site_lines(site: Any) -> list[str]:
+                if not isinstance(site, FunctionSite):
+                    return [f"    plan: {plans.mark(site)}"]
+                fplan = plans.function(site)
+                lines = [f"    plan: {fplan.entry}"]
+                if site.is_return and fplan.returns is not None:
+                    lines.append(f"    returns: {describe_returns(fplan.returns)}")
+                return lines
+
+            written = {p.loc: p for f in parsed_files for p in f.probes}
+            _write_out("".join(line + "\n" for line in iter_elaborated(
+                typed[0], resolution, typed[1], written=written, site_lines=site_lines,
+                verbose=verbose)))
         return None
     t0 = time.monotonic()
     with recursion_headroom():   # the passes walk trees as deep as the parser allows
@@ -515,6 +551,8 @@ def run(argv: Sequence[str]) -> int:
             print(f"Pass {n}: {what} in {ms:.0f}ms", file=sys.stderr)
 
     parse_warnings: list[str] = []   # kept with the modules: replayed on a cache hit
+    include_path = _include_path(opts)
+    parsed_files: list[Any] = []     # each file's declarations as written (-p1 prints them)
 
     def library_warning(msg: str) -> None:
         """A tapset or macro library skipped: a warning (-w: none; -W: the error)."""
@@ -527,9 +565,10 @@ def run(argv: Sequence[str]) -> int:
         t0 = time.monotonic()
         script = parse_script(text, filename, args=opts.args, arch=os.uname().machine,
                               guru=opts.guru, compatible=opts.compatible,
-                              library=_tapsets(opts.tapset_dirs),
-                              macro_files=_tapsets(opts.tapset_dirs, ".stpm"),
-                              warn=library_warning)
+                              library=_tapsets(include_path),
+                              macro_files=_tapsets(include_path, ".stpm"),
+                              warn=library_warning, on_file=parsed_files.append,
+                              elaborate=opts.pass_ != 1)
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
@@ -539,9 +578,13 @@ def run(argv: Sequence[str]) -> int:
         return script
 
     if opts.pass_ == 1:
-        script = parse()
-        print(f"# parsed {len(script.probes)} probe(s), {len(script.functions)} function(s), "
-              f"{len(script.globals)} global(s)")
+        parse()
+        from .script import recursion_headroom
+        from .script.unparse import parse_tree_dump
+        # stap's parse tree dump: the script's file, with -v the tapsets' too
+        with recursion_headroom():
+            dump = parse_tree_dump([parsed_files[-1], *(parsed_files[:-1] if verbose else ())])
+        _write_out(dump)
         return 0
     target_path = None
     argv_cmd = None
@@ -584,9 +627,9 @@ def run(argv: Sequence[str]) -> int:
                                              for d in opts.symbol_modules),
                                            *((("--ldd", "1"),) if opts.ldd else ()),
                                            *(("tapset -I", f"{p}\0{t}")
-                                             for t, p in _tapsets(opts.tapset_dirs)),
+                                             for t, p in _tapsets(include_path)),
                                            *(("macros -I", f"{p}\0{t}")
-                                             for t, p in _tapsets(opts.tapset_dirs, ".stpm"))],
+                                             for t, p in _tapsets(include_path, ".stpm"))],
                                     ) if cache else (None, None)
     if hit is not None and cache is not None and argv_cmd is not None:
         # the modules do not depend on the -c program; what the session needs of it
@@ -617,10 +660,10 @@ def run(argv: Sequence[str]) -> int:
             lookup.bind_script(script)
         if cache is not None:
             facts_root = cache.root
-        from .plan.objfacts import set_cache_root
+        from .factstore import set_cache_root
         set_cache_root(facts_root)
         compiled = _compile(opts, script, defines, argv_cmd, target_path, cache, lookup, step,
-                            parse_warnings)
+                            parse_warnings, parsed_files)
         if compiled is None:
             return 0   # -p2, -p3
         program, modules = compiled

@@ -360,15 +360,25 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "fp_eq": (("a", "b"), "1 if double a == b",
             Example('println(fp_eq(string_to_fp("0.5"), fp_div(long_to_fp(1), long_to_fp(2))))',
                     "1")),
+        "fp_sqrt": (("d",), "the square root of double d (IEEE's, as stap's SoftFloat)",
+            Example('println(fp_to_string(fp_sqrt(long_to_fp($arg1 * 42)), 1))', "42.0")),
         "fp32_to_fp64": (("f",), "an IEEE float's bits as a double's",
             Example('println(fp_to_string(fp32_to_fp64(0x3fc00000), 2))', "1.50")),
         "long_to_fp": (("n",), "n as a double",
             Example('println(fp_to_string(long_to_fp($arg1), 2))', "42.00")),
-        "fp_to_long": (("d",), "double d truncated to an integer",
+        "fp_to_long": (("d",), "double d truncated to an integer; stap's `fp_to_long(d, mode, "
+                               "exact)` rounds by SoftFloat's mode (0 nearest even, 1 toward "
+                               "zero, 2 down, 3 up, 4 nearest away from zero), out of range "
+                               "the long nearest, a NaN 0",
             Example('println(fp_to_long(string_to_fp("2.75")))', "2")),
-        "string_to_fp": (("s",), "the decimal number in s as a double",
+        "string_to_fp": (("s",), "the decimal number in s (`[+-]digits[.digits][e[+-]digits]`) "
+                                 "as a double, computed as stap does; anything else is an "
+                                 "`invalid format` error",
             Example('println(fp_to_string(string_to_fp("3.14159"), 2))', "3.14")),
-        "fp_to_string": (("d", "precision"), "double d in decimal with precision digits",
+        "fp_to_string": (("d", "precision"), "double d in decimal with precision digits, as "
+                                             "stap writes it: digits cut, the last one rounded "
+                                             "on its own, `eN` after a number of 1e18 or more "
+                                             "divided by ten N times",
             Example('println(fp_to_string(fp_div(long_to_fp(1), long_to_fp(3)), 4))', "0.3333")),
     }),
     ("Symbols and backtraces", {

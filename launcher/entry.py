@@ -38,28 +38,30 @@ def helpers_c(nvals: int) -> list[str]:
 #define PD_ENTRY_VALS {nvals}
 #define PD_ENTRY_MAX 65536u /* frames per thread (the mapping is touched lazily) */
 struct pd_entry_frame {{ uintptr_t at; uint32_t probe; int64_t v[PD_ENTRY_VALS]; }};
-static __thread struct pd_entry_frame *pd_ent; /* (a TLS descriptor call, as pd_func.c's) */
-static __thread uint32_t pd_ent_n;
-static __thread int pd_ent_failed;
+/* the frames, their count and whether mapping them failed are the FAST TLS block's
+ * (c->tls: no TLS descriptor call on the FAST path; pd_in_handler elsewhere) */
 static pthread_key_t pd_ent_key;
 static pthread_once_t pd_ent_once = PTHREAD_ONCE_INIT;
 static void pd_ent_free(void *p)
 {{
     munmap(p, PD_ENTRY_MAX * sizeof(struct pd_entry_frame));
-    pd_ent = NULL;
-    pd_ent_n = 0;
+    pd_in_handler.ent = NULL;
+    pd_in_handler.ent_n = 0;
 }}
 static void pd_ent_key_init(void) {{ pthread_key_create(&pd_ent_key, pd_ent_free); }}
 /* frames below `at` belong to calls that longjmp left: their returns never come */
-static PD_FAST_FN void pd_ent_drop_below(uintptr_t at)
+static inline PD_FAST_FN uint32_t pd_ent_drop_below(const struct pd_entry_frame *ent, uint32_t n,
+                                                   uintptr_t at)
 {{
-    while (pd_ent_n > 0 && pd_ent[pd_ent_n - 1].at < at)
-        pd_ent_n--;
+    while (n > 0 && ent[n - 1].at < at)
+        n--;
+    return n;
 }}
 static uintptr_t pd_ent_alloc(uintptr_t a, uintptr_t b, uintptr_t cc, uintptr_t d)
 {{
-    (void)a, (void)b, (void)cc, (void)d;
-    pd_ent_failed = 1; /* until the mapping exists: a probed mmap must not recurse */
+    (void)b, (void)cc, (void)d;
+    struct pd_fast_tls *t = (struct pd_fast_tls *)a;
+    t->ent_failed = 1; /* until the mapping exists: a probed mmap must not recurse */
     void *m = mmap(NULL, PD_ENTRY_MAX * sizeof(struct pd_entry_frame),
                    PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
@@ -67,38 +69,41 @@ static uintptr_t pd_ent_alloc(uintptr_t a, uintptr_t b, uintptr_t cc, uintptr_t 
         return 0;
     pthread_once(&pd_ent_once, pd_ent_key_init);
     pthread_setspecific(pd_ent_key, m);
-    pd_ent = m;
-    pd_ent_failed = 0;
+    t->ent = m;
+    t->ent_failed = 0;
     return 0;
 }}
 /* `keep`: replace the frame this probe has for the same slot (a call that returned) */
 static PD_FAST_FN void pd_entry_save(struct pd_ctx *c, uint32_t probe, const int64_t *v,
                                      int keep)
 {{
-    if (!pd_ent && !pd_ent_failed)
-        pd_xmm_call(pd_ent_alloc, 0, 0, 0, 0);
+    struct pd_fast_tls *t = c->tls;
+    if (PD_UNLIKELY(!t->ent) && !t->ent_failed)
+        pd_xmm_call(pd_ent_alloc, (uintptr_t)t, 0, 0, 0);
+    struct pd_entry_frame *ent = t->ent;
     uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP]; /* the return-address slot */
 #if defined(__aarch64__) /* the return address is in x30: pd_func.c's slot is sp - 8 */
     at -= sizeof(pd_ureg);
 #endif
-    if (!pd_ent)
+    if (PD_UNLIKELY(!ent))
         return; /* the return finds no frame: skipped, counted */
-    pd_ent_drop_below(at);
-    for (uint32_t k = pd_ent_n; keep && k > 0 && pd_ent[k - 1].at == at; k--)
-        if (pd_ent[k - 1].probe == probe) {{
+    uint32_t n = pd_ent_drop_below(ent, t->ent_n, at);
+    t->ent_n = n;
+    for (uint32_t k = n; keep && k > 0 && ent[k - 1].at == at; k--)
+        if (ent[k - 1].probe == probe) {{
             for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
-                pd_ent[k - 1].v[i] = v[i];
+                ent[k - 1].v[i] = v[i];
             return;
         }}
-    if (pd_ent_n >= PD_ENTRY_MAX)
+    if (n >= PD_ENTRY_MAX)
         return;
-    struct pd_entry_frame *f = &pd_ent[pd_ent_n];
+    struct pd_entry_frame *f = &ent[n];
     f->at = at;
     f->probe = probe;
     for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
         f->v[i] = v[i];
     __asm__ volatile("" ::: "memory"); /* filled before a signal handler can see it */
-    pd_ent_n++;
+    t->ent_n = n + 1;
 }}
 static PD_FAST_FN void pd_entry_push(struct pd_ctx *c, uint32_t probe, const int64_t *v)
 {{
@@ -115,33 +120,38 @@ static void pd_entry_keep(struct pd_ctx *c, uint32_t probe)
 /* `at`: the return-address slot of the running call, from the CFA at the probe */
 static const int64_t *pd_entry_peek(uint32_t probe, uintptr_t at)
 {{
-    if (!pd_ent)
+    struct pd_fast_tls *t = &pd_in_handler;
+    const struct pd_entry_frame *ent = t->ent;
+    if (!ent)
         return NULL;
-    pd_ent_drop_below(at);
-    for (uint32_t k = pd_ent_n; k > 0 && pd_ent[k - 1].at == at; k--)
-        if (pd_ent[k - 1].probe == probe)
-            return pd_ent[k - 1].v;
+    uint32_t n = t->ent_n = pd_ent_drop_below(ent, t->ent_n, at);
+    for (uint32_t k = n; k > 0 && ent[k - 1].at == at; k--)
+        if (ent[k - 1].probe == probe)
+            return ent[k - 1].v;
     return NULL;
 }}
 static PD_FAST_FN int pd_entry_pop(struct pd_ctx *c, uint32_t probe, int64_t *v)
 {{
     uintptr_t at = (uintptr_t)c->regs->r[PD_DWARF_SP] - sizeof(pd_ureg);
-    if (!pd_ent)
+    struct pd_fast_tls *t = c->tls;
+    struct pd_entry_frame *ent = t->ent;
+    if (PD_UNLIKELY(!ent))
         return 0;
-    pd_ent_drop_below(at);
-    for (uint32_t k = pd_ent_n; k > 0 && pd_ent[k - 1].at == at; k--) {{
-        if (pd_ent[k - 1].probe != probe)
+    uint32_t n = pd_ent_drop_below(ent, t->ent_n, at);
+    t->ent_n = n;
+    for (uint32_t k = n; k > 0 && ent[k - 1].at == at; k--) {{
+        if (ent[k - 1].probe != probe)
             continue; /* another probe's frame for the same call */
         for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
-            v[i] = pd_ent[k - 1].v[i];
-        for (uint32_t j = k; j < pd_ent_n; j++) {{ /* not memmove: libc's uses xmm */
-            pd_ent[j - 1].at = pd_ent[j].at;
-            pd_ent[j - 1].probe = pd_ent[j].probe;
+            v[i] = ent[k - 1].v[i];
+        for (uint32_t j = k; j < n; j++) {{ /* not memmove: libc's uses xmm */
+            ent[j - 1].at = ent[j].at;
+            ent[j - 1].probe = ent[j].probe;
             for (unsigned i = 0; i < PD_ENTRY_VALS; i++)
-                pd_ent[j - 1].v[i] = pd_ent[j].v[i];
+                ent[j - 1].v[i] = ent[j].v[i];
             __asm__ volatile("" ::: "memory");
         }}
-        pd_ent_n--;
+        t->ent_n = n - 1;
         return 1;
     }}
     return 0;

@@ -26,6 +26,8 @@ void pd_launcher_init_globals(void);
 int pd_launcher_run(uint32_t kind);
 void pd_launcher_run_probe(uint32_t index);
 uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap);
+size_t pd_launcher_hist_draw(char *buf, size_t cap, const int64_t *h, uint32_t n,
+                             int log, int64_t start, int64_t interval);
 void pd_launcher_wait(uint32_t timeout_ms);
 void pd_launcher_idle(uint32_t poll_ms, uint32_t max_ms);
 void pd_launcher_wake(void);

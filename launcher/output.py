@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 from ..shmlayout import (
@@ -71,6 +71,9 @@ class OutputSink:
         # tool killed by SIGPIPE would (cli.main).
         self.consumer_gone = False
         self.commands: list[str] = []   # system() commands of the records being fed
+        # The module's drawing of a print(@hist_*(x)) record (session._Module.draw_hist):
+        # sprint() draws in the handler with the same C (runtime/pd_hist.c).
+        self.draw_hist: Callable[[Any, list[int]], str] | None = None
 
     def _write(self, stream: BinaryIO, text: str) -> None:
         if self.consumer_gone:
@@ -108,12 +111,10 @@ class OutputSink:
 
     def _handle(self, kind: int, fmt_id: int, buf: bytes, start: int, end: int) -> None:
         if kind == PD_REC_PRINTF and not isinstance(self.formats[fmt_id], FormatSpec):
-            from .stats import format_hist_linear, format_hist_log
-            hist = self.formats[fmt_id]
+            if self.draw_hist is None:
+                raise LayoutError("a histogram record, and no module to draw it")
             buckets = [int(b) for b in decode_args(buf, start, end, "i" * ((end - start) // 8))]
-            text = (format_hist_log(buckets) if hist.kind == "log" else
-                    format_hist_linear(buckets, hist.lo, hist.hi, hist.step))
-            self._write(self.stdout, text)
+            self._write(self.stdout, self.draw_hist(self.formats[fmt_id], buckets))
         elif kind == PD_REC_PRINTF:
             spec = self.formats[fmt_id]
             args = [_text(a) for a in decode_args(buf, start, end, _kinds(spec))]

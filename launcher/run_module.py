@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from elftools.common.exceptions import ELFError
-from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from .build import ModuleSet, link_lib_dirs
 from .cache import program_from_json
+from .elf.reader import ElfFile
 from .errors import PydynError, TargetError
 from .output import OutputSink
 from .program import Program
@@ -38,7 +38,7 @@ def module_checksum(path: Path) -> bytes:
     """The source checksum a module embeds (the first bytes of `pd_module`)."""
     try:
         with path.open("rb") as f:
-            elf = ELFFile(f)
+            elf = ElfFile(f)
             symtab = elf.get_section_by_name(".symtab")
             syms = symtab.get_symbol_by_name("pd_module") \
                 if isinstance(symtab, SymbolTableSection) else None

@@ -50,7 +50,7 @@ from .elf.header import EM_AARCH64, EM_X86_64, PT_INTERP, get_machine, read_prog
 from .errors import SessionError, TargetError
 from .modffi import launcher_ffi
 from .output import LIMIT_ADVICE, OutputSink
-from .program import Program
+from .program import HistFormat, Program
 
 ABI_NAMES = {PD_ABI_X86_64: "m64", PD_ABI_I386: "m32", PD_ABI_AARCH64: "aarch64"}
 PROC_STATE_NAMES = {PD_PROC_ALIVE: "still running", PD_PROC_EXITED: "exited",
@@ -327,6 +327,18 @@ class _Module:
         self.checksum = bytes(self.ffi.buffer(info.checksum, 32))
         self.globals_size = int(info.globals_size)
 
+    def draw_hist(self, hist: HistFormat, buckets: list[int]) -> str:
+        """The text of a print(@hist_*(x)) record, drawn by the module's C (pd_hist.c)."""
+        counts = self.ffi.new("int64_t[]", buckets)
+        cap = 1 << 14
+        while True:
+            buf = self.ffi.new("char[]", cap)
+            n = int(self.lib.pd_launcher_hist_draw(buf, cap, counts, len(buckets),
+                                                   hist.kind == "log", hist.lo, hist.step))
+            if n < cap:
+                return bytes(self.ffi.buffer(buf, n)).decode("ascii")
+            cap = n + 1
+
 
 class Session:
     def __init__(self, program: Program, modules: ModuleSet, options: SessionOptions,
@@ -523,6 +535,7 @@ class Session:
         if m64 is None:
             raise SessionError("no m64 module: the launcher needs the native module")
         module = _Module(m64)
+        self.sink.draw_hist = module.draw_hist
         argv = split_command(self.options.command) if self.options.command else None
         if argv is not None and not self.options.target_checked:
             check_command_target(argv)

@@ -1,7 +1,8 @@
-"""Statistics aggregates, histograms and the end-of-session global dump, as stap does them.
+"""Statistics aggregates, histogram buckets and the end-of-session global dump, as stap
+does them (the histograms' drawing is the runtime's, runtime/pd_hist.c).
 
 Sources: runtime/stat-common.c (`__stp_stat_add`, `_stp_val_to_bucket`,
-`_stp_bucket_to_val`, `_stp_stat_print_histogram_buf`, `needed_space`),
+`_stp_bucket_to_val`),
 runtime/stat.c (`_stp_stat_get`), runtime/*/arith.c (`_stp_div64`),
 runtime/map.c (`_stp_map_sort`) and elaborate.cxx (`add_global_var_display`).
 All arithmetic is int64 with C semantics: wrapping, and division truncating
@@ -28,8 +29,6 @@ from ..shmlayout.globals import PD_HIST_MAX_BUCKETS as STP_MAX_BUCKETS  # linear
 from .format import format_printf
 
 HIST_LOG_BUCKET0 = HIST_LOG_BUCKETS // 2  # the bucket of value 0; negatives below, positives above
-HIST_WIDTH = 50  # -DHIST_WIDTH: bar length for the largest bucket
-HIST_ELISION = 2  # -DHIST_ELISION: zero rows kept around data; negative disables eliding
 
 _MASK64 = (1 << 64) - 1
 
@@ -183,111 +182,6 @@ def hist_linear_bucket(value: int, lo: int, hi: int, step: int) -> int:
     v = _wrap64(value - lo)
     index = 0 if v < 0 else v // step + 1
     return min(index, buckets - 1)
-
-
-def _needed_space(v: int) -> int:
-    return len(str(_wrap64(v)))
-
-
-def _pad(text: str, width: int) -> str:
-    """`%*s`: a negative width left-justifies (vsnprintf's `*`)."""
-    return text.rjust(width) if width >= 0 else text.ljust(-width)
-
-
-def _format_hist(buckets: Sequence[int], linear: tuple[int, int] | None,
-                 width: int, elision: int) -> str:
-    """`_stp_stat_print_histogram_buf`; `linear` is (start, interval) or None for log."""
-    nb = len(buckets)
-    low, high, valmax = -1, 0, 0
-    for i, n in enumerate(buckets):
-        if n > 0:
-            if low == -1:
-                low = i
-            high = i
-        valmax = max(valmax, n)
-    if low == -1:
-        raise ValueError("empty aggregate")
-
-    # Show up to two zero rows either side; a log histogram never reaches
-    # below 0 unless it holds negative values.
-    for _ in range(2):
-        if linear is not None:
-            if low > 0:
-                low -= 1
-        elif low != HIST_LOG_BUCKET0 and low > 0:
-            low -= 1
-        if high < nb - 1:
-            high += 1
-    under = over = 0
-    if linear is not None:
-        if low == 0 and buckets[0] == 0:
-            low += 1
-        if high == nb - 1 and buckets[high] == 0:
-            high -= 1
-        under = int(low == 0)
-        over = int(high == nb - 1)
-
-    scale = 1 if valmax <= width else -(-valmax // width)
-    cnt_space = _needed_space(valmax)
-    if linear is not None:
-        start, interval = linear
-        # stap sizes the column from start + interval * high_bucket (int math).
-        val_space = max(_needed_space(start) + under,
-                        _needed_space(_wrap32(start + interval * high)) + over)
-    else:
-        val_space = max(_needed_space(hist_log_value(high)),
-                        _needed_space(hist_log_value(low)))
-    val_space = max(val_space, len("value"))
-
-    out = [_pad("value", val_space), " |", "-" * width, " count\n"]
-    eliding = False
-    for i in range(low, high + 1):
-        if elision >= 0:
-            reach = min(elision, nb)
-            window = buckets[max(low, i - reach):min(high, i + reach) + 1]
-            if not any(window):
-                eliding = True
-                continue
-            if eliding:
-                out.append(" " * val_space + " ~\n")
-                eliding = False
-        prefix = ""
-        if linear is not None:
-            start, interval = linear
-            if i == 0:
-                val, prefix = start, "<"
-            elif i == nb - 1:
-                val, prefix = start + (i - 2) * interval, ">"
-            else:
-                val = start + (i - 1) * interval
-        else:
-            val = hist_log_value(i)
-        out.append(f"{_pad(prefix, val_space - _needed_space(val))}{val} |")
-        bar = buckets[i] // scale
-        out.append("@" * bar + str(buckets[i]).rjust(width - bar + 1 + cnt_space) + "\n")
-    out.append("\n")
-    return "".join(out)
-
-
-def format_hist_log(buckets: Sequence[int], *, width: int = HIST_WIDTH,
-                    elision: int = HIST_ELISION) -> str:
-    """`print(@hist_log(x))`: 128 bucket counts -> stap's ASCII chart (ends in a blank line).
-
-    ValueError("empty aggregate") when every bucket is 0, as stap reports.
-    """
-    if len(buckets) != HIST_LOG_BUCKETS:
-        raise ValueError(f"a log histogram has {HIST_LOG_BUCKETS} buckets, got {len(buckets)}")
-    return _format_hist(buckets, None, width, elision)
-
-
-def format_hist_linear(buckets: Sequence[int], lo: int, hi: int, step: int, *,
-                       width: int = HIST_WIDTH, elision: int = HIST_ELISION) -> str:
-    """`print(@hist_linear(x, lo, hi, step))`, with `<lo` / `>..` rows for under/overflow."""
-    expected = hist_linear_buckets(lo, hi, step)
-    if len(buckets) != expected:
-        raise ValueError(f"@hist_linear({lo}, {hi}, {step}) has {expected} buckets, "
-                         f"got {len(buckets)}")
-    return _format_hist(buckets, (lo, step), width, elision)
 
 
 # ---------------------------------------------------------------- exit report

@@ -242,6 +242,20 @@ int pd_object_bias(uint32_t o, uintptr_t *bias)
     return 1;
 }
 
+/* @var("g", "PATH") in a script function, where no probe site gives the load bias: that
+ * of PATH (a realpath, as pd_objects holds them) in this process; the handler's error if
+ * the session arms no such object here. */
+int64_t pd_object_bias_of(struct pd_ctx *c, const char *path, const char *where)
+{
+    uintptr_t bias = 0;
+    for (uint32_t o = 0; o < pd_module.nobjects; o++)
+        if (strcmp(pd_objects[o].path, path) == 0 && pd_object_bias(o, &bias))
+            return (int64_t)bias;
+    c->where = where;
+    pd_error(c, "@var: %s is not loaded in this process", path);
+    return 0;
+}
+
 /* In a pass after a dlopen or dlclose (pd_dlopen.c, one pass at a time): arms the objects that
  * are new since the last pass. */
 void pd_arm_loaded(void)

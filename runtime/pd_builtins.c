@@ -57,7 +57,10 @@ void pd_system(struct pd_ctx *c, const char *cmd)
  * launcher checked the depth of every step; a memory read that faults is the
  * handler's error and the value 0, as for any other probe read. */
 #define PD_DW_STACK 8
-static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t *out)
+/* `address`: a location in memory gives its address, unread (pd_store_arg); another
+ * kind of location is then an error. */
+static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t *out,
+                         int address)
 {
     uint64_t st[PD_DW_STACK], raw = 0, acc = 0;
     int sp = 0;
@@ -127,18 +130,43 @@ static int pd_eval_dwarf(struct pd_ctx *c, const struct pd_argdesc *a, uint64_t 
             break;
         }
         case PD_DW_END_MEMORY:
+            if (address) {
+                *out = t;
+                return 0;
+            }
             raw = 0;
             if (pd_read_user(c, (uintptr_t)t, &raw, a->size))
                 return -1;
             *out = raw;
             return 0;
-        case PD_DW_END_VALUE: *out = t; return 0;
-        case PD_DW_END_PIECES: *out = acc; return 0;
+        case PD_DW_END_VALUE: case PD_DW_END_PIECES:
+            if (address) {
+                pd_error(c, "cannot write to a %s", o->op == PD_DW_END_VALUE
+                                                      ? "computed value" : "noncontiguous object");
+                return -1;
+            }
+            *out = o->op == PD_DW_END_VALUE ? t : acc;
+            return 0;
         default:
             pd_error(c, "bad DWARF location step %u", (unsigned)o->op);
             return -1;
         }
     }
+}
+
+/* The address of a PD_ARG_MEM operand. */
+static uintptr_t pd_arg_address(const struct pd_ctx *c, const struct pd_argdesc *a)
+{
+    uintptr_t addr = (uintptr_t)a->value;
+    if (a->reg >= 0)
+        addr += (uintptr_t)pd_reg(c->regs, a->reg);
+    if (a->index >= 0)
+        addr += (uintptr_t)pd_reg(c->regs, a->index) * a->scale;
+    if (a->rel)
+        addr += c->bias;
+    if (a->seg == PD_SEG_TP)
+        addr += pd_thread_pointer();
+    return addr;
 }
 
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
@@ -155,22 +183,12 @@ int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
     case PD_ARG_REG:
         raw = (uint64_t)pd_reg(c->regs, a->reg) >> a->shift;
         break;
-    case PD_ARG_MEM: {
-        uintptr_t addr = (uintptr_t)a->value;
-        if (a->reg >= 0)
-            addr += (uintptr_t)pd_reg(c->regs, a->reg);
-        if (a->index >= 0)
-            addr += (uintptr_t)pd_reg(c->regs, a->index) * a->scale;
-        if (a->rel)
-            addr += c->bias;
-        if (a->seg == PD_SEG_TP)
-            addr += pd_thread_pointer();
-        if (pd_read_user(c, addr, &raw, a->size))
+    case PD_ARG_MEM:
+        if (pd_read_user(c, pd_arg_address(c, a), &raw, a->size))
             return 0;
         break;
-    }
     case PD_ARG_EXPR:
-        if (pd_eval_dwarf(c, a, &raw))
+        if (pd_eval_dwarf(c, a, &raw, 0))
             return 0;
         break;
     default:
@@ -178,6 +196,48 @@ int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index)
         return 0;
     }
     return pd_extend(raw, a->size, a->is_signed);
+}
+
+/* Guru mode's `$var = v`: the variable slot `index` reads, written where it is -- a
+ * register of the probe's saved context, which the trampoline or trap loads back when
+ * the probe returns (so the function goes on with the value), or memory (fault-safe:
+ * a bad address is the handler's error).  The translator let only such places through
+ * (tvars.unwritable); its value is v. */
+int64_t pd_store_arg(struct pd_ctx *c, unsigned index, int64_t v)
+{
+    if (c->error) /* the value may come from a read that faulted */
+        return v;
+    if (!c->site || !c->regs || index >= c->site->nargs) {
+        pd_error(c, "probe argument %u not writable here", index + 1);
+        return v;
+    }
+    const struct pd_argdesc *a = &c->site->args[index];
+    uint64_t addr = 0;
+    switch (a->kind) {
+    case PD_ARG_REG: {
+        if (a->reg == PD_DWARF_SP || a->reg == PD_DWARF_IP || (unsigned)a->reg >= PD_NREGS)
+            break;
+        /* the context is the trampoline's frame or the trap's copy, both writable:
+         * handlers only read it, hence the const */
+        struct pd_regs *regs = (struct pd_regs *)(uintptr_t)c->regs;
+        uint64_t mask = a->size >= 8 ? ~0ull : (1ull << (8 * a->size)) - 1;
+        uint64_t old = (uint64_t)pd_reg(regs, a->reg);
+        pd_set_reg(regs, a->reg, (pd_ureg)((old & ~(mask << a->shift)) |
+                                           (((uint64_t)v & mask) << a->shift)));
+        return v;
+    }
+    case PD_ARG_MEM:
+        pd_set_user(c, (int64_t)pd_arg_address(c, a), v, a->size);
+        return v;
+    case PD_ARG_EXPR:
+        if (pd_eval_dwarf(c, a, &addr, 1) == 0)
+            pd_set_user(c, (int64_t)addr, v, a->size);
+        return v;
+    default:
+        break;
+    }
+    pd_error(c, "probe argument %u not writable here", index + 1);
+    return v;
 }
 
 int64_t pd_pid(void) { return getpid(); }

@@ -7,9 +7,10 @@
  * only where the kernel itself keeps time by that counter (its clocksource), which makes
  * it synchronised across CPUs and constant in rate; elsewhere every read is a
  * clock_gettime.  Each thread's reads never go back (a new anchor may be a few ns
- * behind the old one's last read), except that a realtime clock set back shows.  A read through the anchor costs a few ns and no libc call, so a FAST
- * handler (pd_run.c) makes it without saving the vector registers; taking an anchor is
- * libc's code, through pd_xmm_call. */
+ * behind the old one's last read), except that a realtime clock set back shows.  A
+ * read through the anchor (pd_fast.h) costs a cycle count, a multiply and no libc call,
+ * so a FAST handler makes it in place without saving the vector registers; taking an
+ * anchor is libc's code, through pd_xmm_call. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -21,9 +22,9 @@
 
 #define PD_CLOCK_SPAN_NS 1000000      /* an anchor serves 1 ms */
 #define PD_CLOCK_BASELINE_NS 2000000  /* the cycle's length is measured over 2 ms at least */
+#ifndef PD_CLOCK_READ_NS /* -D: under valgrind, where clock_gettime takes microseconds */
 #define PD_CLOCK_READ_NS 500          /* an anchor whose reads took longer is not kept */
-#define PD_CLOCK_JITTER_NS 1000       /* a realtime read this much behind the last is kept
-                                       * back at it; further behind, the clock was set */
+#endif
 
 static int64_t pd_clock_read(clockid_t id)
 {
@@ -112,22 +113,11 @@ static void pd_clock_anchor(struct pd_clock_anchor *a)
     /* realtime was read half-way from c1 to c2: brought back to `at` */
     a->ns[1] = real - (int64_t)((((c1 + (c2 - c1) / 2) - at) * mult) >> 32);
     a->mult = mult;
-    a->span = (uint64_t)((double)PD_CLOCK_SPAN_NS / ns_per_cycle);
+    /* pd_clock_interp multiplies the cycles since `at` as a 32-bit number */
+    double span = (double)PD_CLOCK_SPAN_NS / ns_per_cycle;
+    a->span = span < (double)UINT32_MAX ? (uint64_t)span : UINT32_MAX;
 }
 #endif
-
-/* The clock read through the thread's anchor, or -1 past it. */
-static inline PD_FAST_FN int64_t pd_clock_interp(const struct pd_clock_anchor *a, int realtime)
-{
-#ifdef PD_ARCH_CYCLES_CLOCKSOURCE
-    uint64_t d = pd_cycles() - a->cyc;
-    if (PD_LIKELY(d < a->span))
-        return a->ns[realtime] + (int64_t)((d * a->mult) >> 32);
-#else
-    (void)a, (void)realtime;
-#endif
-    return -1;
-}
 
 static int64_t pd_clock_slow(struct pd_clock_anchor *a, int realtime)
 {
@@ -139,16 +129,6 @@ static int64_t pd_clock_slow(struct pd_clock_anchor *a, int realtime)
 #endif
         v = pd_clock_read(realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC);
     errno = saved_errno;
-    return v;
-}
-
-static inline PD_FAST_FN int64_t pd_clock_forward(struct pd_clock_anchor *a, int realtime,
-                                                  int64_t v)
-{
-    int64_t last = a->last[realtime];
-    if (PD_UNLIKELY(v < last) && (!realtime || last - v < PD_CLOCK_JITTER_NS))
-        v = last;
-    a->last[realtime] = v;
     return v;
 }
 
@@ -167,12 +147,9 @@ static uintptr_t pd_clock_saved(uintptr_t anchor, uintptr_t realtime, uintptr_t 
     return 0;
 }
 
-PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime)
+PD_FAST_FN int64_t pd_fast_gettime_slow(struct pd_clock_anchor *a, int realtime)
 {
-    int rt = clock_realtime != 0;
-    struct pd_clock_anchor *a = &pd_fast_tls()->clock;
-    int64_t v = pd_clock_interp(a, rt);
-    if (PD_UNLIKELY(v < 0))
-        pd_xmm_call(pd_clock_saved, (uintptr_t)a, (uintptr_t)rt, (uintptr_t)&v, 0);
-    return pd_clock_forward(a, rt, v);
+    int64_t v;
+    pd_xmm_call(pd_clock_saved, (uintptr_t)a, (uintptr_t)realtime, (uintptr_t)&v, 0);
+    return pd_clock_forward(a, realtime, v);
 }

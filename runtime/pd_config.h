@@ -29,6 +29,14 @@
 #ifndef PD_MAXBACKTRACE
 #define PD_MAXBACKTRACE 20 /* stap's MAXBACKTRACE: frames of ubacktrace() */
 #endif
+/* stap's histogram drawing (pd_hist.c): the bar of the largest bucket, and the zero
+ * rows kept either side of the data (negative: none left out) */
+#ifndef HIST_WIDTH
+#define HIST_WIDTH 50
+#endif
+#ifndef HIST_ELISION
+#define HIST_ELISION 2
+#endif
 #ifndef PD_OUTBUF_SIZE
 #define PD_OUTBUF_SIZE 8192 /* a handler's records, written to the ring when it ends */
 #endif

@@ -1,12 +1,11 @@
 /* What FAST handlers read and feed beyond counter adds: arguments, the return value,
- * statistics and keyed adds (launcher/translate/fast.py decides which handlers use
- * them).  They run before the vector registers are saved, so this unit is
- * general-regs-only; what may fault, claim or lock goes through pd_fast_slow
- * (pd_run.c) by pd_xmm_call, on a whole context. */
+ * statistics (their common case is inline: pd_fast.h) and keyed adds
+ * (launcher/translate/fast.py decides which handlers use them).  They run before the
+ * vector registers are saved, so this unit is general-regs-only; what may fault, claim
+ * or lock goes through pd_fast_slow (pd_run.c) by pd_xmm_call, on a whole context. */
 #define _GNU_SOURCE
 
 #include "pd_internal.h"
-#include "pd_seq.h"
 
 PD_FAST_UNIT
 
@@ -88,17 +87,10 @@ static uintptr_t pd_pstat_add_full(struct pd_ctx *full, uintptr_t args, uintptr_
     return 0;
 }
 
-/* `s <<< v` into the thread's own slot (pd_pstat.c), claimed on its first add there. */
-void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d)
+/* `s <<< v` of a thread with no slot yet (claimed here) or none free (slot 0, under its
+ * lock); pd_fast.h adds to a slot the thread has. */
+void pd_fast_pstat_add_slow(struct pd_ctx *c, uint8_t *area, int64_t v, const struct pd_statdesc *d)
 {
-    int k = pd_fast_tls()->pslot;
-    if (PD_LIKELY(k > 0)) {
-        struct pd_pslot_head *h = (struct pd_pslot_head *)(area + (size_t)k * PD_PSTAT_SLOT_SIZE);
-        uint32_t q = pd_seq_write_begin(&h->seq);
-        pd_stat_add((struct pd_stat *)(h + 1), v, d);
-        pd_seq_write_end(&h->seq, q);
-        return;
-    }
     struct pd_fast_add x = {area, d, NULL, v};
     pd_xmm_call(pd_fast_slow, (uintptr_t)c, (uintptr_t)pd_pstat_add_full, (uintptr_t)&x, 0);
 }

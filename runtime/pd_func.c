@@ -300,7 +300,14 @@ void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintpt
         at_ret = *regs;
         at_ret.r[PD_DWARF_IP] = *(const pd_ureg *)(uintptr_t)regs->r[PD_DWARF_SP];
         at_ret.r[PD_DWARF_SP] += sizeof(pd_ureg);
-        regs = &at_ret;
+        pd_func_run(t, globals, site, site->fprobes, site->nentry, &at_ret, bias);
+        /* what a guru-mode handler wrote ($return = v) goes back to the stub's frame,
+         * which its caller made writable (the const is for handlers) */
+        struct pd_regs *frame = (struct pd_regs *)(uintptr_t)regs;
+        for (int i = 0; i < PD_NREGS; i++)
+            if (i != PD_DWARF_SP && i != PD_DWARF_IP)
+                pd_set_reg(frame, i, at_ret.r[i]);
+        return; /* an exit's row hooks no return */
     }
     /* probes that may read the frame (ubacktrace, registers) see it unhooked */
     pd_func_run(t, globals, site, site->fprobes, site->nentry, regs, bias);
@@ -496,4 +503,18 @@ int64_t pd_func_return(struct pd_ctx *c)
         return 0;
     }
     return (int64_t)(intptr_t)pd_reg(c->regs, 0); /* rax / eax, as a C long */
+}
+
+/* Guru mode's `$return = v` in a .return probe: the return value register, which the
+ * return trampoline (or a patched exit's stub, or a trap) loads back. */
+int64_t pd_set_return(struct pd_ctx *c, int64_t v)
+{
+    if (c->error) /* the value may come from a read that faulted */
+        return v;
+    if (!c->regs) {
+        pd_error(c, "$return not available here");
+        return v;
+    }
+    pd_set_reg((struct pd_regs *)(uintptr_t)c->regs, 0, (pd_ureg)v); /* rax / eax / x0 */
+    return v;
 }

@@ -64,6 +64,10 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
 /* What a stub may call for a row whose one probe is FAST and reads registers (the
  * probe is site->probe), with the pd_regs it built. */
 PD_FAST_FN void pd_fast_regs(struct pd_regs *regs, const struct pd_site *site, uintptr_t bias);
+/* The same for a row whose one probe is FAST and reads no register but sp
+ * (PD_PROBE_SP), from a stub that builds no pd_regs. */
+PD_FAST_FN void pd_fast_sp(const struct pd_probe *p, const struct pd_site *site, uintptr_t sp,
+                           uintptr_t bias);
 /* A FAST mark's stub calls it with the probe and &pd_fenv as immediates. */
 PD_FAST_FN PD_FAST_MARK_CC void pd_fast_mark(const struct pd_probe *p,
                                               const struct pd_fast_env *env);

@@ -3,6 +3,7 @@
  * probes, and drains the output ring. */
 #define _GNU_SOURCE
 
+#include "pd_hist.h"
 #include "pd_internal.h"
 
 /* ---- launcher entry points (called through cffi) -------------------------- */
@@ -50,8 +51,14 @@ PD_EXPORT void pd_launcher_run_probe(uint32_t index)
         pd_run(&pd_probes[index], NULL, NULL, 0);
 }
 
-/* Copies whole records from the ring into out (at most cap bytes) and frees
- * their space.  Returns the number of bytes copied. */
+/* Draws the buckets of a print(@hist_*(x)) record (pd_stat_emit_hist) into buf, with
+ * the module's HIST_WIDTH and HIST_ELISION: see pd_hist_draw. */
+PD_EXPORT size_t pd_launcher_hist_draw(char *buf, size_t cap, const int64_t *h, uint32_t n,
+                                       int log, int64_t start, int64_t interval)
+{
+    return pd_hist_draw(buf, cap, h, n, log, start, interval, HIST_WIDTH, HIST_ELISION);
+}
+
 /* Appends the text of the TEXT record at out+at (len bytes) to the one at out+prev, if
  * both are single-string TEXT records of the same pid: the launcher then writes a
  * whole chunk of printf output at once (PD_FLAG_MERGE_TEXT; the record shrinks). */
@@ -78,6 +85,8 @@ static int pd_merge_text(uint8_t *out, uint32_t prev, uint32_t at, uint32_t len)
     return 1;
 }
 
+/* Copies whole records from the ring into out (at most cap bytes) and frees
+ * their space.  Returns the number of bytes copied. */
 PD_EXPORT uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap)
 {
     if (!pd_seg)

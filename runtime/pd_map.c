@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <stdlib.h>
 
+#include "pd_hist.h"
 #include "pd_runtime.h"
 
 /* struct pd_map_hdr and struct pd_map_ent: pd_shm.h (shmlayout/globals.py) */
@@ -327,59 +328,12 @@ uint32_t pd_map_sorted(const uint8_t *map, const struct pd_mapdesc *d, uint8_t *
 
 /* ---- statistics ----------------------------------------------------------- */
 
-/* stap's log2 histogram: bucket 64 holds 0, 64+k holds [2^(k-1), 2^k), and
- * 64-k the negatives mirrored. */
-static PD_FAST_FN int pd_hist_log_bucket(int64_t v)
-{
-    if (v == 0)
-        return PD_HIST_LOG_BUCKETS / 2;
-    uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-    int bits = 64 - __builtin_clzll(m);
-    int b = v < 0 ? PD_HIST_LOG_BUCKETS / 2 - bits : PD_HIST_LOG_BUCKETS / 2 + bits;
-    if (b < 0)
-        b = 0;
-    if (b >= PD_HIST_LOG_BUCKETS)
-        b = PD_HIST_LOG_BUCKETS - 1;
-    return b;
-}
-
-/* stap's __stp_stat_add: Welford's running variance in integers, with its
- * truncation drift (the 32-bit `delta` included), so @variance matches stap.  General
- * registers only: FAST handlers add to their slot with it (pd_fastval.c). */
+/* A statistic's add out of line (pd_fast.h has it inline for FAST handlers): the
+ * runtime's own adds -- a thread's slot (pd_pstat.c), a keyed statistic (pd_kstat.c),
+ * a statistic under the globals lock. */
 PD_FAST_FN void pd_stat_add(struct pd_stat *s, int64_t v, const struct pd_statdesc *d)
 {
-    int64_t vs = d ? (int64_t)((uint64_t)v << d->shift) : v;
-    if (s->count == 0) {
-        s->count = 1;
-        s->sum = s->min = s->max = v;
-        s->avg_s = vs;
-        s->m2 = 0;
-        s->variance_s = 0;
-    } else {
-        s->count++;
-        s->sum = (int64_t)((uint64_t)s->sum + (uint64_t)v);
-        if (v > s->max)
-            s->max = v;
-        if (v < s->min)
-            s->min = v;
-    }
-    if (s->count > 1 && (!d || d->variance)) {
-        int32_t delta = (int32_t)(uint32_t)((uint64_t)vs - (uint64_t)s->avg_s);
-        s->avg_s = (int64_t)((uint64_t)s->avg_s + (uint64_t)(delta / s->count));
-        s->m2 = (int64_t)((uint64_t)s->m2 +
-                          (uint64_t)((int64_t)delta * (int64_t)((uint64_t)vs - (uint64_t)s->avg_s)));
-        s->variance_s = s->m2 / (s->count - 1);
-    }
-    if (d && d->hist_log) {
-        s->hist[pd_hist_log_bucket(v)]++;
-    } else if (d && d->hist_linear) {
-        int64_t nb = (d->hi - d->lo) / d->step + 3; /* underflow, buckets, overflow */
-        int64_t b = v < d->lo ? 0 : (int64_t)(((uint64_t)v - (uint64_t)d->lo) / (uint64_t)d->step) + 1;
-        if (b >= nb)
-            b = nb - 1;
-        if (b < PD_HIST_MAX_BUCKETS)
-            s->hist[b]++;
-    }
+    pd_stat_add_in(s, v, d);
 }
 
 /* agg += one for count, sum, min, max and the first `nbuckets` histogram buckets, as
@@ -460,21 +414,41 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what)
     return 0;
 }
 
-/* A histogram goes to the launcher as a record of its buckets; the launcher
- * draws it in stap's ASCII format. */
+static uint32_t pd_hist_buckets(const struct pd_statdesc *d)
+{
+    uint32_t n = d->hist_log ? PD_HIST_LOG_BUCKETS
+                             : (uint32_t)((d->hi - d->lo) / d->step + 3);
+    return n > PD_HIST_MAX_BUCKETS ? PD_HIST_MAX_BUCKETS : n;
+}
+
+/* print(@hist_*(x)): a record of the buckets, which the launcher draws with
+ * pd_hist_draw (pd_launcher_hist_draw) or, under --json, writes as they are.  s is
+ * NULL for an array element that does not exist: stap's empty aggregate too. */
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id)
 {
-    if (s->count == 0) {
+    if (!s || s->count == 0) {
         pd_error(c, "empty aggregate");
         return;
     }
-    uint32_t n = d->hist_log ? PD_HIST_LOG_BUCKETS
-                             : (uint32_t)((d->hi - d->lo) / d->step + 3);
-    if (n > PD_HIST_MAX_BUCKETS)
-        n = PD_HIST_MAX_BUCKETS;
+    uint32_t n = pd_hist_buckets(d);
     pd_rec_open(c, PD_REC_PRINTF, fmt_id, (uint16_t)n);
     for (uint32_t i = 0; i < n; i++)
         pd_rec_i64(c, s->hist[i]);
     pd_rec_close(c);
+}
+
+/* sprint(@hist_*(x)): the drawing print() gives, cut to a string's MAXSTRINGLEN - 1
+ * bytes as stap cuts it. */
+char *pd_stat_sprint_hist(struct pd_ctx *c, char *dst, const struct pd_stat *s,
+                          const struct pd_statdesc *d)
+{
+    dst[0] = 0;
+    if (!s || s->count == 0) {
+        pd_error(c, "empty aggregate");
+        return dst;
+    }
+    pd_hist_draw(dst, MAXSTRINGLEN, s->hist, pd_hist_buckets(d), d->hist_log, d->lo, d->step,
+                 HIST_WIDTH, HIST_ELISION);
+    return dst;
 }

@@ -105,6 +105,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
     c->nesting = 0;
     c->where = NULL;
     c->cslot = ((struct pd_fast_tls *)(void *)guard)->cslot;
+    c->tls = tls;
     c->entry_regs = NULL;
     c->outlen = 0;
     c->errmsg[0] = 0;
@@ -194,8 +195,8 @@ static __attribute__((noinline, cold)) PD_FAST_FN void pd_fast_error(struct pd_f
 
 /* pd_run for a FAST probe: no lock, no errno (nothing here calls libc), no
  * vector register, no stack frame for a context: the one in pd_in_handler, whose
- * cslot, globals and actions (the session's, set on the thread's first hit) stay set
- * between hits.  Those, probe, and -- for a handler that reads arguments or $return
+ * cslot, tls, globals and actions (the session's, set on the thread's first hit) stay
+ * set between hits.  Those, probe, and -- for a handler that reads arguments or $return
  * (PD_PROBE_REGS) -- site, regs and bias are all a FAST handler and its error report
  * read.  A FAST mark's stub calls pd_fast_mark with the probe and &pd_fenv as
  * immediates; only an error leaves through pd_xmm_call. */
@@ -222,6 +223,7 @@ pd_fast_run(const struct pd_probe *p, const struct pd_fast_env *env, const struc
     if (PD_UNLIKELY(t->epoch != epoch)) { /* the thread's first hit since it joined */
         c->globals = env->globals;
         c->actions = env->maxaction;
+        c->tls = t;
         t->epoch = epoch;
         pd_slots_current(t);
     }
@@ -264,6 +266,18 @@ __attribute__((noipa)) PD_FAST_FN void pd_fast_regs(struct pd_regs *regs,
     if (site->fx & PD_FX_EXIT)
         pd_exit_regs(regs);
     pd_fast_run(&pd_probes[site->probe], &pd_fenv, site, regs, bias, 1);
+}
+
+/* A fast stub's call for a row whose one probe p is FAST and reads no register but sp
+ * (PD_PROBE_SP, x86_tramp.c): the probe with a pd_regs whose only register is that sp
+ * (a function exit's: after the `ret`, as pd_exit_regs shows it). */
+__attribute__((noipa)) PD_FAST_FN void pd_fast_sp(const struct pd_probe *p,
+                                                 const struct pd_site *site, uintptr_t sp,
+                                                 uintptr_t bias)
+{
+    struct pd_regs regs;
+    regs.r[PD_DWARF_SP] = (pd_ureg)(site->fx & PD_FX_EXIT ? sp + sizeof(pd_ureg) : sp);
+    pd_fast_run(p, &pd_fenv, site, &regs, bias, 1);
 }
 
 static __attribute__((noinline)) PD_FAST_FN void

@@ -210,6 +210,7 @@ extern void pd_init_globals(uint8_t *globals);
 
 /* ---- the handler context ------------------------------------------------ */
 
+struct pd_fast_tls;
 struct pd_ctx {
     const struct pd_probe *probe;
     const struct pd_site *site;   /* NULL outside mark probes */
@@ -221,6 +222,9 @@ struct pd_ctx {
     int nesting;                  /* user function call depth (MAXNESTING) */
     const char *where;            /* the statement running, for error messages */
     int64_t *cslot;               /* the thread's counter block (pd_counter.c); 0 or 1: none */
+    /* the thread's FAST TLS block (pd_fast_tls): its clock anchor, statistic slot and
+     * @entry frames, one load away for a FAST handler (pd_fast.h, launcher/entry.py) */
+    struct pd_fast_tls *tls;
     /* a probe inside a function: the registers at its entry, by DWARF number, that a
      * hidden entry probe kept (launcher/entry.py); NULL where none did */
     const int64_t *entry_regs;
@@ -297,6 +301,11 @@ struct pd_fast_tls {
     uint32_t slots_epoch; /* pd_fenv.epoch when the slot state above was last valid */
     int pslot; /* pd_pstat.c: 0 not claimed yet, -1 none free (slot 0), k: owns slot k */
     struct pd_clock_anchor clock;
+    /* launcher/entry.py: the thread's stack of @entry frames (laid out by the module),
+     * how many it holds, and whether mapping it failed */
+    void *ent;
+    uint32_t ent_n;
+    int ent_failed;
 };
 _Static_assert(offsetof(struct pd_fast_tls, cslot) ==
                offsetof(struct pd_fast_tls, ctx) + offsetof(struct pd_ctx, cslot),
@@ -360,6 +369,7 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
                                           const int *guard)
 {
     c->cslot = ((const struct pd_fast_tls *)(const void *)guard)->cslot; /* busy is first */
+    c->tls = (struct pd_fast_tls *)(uintptr_t)guard;
     c->bias = bias;
     c->globals = globals;
     c->actions = pd_fenv.maxaction;
@@ -367,18 +377,15 @@ static inline PD_FAST_FN void pd_fast_ctx(struct pd_ctx *c, uint8_t *globals, ui
     c->where = NULL;
 }
 /* What FAST handlers read and feed beyond counter adds (pd_fastval.c): an argument, the
- * return value, a statistic's `<<<`, a keyed add.  Each does the common case with
- * general registers only -- a register or a stack word of the site's own page, the
- * thread's own statistic slot -- and anything else (a memory or DWARF location that may
- * fault, a slot to claim, a keyed table) through pd_fast_slow, with the vector
- * registers saved and a whole context.  Hidden: i386 handlers call them with no PLT. */
+ * return value, a keyed add (a statistic's `<<<` and the clocks: pd_fast.h).  Each does
+ * the common case with general registers only -- a register or a stack word of the
+ * site's own page -- and anything else (a memory or DWARF location that may fault, a
+ * keyed table) through pd_fast_slow, with the vector registers saved and a whole
+ * context.  Hidden: i386 handlers call them with no PLT. */
 struct pd_statdesc;
 struct pd_kstatdesc;
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_arg(struct pd_ctx *c, unsigned index);
 PD_HIDDEN PD_FAST_FN int64_t pd_fast_return(struct pd_ctx *c);
-PD_HIDDEN PD_FAST_FN int64_t pd_fast_gettime_ns(int clock_realtime);
-PD_HIDDEN PD_FAST_FN void pd_fast_pstat_add(struct pd_ctx *c, uint8_t *area, int64_t v,
-                                            const struct pd_statdesc *d);
 PD_HIDDEN PD_FAST_FN void pd_fast_kstat_add(struct pd_ctx *c, uint8_t *area,
                                             const struct pd_kstatdesc *kd, const uint8_t *key,
                                             int64_t v);
@@ -417,6 +424,9 @@ void pd_got_restore_all(uint32_t counts[2]);
 void pd_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether pd_objects[o] is armed in this process, and its load bias. */
 int pd_object_bias(uint32_t o, uintptr_t *bias);
+/* The load bias of the armed object at `path`, else the handler's error (@var in a
+ * script function). */
+int64_t pd_object_bias_of(struct pd_ctx *c, const char *path, const char *where);
 /* pd_ret_tramp's address; the original return address stored at `at` (0: none). */
 uintptr_t pd_ret_tramp_addr(void);
 uintptr_t pd_shadow_ret(uintptr_t at);
@@ -546,6 +556,8 @@ int64_t pd_stat_get(struct pd_ctx *c, const struct pd_stat *s, int what);
 int64_t pd_stat_variance(struct pd_ctx *c, const struct pd_stat *s, int shift, int entry);
 void pd_stat_emit_hist(struct pd_ctx *c, const struct pd_stat *s, const struct pd_statdesc *d,
                        uint32_t fmt_id);
+char *pd_stat_sprint_hist(struct pd_ctx *c, char *dst, const struct pd_stat *s,
+                          const struct pd_statdesc *d);
 
 /* Per-thread statistic slots (pd_pstat.c): a statistic only ever added to takes
  * 1 + PD_PSTAT_SLOTS slots of PD_PSTAT_SLOT_SIZE bytes, a struct pd_pslot_head then a
@@ -701,11 +713,25 @@ int pd_user_read_ok(struct pd_ctx *c, int64_t addr);
 /* Guru mode (-g) set_user_*: writes into the target, a bad address is an error. */
 int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size);
 int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s);
+/* Guru mode's writes to target variables: a bitfield in memory, a variable where its
+ * location puts it (a register of the saved context, or memory), $return. */
+int64_t pd_set_user_bits(struct pd_ctx *c, int64_t addr, unsigned size, unsigned shift,
+                         unsigned width, int64_t v);
+int64_t pd_store_arg(struct pd_ctx *c, unsigned index, int64_t v);
+int64_t pd_set_return(struct pd_ctx *c, int64_t v);
+/* `old` with its `width` bits from bit `shift` replaced by the low bits of v. */
+static inline uint64_t pd_merge_bits(uint64_t old, uint64_t v, unsigned shift, unsigned width)
+{
+    uint64_t mask = (width >= 64 ? ~0ull : (1ull << width) - 1) << shift;
+    return (old & ~mask) | ((v << shift) & mask);
+}
+/* stap's floatingpoint tapset (pd_fp.c) */
 int64_t pd_fp_op(int64_t a, int64_t b, char op);
 int64_t pd_fp32_to_fp64(int64_t v);
 int64_t pd_long_to_fp(int64_t v);
-int64_t pd_fp_to_long(int64_t v);
-int64_t pd_string_to_fp(const char *s);
+int64_t pd_fp_sqrt(int64_t v);
+int64_t pd_fp_to_long(int64_t v, int64_t mode);
+int64_t pd_string_to_fp(struct pd_ctx *c, const char *s);
 char *pd_fp_to_string(char *dst, int64_t v, int64_t precision);
 void pd_sf_lit(char *dst, const char *s);
 int64_t pd_sf_clamp(int64_t v);
@@ -737,5 +763,7 @@ void pd_action(struct pd_ctx *c, const char *where);
             (c)->error = PD_ERROR_DEFERRED;                                   \
         }                                                                     \
     } while (0)
+
+#include "pd_fast.h"
 
 #endif

@@ -396,8 +396,11 @@ static ssize_t pd_write_self(void *dst, const void *src, size_t n)
 #endif
 }
 
+/* Not after an error in the statement: its address may come from a read that faulted. */
 static int64_t pd_user_write(struct pd_ctx *c, int64_t addr, const void *src, size_t n)
 {
+    if (c->error)
+        return 0;
     if (pd_write_self((void *)(uintptr_t)addr, src, n) == (ssize_t)n)
         return 0;
     pd_error(c, "user memory write fault at 0x%lx (%u bytes)", (unsigned long)addr,
@@ -409,6 +412,24 @@ int64_t pd_set_user(struct pd_ctx *c, int64_t addr, int64_t value, unsigned size
 {
     /* the low `size` bytes of the value: x86 and aarch64 are little-endian */
     return pd_user_write(c, addr, &value, size);
+}
+
+/* A bitfield written (guru mode's `$p->bits = v`): the `size` bytes at addr holding it
+ * read, its `width` bits from bit `shift` replaced by v's low bits, written back, as
+ * stap's read-modify-write of the storage unit; a fault is the handler's error. */
+int64_t pd_set_user_bits(struct pd_ctx *c, int64_t addr, unsigned size, unsigned shift,
+                         unsigned width, int64_t v)
+{
+    uint64_t old = 0;
+    if (c->error)
+        return v;
+    if (pd_read_self(&old, (const void *)(uintptr_t)addr, size) != (ssize_t)size) {
+        pd_error(c, "user memory read fault at 0x%lx (%u bytes)", (unsigned long)addr, size);
+        return v;
+    }
+    uint64_t merged = pd_merge_bits(old, (uint64_t)v, shift, width);
+    pd_user_write(c, addr, &merged, size);
+    return v;
 }
 
 int64_t pd_set_user_string(struct pd_ctx *c, int64_t addr, const char *s)
@@ -444,55 +465,4 @@ int pd_user_read_ok(struct pd_ctx *c, int64_t addr)
     (void)c;
     char b;
     return pd_read_self(&b, (const void *)(uintptr_t)addr, 1) == 1;
-}
-
-/* ---- floating point (stap's floatingpoint tapset): a double travels in a
- * long as its IEEE-754 bits, which is also how `8f@` arguments arrive. */
-
-static double pd_fp(int64_t bits)
-{
-    double d;
-    memcpy(&d, &bits, 8);
-    return d;
-}
-
-static int64_t pd_bits(double d)
-{
-    int64_t bits;
-    memcpy(&bits, &d, 8);
-    return bits;
-}
-
-int64_t pd_fp_op(int64_t a, int64_t b, char op)
-{
-    double x = pd_fp(a), y = pd_fp(b);
-    switch (op) {
-    case '+': return pd_bits(x + y);
-    case '-': return pd_bits(x - y);
-    case '*': return pd_bits(x * y);
-    case '/': return pd_bits(x / y);
-    case '<': return x < y;
-    case 'l': return x <= y;
-    case '=': return x == y;
-    }
-    return 0;
-}
-
-int64_t pd_fp32_to_fp64(int64_t v)
-{
-    uint32_t raw = (uint32_t)(uint64_t)v;
-    float f;
-    memcpy(&f, &raw, 4);
-    return pd_bits((double)f);
-}
-
-int64_t pd_long_to_fp(int64_t v) { return pd_bits((double)v); }
-int64_t pd_fp_to_long(int64_t v) { return (int64_t)pd_fp(v); }
-int64_t pd_string_to_fp(const char *s) { return pd_bits(strtod(s, NULL)); }
-
-char *pd_fp_to_string(char *dst, int64_t v, int64_t precision)
-{
-    snprintf(dst, MAXSTRINGLEN, "%.*f", (int)(precision < 0 ? 6 : precision > 50 ? 50 : precision),
-             pd_fp(v));
-    return dst;
 }

@@ -86,7 +86,7 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     if (a->site->nop_len == 0) {
         /* A function entry: the displaced instruction runs from its out-of-line copy. */
         pd_func_fire(&regs, a->site, a->bias);
-        pd_uc_set_ret(uc, &regs);
+        pd_regs_to_ucontext(uc, &regs);
         pd_uc_set_ip(uc, a->ool);
         return;
     }
@@ -94,6 +94,7 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
         pd_func_fire(&regs, a->site, a->bias);
     else
         pd_run(&pd_probes[a->site->probe], a->site, &regs, a->bias);
+    pd_regs_to_ucontext(uc, &regs);
     /* The patched instruction is a nop: resuming after it is its emulation. */
     pd_uc_set_ip(uc, at + a->site->nop_len);
 }

@@ -75,6 +75,7 @@ PD_PROBE_THREAD_END: Final = 9
 PD_PROBE_LOCKS: Final = 1
 PD_PROBE_FAST: Final = 2
 PD_PROBE_REGS: Final = 4
+PD_PROBE_SP: Final = 8
 
 GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
     ConstGroup("globals", "statistics, arrays, per-thread slots in the globals area", (
@@ -102,6 +103,8 @@ GLOBAL_CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
               "locks: only counter adds, compiled general-regs-only (translate/fast.py)"),
         Const("PD_PROBE_REGS", PD_PROBE_REGS,
               "locks: a FAST handler that reads the register context ($argN, $return)"),
+        Const("PD_PROBE_SP", PD_PROBE_SP,
+              "locks: with REGS, a FAST handler whose one register is sp (@entry frames)"),
     )),
 )
 GLOBAL_CONSTANTS: Final[tuple[Const, ...]] = tuple(

@@ -51,13 +51,13 @@ REGS_PROBES = 7
 # What those handlers may call (each checked like the handlers where it is a function
 # of the module): the FAST path's own functions and pd_xmm_call, which saves the vector
 # registers around the rest.
-FAST_ARG_FNS = {"pd_fast_arg", "pd_fast_return", "pd_fast_pstat_add", "pd_stat_add",
-                "pd_hist_log_bucket", "pd_fast_kstat_add", "pd_fast_gettime_ns",
-                "pd_fast_regs", "pd_counter_slow", "pd_counter_wide", "pd_count_skipped",
+FAST_ARG_FNS = {"pd_fast_arg", "pd_fast_return", "pd_fast_pstat_add_slow",
+                "pd_fast_kstat_add", "pd_fast_gettime_slow", "pd_fast_regs",
+                "pd_counter_slow", "pd_counter_wide", "pd_count_skipped",
                 "pd_slots_rejoin", "pd_quiesce_enter_slow", "pd_quiesce_leave_slow",
                 "pd_fast_error", "pd_fast_tls_dynamic", "pd_fast_run", "pd_entry_push",
-                "pd_entry_pop", "pd_ent_drop_below"}
-# i386: libgcc's 64-bit division (pd_stat_add's average), linked into the module
+                "pd_entry_save", "pd_entry_pop", "pd_ent_drop_below"}
+# i386: libgcc's 64-bit division (a statistic's average, inline in the handler: pd_fast.h)
 LIBGCC_DIV = {"__divdi3", "__moddi3", "__udivdi3", "__umoddi3"}
 ALLOWED = FAST_ARG_FNS | M32_HELPERS | LIBGCC_DIV | {"pd_xmm_call", "_dl_tlsdesc_return",
                                                      "__tls_get_addr@plt"}

@@ -5,8 +5,9 @@ run inside the launcher.  Each test runs pydyn as a subprocess (cbuild.start_pyd
 with the module's cache and compares the whole of stdout with what SystemTap
 prints for the same script.  Expectations follow stap's documented semantics
 and its testsuite (files named where used);
-histogram and exit-report texts are those of launcher/stats.py, which is
-checked against stap's .exp files in test_stats.py.
+histogram texts are the runtime's drawing (runtime/pd_hist.c), checked against stap's
+.exp files in test_hist_draw.py; exit-report texts those of launcher/stats.py,
+checked in test_stats.py.
 
 Tests marked xfail(strict=True) assert stap's behaviour where pydyn differs;
 each reason names the bug.

@@ -417,6 +417,8 @@ def test_conditions() -> None:
     assert cond('kernel_vr == "5.10.*-amd64"', kernel_release="5.10.0-8-amd64")
     assert cond('systemtap_v >= "4.0"')
     assert not cond('CONFIG_SMP == "y"')
+    # an unset option is "" and, against a number, 0 (stap's empty kernel_config)
+    assert cond("CONFIG_NR_CPUS >= 0") and not cond("CONFIG_NR_CPUS == 13")
     assert cond("$1 == 7", args=["7"]) and cond('@1 == "x y"', args=["x y"])
 
 

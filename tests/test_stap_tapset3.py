@@ -155,12 +155,6 @@ def test_macro_libraries_of_a_tapset_directory(cache: Path, tmp_path: Path) -> N
         assert rc == 1 and f"'@{name}'" in err, err
 
 
-def test_sprint_of_a_histogram_is_an_error(cache: Path) -> None:
-    rc, out, err = run(cache, "-e", "global h probe begin { h <<< 1; "
-                       "println(sprint(@hist_log(h))) }")
-    assert rc == 1 and "sprint() of a histogram is not supported" in err, err
-
-
 def test_compatible_1_2_pointer_format(cache: Path, target: Path) -> None:
     # --compatible=1.2: stap's old %p, the process's unsigned long zero-padded to the
     # pointer's digits (a width W pads to W - 2, further only left-justified); newer

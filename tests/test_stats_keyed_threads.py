@@ -26,13 +26,12 @@ from cbuild import (
     have_sdt_h,
     run_pydyn_clean,
 )
+from histdraw import draw_linear, draw_log
 from test_stats_threads import value
 
 from pydyn.launcher.stats import (
     HIST_LOG_BUCKETS,
     StatValue,
-    format_hist_linear,
-    format_hist_log,
     hist_linear_bucket,
     hist_linear_buckets,
     hist_log_bucket,
@@ -124,7 +123,7 @@ def test_keyed_stats_merge_exactly(progs: dict[str, Path], cache: Path, abi: str
     assert got[4:7] == [f"by count {k[1]}" for k in sorted(keys, key=lambda k: -counts[k])[:3]]
     mins = {k: min(p.min for p in exp.parts[k].values()) for k in keys}
     assert got[7:11] == [f"by min {k[1]}" for k in sorted(keys, key=lambda k: mins[k])]
-    assert "\n".join(got[11:]) + "\n" == format_hist_log(exp.hist[(name, 1)])
+    assert "\n".join(got[11:]) + "\n" == draw_log(exp.hist[(name, 1)])
 
 
 def test_m64_and_m32_processes_fill_the_same_keys(progs: dict[str, Path], cache: Path) -> None:
@@ -146,14 +145,14 @@ def test_m64_and_m32_processes_fill_the_same_keys(progs: dict[str, Path], cache:
     assert [re.sub(r" -?\d+$", "", ln) for ln in got[:4]] == \
         [exp.line(("k", k), variance=False) for k in range(4)]
     text = "\n".join(got[4:]) + "\n"
-    log = format_hist_log(exp.hist[("k", 3)])
+    log = draw_log(exp.hist[("k", 3)])
     assert text.startswith(log)
     lo, hi, step = -100000, 100000, 25000
     buckets = [0] * hist_linear_buckets(lo, hi, step)
     for t in range(1, 8, 2):
         for i in range(2 * per):
             buckets[hist_linear_bucket(value(t, i), lo, hi, step)] += 2  # both processes
-    assert text[len(log):] == format_hist_linear(buckets, lo, hi, step)
+    assert text[len(log):] == draw_linear(buckets, lo, hi, step)
 
 
 @pytest.mark.parametrize("abi", ["m64", "m32"])

@@ -57,11 +57,12 @@ def search_path() -> str:
 def _sections(path: str) -> tuple[bool, str | None, DebugLink | None]:
     """(has .debug_info with contents, hex build-id, debug link) of the ELF at `path`."""
     from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
+
+    from .reader import ElfFile
 
     try:
         with open(path, "rb") as stream:
-            elf = ELFFile(stream)
+            elf = ElfFile(stream)
             has_info = False
             build_id: str | None = None
             link: DebugLink | None = None

@@ -307,9 +307,9 @@ def iter_functions(path: str) -> Iterator[DwarfFunction]:
 
 def _open(path: str) -> DwarfInfo:
     from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
 
     from .debuginfo import find_debug_file, no_debug_info
+    from .reader import ElfFile
 
     lookup = find_debug_file(path)
     if lookup.path is None:
@@ -319,7 +319,7 @@ def _open(path: str) -> DwarfInfo:
     except OSError as exc:
         raise TargetError(lookup.path, exc.strerror or str(exc)) from None
     try:
-        elf = ELFFile(stream)
+        elf = ElfFile(stream)
         machine = {"EM_X86_64": "x86_64", "EM_386": "i386",
                    "EM_AARCH64": "aarch64"}.get(elf["e_machine"], elf["e_machine"])
         # a linked file's DWARF needs no relocation (skipping it saves the time of

@@ -342,7 +342,7 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
         if bitfield is not None:
             bit, width = bitfield
             first = bit // 8
-            nbytes = next(n for n in (1, 2, 4, 8) if (bit - first * 8) + width <= n * 8)
+            nbytes = _bits_window(bit - first * 8, width, len(components) - 1)
             steps.append(Offset(first) if first else Offset(0))
             steps.append(Load(nbytes, False))
             steps.append(Bits(bit - first * 8, width, signed))
@@ -353,6 +353,16 @@ def resolve(info: DwarfInfo, root: Root, root_type: Any, in_memory: bool,
     if is_float32(t):
         steps.append(Float32())
     return Access(root, tuple(s for s in steps if s != Offset(0)), tname, False, offset)
+
+
+def _bits_window(shift: int, width: int, index: int) -> int:
+    """The bytes (1, 2, 4 or 8) one load takes for a bitfield `shift` bits into its
+    first byte: a packed one across 9 bytes has none."""
+    for n in (1, 2, 4, 8):
+        if shift + width <= n * 8:
+            return n
+    raise DwarfAccessError(f"a bitfield of {width} bits across more than 8 bytes is not "
+                           "supported", index)
 
 
 def _by_value_member(info: DwarfInfo, root: Root, root_type: Any,
@@ -384,7 +394,7 @@ def _by_value_member(info: DwarfInfo, root: Root, root_type: Any,
                 width = int(m.attributes["DW_AT_bit_size"].value)
                 at = off * 8 + bit
                 first = at // 8
-                nbytes = next(n for n in (1, 2, 4, 8) if (at - first * 8) + width <= n * 8)
+                nbytes = _bits_window(at - first * 8, width, i)
                 signed = _base_kind(strip_type(type_die(m)), word)[1]
                 bits = Bits(at - first * 8, width, signed)
                 off = first

@@ -42,6 +42,7 @@ from .symbols import SymbolTable
 
 ENDBR64 = b"\xf3\x0f\x1e\xfa"
 ENDBR32 = b"\xf3\x0f\x1e\xfb"
+TABLE_FORMAT = 1  # of the function tables kept per binary (factstore.py)
 NARGS = 8        # $arg1..$arg8; DWARF parameters come after them in a site's table
 # aarch64 `bti c` / `bti jc` (hint #34 / #38): landing pads of indirect calls
 A64_BTI_C = (b"\x5f\x24\x03\xd5", b"\xdf\x24\x03\xd5")
@@ -164,13 +165,71 @@ def entry_site(site: FunctionSite) -> FunctionSite:
 
 
 def get_functions(path: str) -> FunctionTable:
-    """Every probeable function of the ELF file at `path` (TargetError if unreadable)."""
+    """Every probeable function of the ELF file at `path` (TargetError if unreadable):
+    computed once per binary (its symbol tables, FDEs and entries: a quarter of a
+    second on PostgreSQL, seconds on libjvm) and kept in the facts store."""
     import os
+
+    from ..factstore import binary_key, load_or_compute
+    from .debuginfo import search_path
     st = os.stat(path)
     key = (path, st.st_mtime_ns, st.st_size)
     table = _cache.get(key)
     if table is not None:
         return table
+    fkey = binary_key(path, f"function table {TABLE_FORMAT} {search_path()}")
+    header, arrays = load_or_compute(fkey, lambda: _table_facts(_compute_table(path)),
+                                     _debug_files_unchanged)
+    table = _table_of_facts(os.path.realpath(path), header, arrays)
+    _cache[key] = table
+    return table
+
+
+def _file_state(path: str) -> str:
+    """What a debug-file candidate is now: its size and mtime, or "" if no file."""
+    import os
+    try:
+        st = os.stat(path)
+    except OSError:
+        return ""
+    return f"{st.st_size} {st.st_mtime_ns}" if os.path.isfile(path) else ""
+
+
+def _debug_files_unchanged(facts: Any) -> bool:
+    """A stored table of a stripped binary stays right while the debug-file candidates
+    it consulted are as they were (none installed, none replaced)."""
+    return all(_file_state(p) == state for p, state in facts[0]["debug_files"])
+
+
+def _table_facts(computed: tuple[FunctionTable, tuple[str, ...]]) -> Any:
+    from array import array
+    table, consulted = computed
+    fs = table.functions
+    return ({"machine": table.machine, "elf_class": table.elf_class,
+             "names": [f.name for f in fs], "unnamed": table.unnamed,
+             "ifuncs": table.ifuncs, "debug_files": [[p, _file_state(p)] for p in consulted]},
+            {"addr": array("q", [f.addr for f in fs]), "size": array("q", [f.size for f in fs]),
+             "entry": array("q", [f.entry for f in fs]),
+             "exported": array("q", sorted(table.exported)),
+             "signed": array("q", sorted(table.signed))})
+
+
+def _table_of_facts(path: str, header: dict[str, Any], arrays: dict[str, Any]) -> FunctionTable:
+    table = FunctionTable(path, header["machine"], header["elf_class"],
+                          [Function(n, a, z, e) for n, a, z, e in
+                           zip(header["names"], arrays["addr"], arrays["size"], arrays["entry"],
+                               strict=True)])
+    table.unnamed = header["unnamed"]
+    table.ifuncs = {str(k): int(v) for k, v in header["ifuncs"].items()}
+    table.exported = set(arrays["exported"])
+    table.signed = set(arrays["signed"])
+    return table
+
+
+def _compute_table(path: str) -> tuple[FunctionTable, tuple[str, ...]]:
+    """The function table of `path`, and the debug-file candidates consulted for it (a
+    stripped binary's static functions are in its debug file's `.symtab`)."""
+    consulted: tuple[str, ...] = ()
     with open_elf(path) as h:
         info = read_elf_info(h)
         if info.machine not in ("x86_64", "i386", "aarch64"):
@@ -183,7 +242,8 @@ def get_functions(path: str) -> FunctionTable:
         symbols = SymbolTable.from_handle(h)
         symbols._ensure_loaded()   # noqa: SLF001 - one pass over every symbol
         if not any(s["sh_type"] == "SHT_SYMTAB" for s in h.elffile.iter_sections()):
-            for sym in _debug_file_functions(path):   # stripped: its debug file's .symtab
+            debug_syms, consulted = _debug_file_functions(path)
+            for sym in debug_syms:   # stripped: its debug file's .symtab
                 symbols._by_name.setdefault(sym.name, []).append(sym)  # noqa: SLF001
         fdes = fde_ranges(h)
         fde_size = dict(fdes)
@@ -230,8 +290,7 @@ def get_functions(path: str) -> FunctionTable:
     table.ifuncs = ifuncs
     table.exported = exported
     table.signed = signed
-    _cache[key] = table
-    return table
+    return table, consulted
 
 
 def _exported(h: Any) -> set[int]:
@@ -255,20 +314,22 @@ def _exported(h: Any) -> set[int]:
             if s.type in ("FUNC", "GNU_IFUNC") and s.bind in ("GLOBAL", "WEAK")}
 
 
-def _debug_file_functions(path: str) -> list[Any]:
+def _debug_file_functions(path: str) -> tuple[list[Any], tuple[str, ...]]:
     """The STT_FUNC symbols of the separate debug file of a stripped binary (its
-    `.symtab` names the static functions, libc's `__strlen_evex` among them)."""
+    `.symtab` names the static functions, libc's `__strlen_evex` among them), and the
+    candidate files looked at."""
     from .debuginfo import find_debug_file
 
-    debug = find_debug_file(path).path
+    found = find_debug_file(path)
+    debug = found.path
     if debug is None or debug == path:
-        return []
+        return [], found.tried
     try:
         with open_elf(debug) as dh:
             table = SymbolTable.from_handle(dh)
-            return [s for s in table.all_symbols() if s.type == "FUNC"]
+            return [s for s in table.all_symbols() if s.type == "FUNC"], found.tried
     except TargetError:
-        return []
+        return [], found.tried
 
 
 def _marked_bti(h: Any) -> bool:

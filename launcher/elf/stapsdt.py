@@ -13,10 +13,11 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 from ..errors import TargetError
-from .argspec import ArgParser, ArgSpec
+from .argspec import ArgKind, ArgParser, ArgSpec
 from .notes import BadNote, iter_note_spans
 from .reader import ElfHandle, ElfInfo, LoadSegment, open_elf, read_elf_info
 from .symbols import SymbolTable
@@ -288,35 +289,75 @@ def _segment_for(segments: tuple[LoadSegment, ...], addr: int, size: int, *,
 
 
 def get_probe_sites(path: str) -> SiteScan:
-    """Every USDT probe site of the ELF file at `path`, validated (TargetError if unreadable)."""
+    """Every USDT probe site of the ELF file at `path`, validated (TargetError if
+    unreadable).  What the notes say depends on the binary alone: decoded and checked
+    once per binary (tens of milliseconds on PostgreSQL, whose argument forms name
+    symbols) and kept in the facts store (factstore.py)."""
+    from ..factstore import binary_key, load_or_compute, store_dir
     with open_elf(path) as h:
         info = read_elf_info(h)
-        notes = _read_notes(h, info)
-        symbols = SymbolTable.from_handle(h)
-        # A library's static-TLS offset is chosen by ld.so at run time, so @tpoff
-        # forms are only resolvable in an executable.
-        tls = None if info.is_shared_object else info.tls
-        parser = ArgParser(info.machine, symbols, tls)
-        machine_ok = info.machine in ("x86_64", "i386", "aarch64")
-        code_segments = tuple(s for s in info.segments if s.executable)
-        sites: list[ProbeSite] = []
-        skipped: list[SkippedSite] = []
-        for note in notes:
-            if isinstance(note, _Malformed):
-                skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
-                                           note.reason))
-                continue
-            if not machine_ok:
-                reason, nop_len = f"probe sites on machine {info.machine} are not supported", 0
-            else:
-                reason, nop_len = _check_site(h, info, code_segments, note)
-            if reason:
-                skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
-                                           reason))
-                continue
-            sites.append(ProbeSite(info.path, note.provider, note.name, note.pc,
-                                   note.semaphore, note.args, parser.parse(note.args), nop_len,
-                                   info.machine, info.elf_class))
+        if store_dir() is None:
+            return _scan(h, info)
+        header, _ = load_or_compute(binary_key(path, f"usdt sites {SITES_FORMAT}"),
+                                    lambda: (_scan_facts(_scan(h, info)), {}))
+    return SiteScan(
+        info,
+        tuple(ProbeSite(info.path, provider, name, pc, sem, text,
+                        tuple(_arg_of_json(a) for a in args), nop, info.machine,
+                        info.elf_class)
+              for provider, name, pc, sem, text, args, nop in header["sites"]),
+        tuple(SkippedSite(info.path, provider, name, pc, reason)
+              for provider, name, pc, reason in header["skipped"]))
+
+
+SITES_FORMAT = 1    # of the USDT sites kept per binary
+_ARG_FIELDS = tuple(f.name for f in fields(ArgSpec))
+
+
+def _scan_facts(scan: SiteScan) -> dict[str, Any]:
+    return {"sites": [[s.provider, s.name, s.pc, s.semaphore, s.arg_text,
+                       [_arg_json(a) for a in s.args], s.nop_len] for s in scan.sites],
+            "skipped": [[s.provider, s.name, s.pc, s.reason] for s in scan.skipped]}
+
+
+def _arg_json(a: ArgSpec) -> list[Any]:
+    return [a.kind.value if f == "kind" else getattr(a, f) for f in _ARG_FIELDS]
+
+
+def _arg_of_json(values: list[Any]) -> ArgSpec:
+    a = dict(zip(_ARG_FIELDS, values, strict=True))
+    a["kind"] = ArgKind(a["kind"])
+    a["ops"] = tuple(tuple(op) for op in a["ops"])
+    return ArgSpec(**a)
+
+
+def _scan(h: ElfHandle, info: ElfInfo) -> SiteScan:
+    notes = _read_notes(h, info)
+    symbols = SymbolTable.from_handle(h)
+    # A library's static-TLS offset is chosen by ld.so at run time, so @tpoff
+    # forms are only resolvable in an executable.
+    tls = None if info.is_shared_object else info.tls
+    parser = ArgParser(info.machine, symbols, tls)
+    machine_ok = info.machine in ("x86_64", "i386", "aarch64")
+    code_segments = tuple(s for s in info.segments if s.executable)
+    sites: list[ProbeSite] = []
+    skipped: list[SkippedSite] = []
+    for note in notes:
+        if isinstance(note, _Malformed):
+            skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
+                                       note.reason))
+            continue
+        if not machine_ok:
+            reason, nop_len = f"probe sites on machine {info.machine} are not supported", 0
+        else:
+            reason, nop_len = _check_site(h, info, code_segments, note)
+        if reason:
+            skipped.append(SkippedSite(info.path, note.provider, note.name, note.pc,
+                                       reason))
+            continue
+        sites.append(ProbeSite(info.path, note.provider, note.name, note.pc,
+                               note.semaphore, note.args, parser.parse(note.args), nop_len,
+                               info.machine, info.elf_class))
     return SiteScan(info, tuple(sites), tuple(skipped))
 
 

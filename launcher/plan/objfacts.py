@@ -52,26 +52,16 @@ from typing import Any
 from ..build import compiler_path, sha256
 from ..elf.stapsdt import iter_stapsdt_notes
 from ..errors import BuildError
+from ..factstore import STORE_DIR, Facts, load_or_compute, rmtree, set_cache_root, store_dir
+from ..factstore import binary_key as factstore_key
+
+__all__ = ["STORE_DIR", "ObjectFacts", "analyse", "set_cache_root"]
 
 FACTS_FORMAT = 3
 SWEEP_SOURCE = Path(__file__).resolve().parent / "pd_sweep.c"
 SCAN_DEBUG_ENV = "PYDYN_DEBUG_SCANS"
-STORE_DIR = "objfacts"
-STORE_KEEP = 64           # binaries whose facts are kept (least recently used go first)
 REACH = 640               # bytes either side of a site whose padding runs are decoded
 WINDOW = 32               # bytes after a site that its plan may ask about
-
-Facts = tuple[dict[str, Any], dict[str, "array[int]"]]   # a JSON-able header, int64 arrays
-
-_root: Path | None = None     # the module cache directory, when the run has one
-
-
-def set_cache_root(root: Path | None) -> None:
-    """Keep facts in (and read them from) the module cache at `root`; None: this process
-    only."""
-    global _root
-    _root = root
-
 
 # -- instructions -------------------------------------------------------------------------
 
@@ -476,7 +466,7 @@ def sweep_tool() -> str:
     ident = (f"{sha256(SWEEP_SOURCE.read_bytes()).hexdigest()}\n{real}\n"
              f"{st.st_size} {st.st_mtime_ns}")
     digest = sha256(ident.encode()).hexdigest()[:24]
-    store = _store()
+    store = store_dir()
     if store is not None:
         from ..cache import check_private
         final = store / f"pd_sweep-{digest}"
@@ -488,7 +478,7 @@ def sweep_tool() -> str:
         import atexit
         import tempfile
         store = Path(tempfile.mkdtemp(prefix="pydyn-sweep-"))
-        atexit.register(_rmtree, store)
+        atexit.register(rmtree, store)
         final = store / "pd_sweep"
     tmp = final.with_name(f".{final.name}.tmp{os.getpid()}")
     proc = subprocess.run([cc, "-O2", "-std=gnu11", "-o", str(tmp), str(SWEEP_SOURCE)],
@@ -501,11 +491,6 @@ def sweep_tool() -> str:
     os.replace(tmp, final)     # a concurrent build's identical file may be replaced: fine
     _tool = str(final)
     return _tool
-
-
-def _rmtree(path: Path) -> None:
-    import shutil
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def start_tool(path: str, bits: int, lo: int, hi: int, got: int,
@@ -738,10 +723,10 @@ def _landing_pads(table: tuple[int, bytes], lsda: int, func: int, bits: int) -> 
 
 def _compute(path: str) -> Facts:
     """The whole-binary facts of the object at `path`."""
-    from elftools.elf.elffile import ELFFile
+    from ..elf.reader import ElfFile
 
     with open(path, "rb") as f:
-        elf = ELFFile(f)
+        elf = ElfFile(f)
         bits = elf.elfclass
         machine = "x86_64" if elf["e_machine"] == "EM_X86_64" else "i386"
         header: dict[str, Any] = {"bits": bits, "machine": machine, "error": "",
@@ -831,107 +816,16 @@ def analyse(path: str) -> ObjectFacts:
 # -- the store ---------------------------------------------------------------------------
 
 def binary_key(path: str) -> str:
-    """Names the facts of the file at `path`: its build-id, else the sha256 of its bytes,
-    with the format and the scanner's source (a change to either is another key)."""
-    from ..elf.header import get_build_id
-    build_id = get_build_id(path)
-    if build_id:
-        what = f"build-id {build_id}"
-    else:
-        h = sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        what = f"sha256 {h.hexdigest()}"
-    ident = f"{FACTS_FORMAT}\n{what}\n{sha256(SWEEP_SOURCE.read_bytes()).hexdigest()}"
-    return sha256(ident.encode()).hexdigest()[:32]
-
-
-def encode(header: dict[str, Any], arrays: dict[str, array[int]]) -> bytes:
-    head = dict(header, arrays={k: len(v) for k, v in arrays.items()})
-    parts = [json.dumps(head).encode() + b"\n"]
-    for a in arrays.values():
-        b = array("q", a)
-        if sys.byteorder != "little":
-            b.byteswap()
-        parts.append(b.tobytes())
-    return b"".join(parts)
-
-
-def decode(raw: bytes) -> Facts:
-    nl = raw.index(b"\n")
-    header = json.loads(raw[:nl])
-    pos = nl + 1
-    arrays: dict[str, array[int]] = {}
-    for name, n in header["arrays"].items():
-        a = array("q")
-        a.frombytes(raw[pos:pos + 8 * n])
-        if len(a) != n:
-            raise ValueError("truncated")
-        if sys.byteorder != "little":
-            a.byteswap()
-        arrays[name] = a
-        pos += 8 * n
-    if pos != len(raw):
-        raise ValueError("trailing bytes")
-    return header, arrays
-
-
-def _store() -> Path | None:
-    from ..cache import CacheRefused, check_private
-    if _root is None:
-        return None
-    store = _root / STORE_DIR
-    try:
-        store.mkdir(mode=0o700, exist_ok=True)
-        check_private(store, "object facts store")
-    except (OSError, CacheRefused):
-        return None
-    return store
-
-
-def load_or_compute(key: str, compute: Callable[[], Facts]) -> Facts:
-    """The whole-binary facts named `key`: from the store, else `compute()`, stored."""
-    import fcntl
-
-    from ..cache import _Lock, _write_atomic
-    store = _store()
-    if store is None:
-        return compute()
-    facts = store / f"{key}.facts"
-    found = _read(facts)
-    if found is not None:
-        return found
-    with _Lock(store / f"{key}.lock", fcntl.LOCK_EX):
-        found = _read(facts)        # computed while we waited for the lock
-        if found is not None:
-            return found
-        header, arrays = compute()
-        try:
-            _write_atomic(facts, encode(header, arrays))
-        except OSError:
-            pass
-    _trim(store)
-    return header, arrays
-
-
-def _read(facts: Path) -> Facts | None:
-    from ..cache import CacheRefused, check_private
-    try:
-        check_private(facts, "object facts")
-        found = decode(facts.read_bytes())
-        os.utime(facts)      # last use
-        return found
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, CacheRefused):
-        return None          # damaged or not ours: computed again (and replaced if ours)
+    """Names the facts of the file at `path` (factstore.py), with the format and the
+    scanner's source (a change to either is another key)."""
+    return factstore_key(path, f"x86 code facts {FACTS_FORMAT} "
+                               f"{sha256(SWEEP_SOURCE.read_bytes()).hexdigest()}")
 
 
 def load_regions(key: str) -> list[dict[str, Any]]:
     """The analysed neighbourhoods stored for the binary `key`."""
     from ..cache import CacheRefused, check_private
-    store = _store()
+    store = store_dir()
     if store is None:
         return []
     out = []
@@ -955,7 +849,7 @@ def load_regions(key: str) -> list[dict[str, Any]]:
 
 def save_region(key: str, rec: dict[str, Any]) -> None:
     from ..cache import CacheRefused, _write_atomic, check_private
-    store = _store()
+    store = store_dir()
     if store is None:
         return
     d = store / f"{key}.d"
@@ -966,16 +860,3 @@ def save_region(key: str, rec: dict[str, Any]) -> None:
         _write_atomic(d / f"{sha256(raw.encode()).hexdigest()[:24]}.json", raw)
     except (OSError, CacheRefused):
         pass
-
-
-def _trim(store: Path) -> None:
-    files = []
-    for p in store.glob("*.facts"):
-        try:
-            files.append((p.stat().st_mtime, p))
-        except OSError:
-            pass
-    for _, old in sorted(files)[:-STORE_KEEP]:
-        old.unlink(missing_ok=True)
-        old.with_suffix(".lock").unlink(missing_ok=True)
-        _rmtree(old.with_suffix(".d"))

@@ -93,12 +93,13 @@ class _Image:
 
 @lru_cache(maxsize=16)
 def _image_cached(path: str, mtime: int, size: int) -> _Image:
-    from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
+
+    from ..elf.reader import ElfFile
 
     img = _Image(set(), {}, [], [], 0)
     with open(path, "rb") as f:
-        elf = ELFFile(f)
+        elf = ElfFile(f)
         for s in elf.iter_sections():
             if s.name in (".plt", ".plt.sec", ".plt.got"):
                 img.plt.append((s["sh_addr"], s["sh_addr"] + s["sh_size"]))

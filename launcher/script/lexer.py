@@ -100,8 +100,10 @@ class Token:
         return ScriptError(self.text, self.loc)
 
 
-def quote(value: str) -> str:
-    """`value` as a double-quoted, escaped string, for messages."""
+def quote(value: str, octal: bool = False) -> str:
+    """`value` as a double-quoted, escaped string, for messages; with `octal`, control
+    characters and bytes as `\\ooo`, which lexes back to `value` (a `\\x` escape
+    takes every hex digit that follows)."""
     out = []
     for ch in value:
         if ch in '"\\':
@@ -111,7 +113,7 @@ def quote(value: str) -> str:
         elif ch == "\t":
             out.append("\\t")
         elif ord(ch) < 0x20 or 0xDC80 <= ord(ch) <= 0xDCFF:
-            out.append(f"\\x{ord(ch) & 0xFF:02x}")
+            out.append(f"\\{ord(ch) & 0xFF:03o}" if octal else f"\\x{ord(ch) & 0xFF:02x}")
         else:
             out.append(ch)
     return '"' + "".join(out) + '"'

@@ -21,13 +21,15 @@ from .walk import iter_nodes
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LibraryFile:
-    """One parsed tapset file's declarations."""
+    """One parsed file's declarations: a tapset's, or the script's own as written
+    (what -p1 prints)."""
 
     path: str
     probes: tuple[ast.Probe, ...]   # run when the script takes a global or function of it
     functions: tuple[ast.Function, ...]
     globals: tuple[ast.Global, ...]
     aliases: tuple[AliasDef, ...]
+    embedded: tuple[ast.Embedded, ...] = ()   # top-level %{ %} (the script's own, -g)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -97,6 +97,11 @@ class Parser:
         self._depth = 0
         self._in_function = False
         self._loops = 0            # loops around the statement being parsed
+        # the file's own declarations as written, once script() has them (-p1 prints them)
+        self.own: LibraryFile | None = None
+        # False: stop where stap's pass 1 does (-p1), no alias expanded and none of the
+        # checks stap makes only in its later passes
+        self.elaborate = True
         # --compatible before 2.0: a comment between string literals keeps them apart
         self.glue_across_comments = True
 
@@ -191,6 +196,8 @@ class Parser:
             # stap: a script with nothing left after preprocessing is a parse error
             raise ScriptError("the script is empty (nothing left after preprocessing)",
                               self._tok.loc)
+        self.own = LibraryFile(self._filename, tuple(probes), tuple(functions),
+                               tuple(globals_), tuple(aliases), tuple(embedded))
         functions = _arity_named(functions)
         if self.library:
             lib = merge_library(probes, functions, globals_, aliases, self.library)
@@ -198,7 +205,8 @@ class Parser:
             functions.extend(lib.functions)
             globals_.extend(lib.globals)
             probes = [*lib.probes, *probes]
-        probes = expand_aliases(probes, aliases, _builtin_aliases)
+        if self.elaborate:
+            probes = expand_aliases(probes, aliases, _builtin_aliases)
         return ast.Script(tuple(probes), tuple(functions), tuple(globals_),
                           SourceLocation(self._filename, 1, 1, first), tuple(embedded),
                           self._guru)
@@ -316,7 +324,8 @@ class Parser:
                 if p.optional or p.condition is not None:
                     raise ScriptError("an alias name takes no '?', '!' or condition", p.loc)
                 if any("*" in c.name for c in p.components):
-                    raise ScriptError("an alias name cannot have wildcards", p.loc)
+                    if self.elaborate:   # stap: a pass 2 error
+                        raise ScriptError("an alias name cannot have wildcards", p.loc)
             targets = self.probe_points(in_braces=False)
             if not self._tok.is_op("{"):
                 self.fail("'{'")
@@ -497,7 +506,7 @@ class Parser:
                 stmt = ast.Next(t.loc)
             elif t.is_kw("break", "continue"):
                 self.advance()
-                if not self._loops:
+                if not self._loops and self.elaborate:   # stap: a pass 3 error
                     raise ScriptError(f"'{t.text}' outside a loop", t.loc)
                 stmt = ast.Break(t.loc) if t.text == "break" else ast.Continue(t.loc)
             elif self._starts_expression(t):
@@ -1048,7 +1057,8 @@ class Parser:
                 self.advance()
                 args.append(self.expression())
         self.expect_op(")", "',' or ')'")
-        if fmt is not None and len(args) - (fmt[0] or fmt[1]) > _MAX_PRINT_ARGS:
+        if fmt is not None and len(args) - (fmt[0] or fmt[1]) > _MAX_PRINT_ARGS and \
+                self.elaborate:   # stap: a pass 3 error
             raise ScriptError(f"{name.text}() takes at most {_MAX_PRINT_ARGS} values", name.loc)
         if fmt is not None and fmt[1] and len(args) < 3:
             # stap's parser: a delimiter joins at least two values
@@ -1138,7 +1148,9 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
                  guru: bool = False, compatible: str | None = None,
                  library: Sequence[tuple[str, str]] = (),
                  macro_files: Sequence[tuple[str, str]] = (),
-                 warn: Callable[[str], None] | None = None) -> ast.Script:
+                 warn: Callable[[str], None] | None = None,
+                 on_file: Callable[[LibraryFile], None] | None = None,
+                 elaborate: bool = True) -> ast.Script:
     """Preprocess and parse a script; every problem is a ScriptError located in `text`.
 
     `args` are the script's command-line arguments ($1/@1 ...); `arch` and
@@ -1150,7 +1162,12 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
     `macro_files` the (text, path) of macro libraries (.stpm, -I), whose macros the
     script and the tapsets may invoke, after pydyn's own (tapset.py).  A tapset that
     does not parse, a macro library that does not preprocess or defines a macro another
-    one has, is skipped with a warning (`warn`), as stap skips it.
+    one has, is skipped with a warning (`warn`), as stap skips it.  `on_file` is given
+    each file's declarations as written (aliases not expanded, nothing of a tapset
+    joined): each `library` tapset that parses, then the script's own.  `elaborate` False
+    stops where stap's pass 1 does: no alias expanded, and what stap checks only in its
+    later passes (an alias that does not expand, a wildcard in an alias name, `break`
+    outside a loop, more than 32 values printed, more than 9 indexes) not checked.
     """
     extra: dict[str, str] = {}
     if kernel_release is not None:
@@ -1195,18 +1212,24 @@ def parse_script(text: str, filename: str, *, args: Sequence[str] = (), arch: st
                     warn(f"{exc.location or lib_path}: {exc.message}: tapset {lib_path} "
                          "skipped")
                 continue
-            files.append(LibraryFile(lib_path, tuple(probes), tuple(_arity_named(funcs)),
-                                     tuple(globs), tuple(aliases)))
+            parsed = LibraryFile(lib_path, tuple(probes), tuple(_arity_named(funcs)),
+                                 tuple(globs), tuple(aliases))
+            if on_file is not None and (lib_text, lib_path) not in own:
+                on_file(parsed)
+            files.append(parsed)
         lines = split_lines(text)
         parser = Parser(Preprocessor(tokenize(text, filename, lines), config, macros), filename,
                         lines, guru, files, autocast=compatible is None or
                         strverscmp(compatible, "2.6") >= 0)
         parser.glue_across_comments = strverscmp(config.systemtap_version, "2.0") >= 0
+        parser.elaborate = elaborate
         try:
             script = parser.script()
         except RecursionError:
             raise ScriptError("script nested too deeply", parser.peek().loc) from None
     check_depth(script)
+    if on_file is not None and parser.own is not None:
+        on_file(parser.own)
     if compatible is not None and strverscmp(compatible, "1.3") < 0:
         script = dataclasses.replace(script, legacy_p=True)
     return script

@@ -403,14 +403,14 @@ class Preprocessor:
             return _compare(int(cfg.guru), value, op.text)
         if left.kind is Kind.IDENT and left.text.startswith("CONFIG_"):
             # There is no kernel configuration for a user-space runtime: every
-            # option reads as unset (""), as stap's empty kernel_config would.
+            # option reads as unset (""), as stap's empty kernel_config would; against a
+            # number that is 0 (stap's strtoll of "" converts nothing, without an error).
             if right.kind is Kind.STRING:
                 if not equality:
                     raise ScriptError("expected '==' or '!=' after a CONFIG_ option", op.loc)
                 return fnmatch.fnmatchcase("", right.text) == (op.text == "==")
             if right.kind is Kind.NUMBER:
-                raise ScriptError(f"kernel option {left.text} has no numeric value in the "
-                                  f"{cfg.runtime} runtime", left.loc)
+                return _compare(0, _number(right), op.text)
             if right.kind is Kind.IDENT and right.text.startswith("CONFIG_"):
                 return _compare("", "", op.text)
             raise ScriptError("expected a string, number or CONFIG_ option after "

@@ -12,14 +12,23 @@ from . import ast
 
 def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
     """Every AST node below `node` (dataclass fields, tuples), depth first; not
-    below a node of a `prune` type."""
-    yield node
-    if isinstance(node, tuple):
-        for item in node:
-            yield from iter_nodes(item, prune)
-    elif not isinstance(node, (type, *prune)):
-        for name in child_fields(type(node)):
-            yield from iter_nodes(getattr(node, name), prune)
+    below a node of a `prune` type.  An explicit stack, not nested generators: the
+    passes walk a script many times, and a generator per level made the walks of a
+    script of thousands of probes most of its translation."""
+    stop = (type, *prune)
+    stack = [node]
+    pop, push = stack.pop, stack.extend
+    while stack:
+        node = pop()
+        yield node
+        if isinstance(node, tuple):
+            push(reversed(node))
+        elif not isinstance(node, stop):
+            names = _FIELDS.get(type(node))
+            if names is None:
+                names = child_fields(type(node))
+            if names:
+                push([getattr(node, n) for n in reversed(names)])
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}

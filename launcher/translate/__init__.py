@@ -36,7 +36,7 @@ from .optimize import check_symbols
 from .optimize import optimize as optimize_script
 from .report import exit_report
 from .tables import build_tables
-from .types import infer_types
+from .types import Types, infer_types
 from .warnings import deduplicate, elision_warnings, empty_probes
 
 __all__ = ["Program", "elide_probes", "translate"]
@@ -72,17 +72,22 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               warn: Callable[[ScriptWarning | str], None] | None = None,
               optimize: bool = True, skip_badvars: bool = False,
               symbols: Sequence[tuple[str, str]] = (),
-              pass2: Sequence[ScriptWarning | str] = ()) -> Program:
+              pass2: Sequence[ScriptWarning | str] = (),
+              typed: Callable[[ast.Script, Types], None] | None = None) -> Program:
     """`warn` is given each warning once the script is typed: a script in error gets
     its one error only; `optimize` False is -u, where stap's optimisation rounds, which
     give the warnings about unused and never-assigned variables, do not run;
     `skip_badvars` reads target variables that cannot be read where probed as 0;
     `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding;
-    `pass2`: the warnings of the optimisation (elide_probes), given after the types'."""
+    `pass2`: the warnings of the optimisation (elide_probes), given after the types';
+    `typed` is given the script as typed (after stap's optimisation) and its Types
+    (-p2 prints them)."""
     limits = Limits.from_defines(defines)
     if not optimize:
         check_symbols(script)   # else elide_probes's optimisation checked them first
     types = infer_types(script, resolution, skip_badvars)
+    if typed is not None:
+        typed(script, types)
     warnings = [*types.warnings, *pass2] if optimize else []
     for w in warnings:
         if warn is not None:

@@ -9,7 +9,7 @@ formatted in the handler.  A probe the analysis proves FAST (fast.py) is compile
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from typing import NamedTuple
 
 from ...shmlayout.globals import (
@@ -18,10 +18,11 @@ from ...shmlayout.globals import (
     PD_HIST_MAX_BUCKETS,
     PD_PROBE_FAST,
     PD_PROBE_REGS,
+    PD_PROBE_SP,
 )
 from .. import kstat
 from ..elf import dwarf
-from ..elf.dwarf_types import Load
+from ..elf.dwarf_types import Access
 from ..elf.functions import FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
@@ -309,9 +310,11 @@ class Emitter:
                 shift = self.tr.plan.variance_shift.get(_stat_name(e.operand), 0)
                 read = (f"pd_stat_variance(c, s_, {shift}, "
                         f"{int(isinstance(e.operand, ast.Index))})")
-            return (f"({{ const struct pd_stat *s_ = {sp}; "
-                    f"s_ ? {read} "
-                    f": (pd_error(c, \"empty aggregate\"), 0); }})")
+            # an array element that does not exist (never added to, or deleted): stap's
+            # @count and @sum are 0, the others an empty aggregate
+            missing = "0" if e.op in ("count", "sum") else \
+                '(pd_error(c, "empty aggregate"), 0)'
+            return f"({{ const struct pd_stat *s_ = {sp}; s_ ? {read} : {missing}; }})"
         if isinstance(e, ast.Call):
             return self.call(e)
         if isinstance(e, ast.RegexMatch):
@@ -338,12 +341,21 @@ class Emitter:
             root = self.expr(e.operand)
         else:
             acc = tvars.atvar_access(self.sites, e)
-            root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+            root = self.atvar_root(e, acc)
         read = tvars.access_c(acc, root, lambda k: self.expr(subs[k]), _where(e))
         if isinstance(e, ast.Cast) and not self.sites and e.module is not None and \
                 e.module.startswith("<"):
             return self.abi_guard(read, "m64", e)
         return read
+
+    def atvar_root(self, e: ast.AtVar, acc: Access) -> str:
+        """The address of @var's global: plus the load bias of the probe's object, or in a
+        script function that of the binary the @var names, looked up in the process."""
+        if self.sites:
+            return f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+        path = _c_string(tvars.atvar_path(self.sites, e))
+        return (f"(int64_t)((uint64_t)pd_object_bias_of(c, {path}, {_where(e)}) + "
+                f"{acc.root.address:#x}u)")
 
     def autocast(self, e: ast.AutoCast) -> str:
         """Suffixes on a value that carries a DWARF type (autocast.py): the reads of its
@@ -363,27 +375,57 @@ class Emitter:
         abi = tvars.header_abi(t.path) if t is not None else None
         return self.abi_guard(read, abi, e) if abi is not None else read
 
-    def target_write(self, tgt: ast.Cast | ast.AutoCast, value: ast.Expr) -> str:
-        """Guru mode's `@cast(p, "T")->m = v`, `x->m = v`: the address the read would load
-        from, written with the member's size (pd_set_user: a fault is the handler's
-        error); the assignment's value is v."""
-        acc = self.tr.types.write_access(tgt, self.scope)
-        assert acc is not None and isinstance(acc.steps[-1], Load)
-        size = acc.steps[-1].size
-        addr_acc = dataclasses.replace(acc, steps=acc.steps[:-1])
-        subs = tvars.cast_subscripts(tgt)
+    def target_write(self, tgt: ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast,
+                     value: ast.Expr) -> str:
+        """Guru mode's `$var = v`, `$p->m = v`, `@var("g")->m = v`, `@cast(p, "T")->m = v`,
+        `x->m = v`, `$return = v`: v stored where the read would load it (tvars.store_c;
+        pd_set_user*: a fault is the handler's error), or into the variable's register or
+        stack slot (pd_store_arg); the assignment's value is v."""
         self.ntemp += 1
-        root = f"ac{self.ntemp}_"
-        addr = tvars.access_c(addr_acc, root, lambda k: self.expr(subs[k]), _where(tgt))
-        write = (f"({{ int64_t {root} = {self.expr(tgt.operand)}; int64_t v_ = "
-                 f"{self.expr(value)}; c->where = {_where(tgt)}; "
-                 f"pd_set_user(c, {addr}, v_, {size}); v_; }})")
+        v = f"tv{self.ntemp}_"
+        if isinstance(tgt, ast.TargetSymbol):
+            store = self.target_store(tgt, v)
+            return (f"({{ int64_t {v} = {self.expr(value)}; c->where = {_where(tgt)}; "
+                    f"{store}; {v}; }})")
+        acc = self.tr.types.write_access(tgt, self.scope)
+        assert acc is not None
+        subs = tvars.cast_subscripts(tgt)
+        if isinstance(tgt, ast.AtVar):
+            root, head = self.atvar_root(tgt, acc), ""
+        else:   # the operand first: a function it calls sets c->where for its own reads
+            root = f"ac{self.ntemp}_"
+            head = f"int64_t {root} = {self.expr(tgt.operand)}; "
+        store = tvars.store_c(acc, root, lambda k: self.expr(subs[k]), _where(tgt), v)
+        write = (f"({{ {head}int64_t {v} = {self.expr(value)}; c->where = {_where(tgt)}; "
+                 f"{store}; {v}; }})")
         t = self.tr.types.dtype(tgt.operand, self.scope) if isinstance(tgt, ast.AutoCast) \
             else None
         abi = tvars.header_abi(t.path) if t is not None else \
             "m64" if isinstance(tgt, ast.Cast) and not self.sites and tgt.module is not None \
             and tgt.module.startswith("<") else None
         return self.abi_guard(write, abi, tgt) if abi is not None else write
+
+    def target_store(self, e: ast.TargetSymbol, v: str) -> str:
+        """C storing the C value `v` into `$return` or `$var...` at each site of the probe
+        (chosen by the site where they differ)."""
+        if e.name == "$return":
+            return f"pd_set_return(c, {v})"
+        subs = tvars.subscripts(e)
+        cases: dict[tuple[str, int], str] = {}
+        for site in self.sites:
+            assert isinstance(site, FunctionSite)
+            acc = tvars.store_access(site, e)
+            if acc.root.kind == "param":
+                slot = self.tr.types.param_slot(acc.root.name)
+                root = f"pd_fetch_arg(c, {slot})"
+                cases[(site.path, site.pc)] = tvars.store_c(
+                    acc, root, lambda k: self.expr(subs[k]), _where(e), v,
+                    functools.partial("pd_store_arg(c, {}, {})".format, slot))
+            else:
+                root = f"(int64_t)(c->bias + {acc.root.address:#x}u)"
+                cases[(site.path, site.pc)] = tvars.store_c(
+                    acc, root, lambda k: self.expr(subs[k]), _where(e), v)
+        return tvars.by_site(cases)
 
     def autocast_pretty(self, t: DwarfType, e: ast.AutoCast) -> str:
         """`x->m$`: stap's sprintf of the value's parts, the operand read once; "ERROR"
@@ -477,7 +519,7 @@ class Emitter:
             return (f"({{ int64_t v_ = {self.expr(e.value)}; struct pd_stat *s_ = {sp}; "
                     f"if (s_) pd_stat_add(s_, v_, {self.statdesc_of(target)}); v_; }})")
         tgt = e.target
-        if isinstance(tgt, ast.Cast | ast.AutoCast):
+        if isinstance(tgt, ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast):
             return self.target_write(tgt, e.value)
         if e.op == "=" and self.outline and isinstance(tgt, ast.Index) and \
                 isinstance(tgt.base, ast.Symbol) and self.is_global(tgt.base.name):
@@ -705,7 +747,7 @@ class Emitter:
         if name in PRINT_FUNCS:
             return self.print_call(e)
         args = [self.expr(a) for a in e.args]
-        now = "pd_fast_gettime_ns" if self.fast else "pd_gettime_ns"
+        now = "pd_fast_gettime_ns(c, " if self.fast else "pd_gettime_ns("
         simple = {"pid": "pd_pid()", "tid": "pd_tid()", "ppid": "pd_ppid()",
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
@@ -714,11 +756,11 @@ class Emitter:
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
-                  "gettimeofday_s": f"({now}(1) / 1000000000)",
-                  "gettimeofday_ms": f"({now}(1) / 1000000)",
-                  "gettimeofday_us": f"({now}(1) / 1000)",
-                  "gettimeofday_ns": f"{now}(1)",
-                  "local_clock_ns": f"{now}(0)",
+                  "gettimeofday_s": f"({now}1) / 1000000000)",
+                  "gettimeofday_ms": f"({now}1) / 1000000)",
+                  "gettimeofday_us": f"({now}1) / 1000)",
+                  "gettimeofday_ns": f"{now}1)",
+                  "local_clock_ns": f"{now}0)",
                   "get_cycles": "(int64_t)pd_cycles()"}
         if name in simple:
             return simple[name]
@@ -823,8 +865,16 @@ class Emitter:
                   "fp_le": "l", "fp_eq": "="}
         if name in fp_ops:
             return f"pd_fp_op({args[0]}, {args[1]}, '{fp_ops[name]}')"
-        if name in ("fp32_to_fp64", "long_to_fp", "fp_to_long", "string_to_fp"):
+        if name in ("fp32_to_fp64", "long_to_fp", "fp_sqrt"):
             return f"pd_{name}({args[0]})"
+        if name == "string_to_fp":
+            return f"(c->where = {_where(e)}, pd_string_to_fp(c, {args[0]}))"
+        if name == "fp_to_long":
+            if len(args) == 1:   # pydyn's short form: toward zero
+                return f"pd_fp_to_long({args[0]}, 1)"
+            # stap's (fp, roundingMode, exact): `exact` raises a flag nothing reads
+            return (f"({{ int64_t f_ = {args[0]}, m_ = {args[1]}; (void)({args[2]}); "
+                    "pd_fp_to_long(f_, m_); })")
         if name == "fp_to_string":
             return f"pd_fp_to_string({self.strtemp()}, {args[0]}, {args[1]})"
         if name == "tokenize":
@@ -870,7 +920,8 @@ class Emitter:
             else:
                 sep = ""
             if len(args) == 1 and isinstance(args[0], ast.HistOp):
-                return self.print_hist(args[0], newline=name.endswith("ln"))
+                # stap's print_format of a histogram: println and sprintln add no newline
+                return self.print_hist(args[0], to_string=name.startswith("s"))
             pieces = [("%s" if self.type_of(a) == STRING else "%d") for a in args]
             text = sep.join(pieces) + ("\n" if name.endswith("ln") else "")
             spec = parse_format(text, e.loc)
@@ -900,19 +951,20 @@ class Emitter:
         parts.append("pd_rec_close(c)")
         return "(" + ", ".join(parts) + ", 0)"
 
-    def print_hist(self, h: ast.HistOp, newline: bool) -> str:
+    def print_hist(self, h: ast.HistOp, to_string: bool) -> str:
         var = self.tr.globals[h.operand.name] if isinstance(h.operand, ast.Symbol) else (
             self.tr.globals[h.operand.base.name]
             if isinstance(h.operand, ast.Index) and isinstance(h.operand.base, ast.Symbol)
             else None)
         if var is None:
             raise _err("histograms need a global statistic", h)
+        sp = self.stat_ptr(h.operand)
+        if to_string:   # drawn here (pd_hist.c), as the launcher draws a printed one
+            return f"pd_stat_sprint_hist(c, {self.strtemp()}, {sp}, &sd_{var.name})"
         fmt = (HistFormat("log") if h.kind == "log" else
                HistFormat("linear", *h.params))
         fid = self.tr.format_id(fmt)
-        sp = self.stat_ptr(h.operand)
-        return (f"({{ const struct pd_stat *s_ = {sp}; if (s_) pd_stat_emit_hist(c, s_, "
-                f"&sd_{var.name}, {fid}); 0; }})")
+        return f"(pd_stat_emit_hist(c, {sp}, &sd_{var.name}, {fid}), 0)"
 
     def sprintf(self, spec: FormatSpec, args: list[ast.Expr], e: ast.Call) -> str:
         """sprintf in the probe, with stap's formatting rules (pd_sf_* in pd_string.c)."""
@@ -1212,7 +1264,8 @@ def _entry_handler(tr: Unit, pi: int, scope: Scope,
                    nodes: list[ast.Expr]) -> tuple[list[str], int]:
     """The hidden entry handler of a .return probe using @entry (entry.py), and its
     pd_probes.locks: the globals lock, or FAST (fast.py) and PD_PROBE_REGS (the push
-    reads sp) when every value is a FAST value."""
+    reads sp; PD_PROBE_SP where no value reads the context) when every value is a FAST
+    value."""
     operands = [n.operand if isinstance(n, ast.Entry) else n for n in nodes]
     scope.in_entry = True
     try:
@@ -1228,11 +1281,19 @@ def _entry_handler(tr: Unit, pi: int, scope: Scope,
         em.line(f"pd_entry_push(c, {pi}, v_);")
     finally:
         scope.in_entry = False
-    locks = PD_PROBE_FAST | PD_PROBE_REGS if fast else int(em.needs_lock)
+    locks = _fast_locks(check.reads_context, True) if fast else int(em.needs_lock)
     return (["", *(where_table(pi, em.wheres, "_entry") if em.wheres is not None else []),
              f"static {'PD_FAST_FN ' if fast else ''}void probe_{pi}_entry(struct pd_ctx *c)",
              "{", *em.local_decls(set()), *em.decls, *_match_decls(tr, fast), *em.lines,
              "out:", "    return;", "}"], locks)
+
+
+def _fast_locks(reads_context: bool, entry_frames: bool) -> int:
+    """pd_probes.locks of a FAST handler: PD_PROBE_REGS when it reads a context value or
+    pushes or pops `@entry` frames, which are found by the stack pointer alone: then,
+    reading nothing else, also PD_PROBE_SP."""
+    regs = PD_PROBE_REGS if reads_context or entry_frames else 0
+    return PD_PROBE_FAST | regs | (PD_PROBE_SP if entry_frames and not reads_context else 0)
 
 
 def _match_decls(tr: Unit, fast: bool) -> list[str]:
@@ -1385,8 +1446,8 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
         local_decls = [*em.local_decls(set()), *em.decls]
         assert not fast or all(d.lstrip().startswith("uint8_t t") for d in local_decls), \
             "a FAST handler has no local but key buffers"
-        locks.append(int(em.needs_lock) | (PD_PROBE_FAST if fast else 0)
-                     | (PD_PROBE_REGS if fast and (check.reads_context or entries_of[pi]) else 0))
+        locks.append(int(em.needs_lock)
+                     | (_fast_locks(check.reads_context, bool(entries_of[pi])) if fast else 0))
         pop: list[str] = []
         if entries_of[pi]:
             pop = ["    int64_t ent_[PD_ENTRY_VALS];", *entry_pop_c(pi)]

@@ -15,10 +15,13 @@ and the clocks (`gettimeofday_ns()`...) with the operators that compile to plain
 `/` or `%`: their error path formats a message).  A `.return` probe's hidden entry
 handler (launcher/entry.py) is FAST when every `@entry` operand is a FAST value.
 Such a handler compiles to statement counts, pd_counter_add and the pd_fast_* helpers
-(runtime/pd_fastval.c; what may fault, claim or call libc they do with the vector
-registers saved): no string, no libc call of its own, so gcc compiles it
+(runtime/pd_fast.h inline, runtime/pd_fastval.c; what may fault, claim or call libc
+they do with the vector registers saved): no string, no libc call of its own, so gcc compiles it
 `general-regs-only` (PD_FAST_FN).  A handler that reads a context value (or pops
 `@entry` values) is PD_PROBE_REGS: its trampoline keeps the register context for it.
+A handler whose one register read is the stack pointer -- a `.return` probe's `@entry`
+pop, the hidden entry handler's push, with no other context value -- is also
+PD_PROBE_SP: a stub may pass it sp alone instead of the whole context.
 Anything else keeps the ordinary path.
 """
 
@@ -49,7 +52,8 @@ class FastCheck:
 
     def is_fast(self, body: ast.Stmt) -> bool:
         """Whether a probe with this body is FAST (it must do something); afterwards
-        `reads_context` says whether it reads a context value."""
+        `reads_context` says whether it reads a context value (a register, a stack word:
+        `@entry` values are popped by the stack pointer alone)."""
         self.reads_context = False
         updates = _updates(body)
         return bool(updates) and all(u is not None and self._update(u) for u in updates)
@@ -102,9 +106,8 @@ class FastCheck:
             return self.value(e.cond) and self.value(e.then) and self.value(e.else_)
         if isinstance(e, ast.Call):
             return e.name in FAST_CALLS and not e.args
-        # the value popped before the body (its frame is found by the registers' sp)
+        # the value popped before the body (its frame is found by the stack pointer)
         if isinstance(e, ast.Entry):
-            self.reads_context = True
             return True
         return False
 

@@ -186,6 +186,70 @@ def access_c(acc: Access, root_c: str, index_c: Callable[[int], object], where: 
     return v
 
 
+# -- guru mode's writes -------------------------------------------------------------------
+
+def unwritable(spec: ArgSpec) -> str | None:
+    """What a write to the value at `spec` cannot change, as stap names it; None for a
+    register or memory, which pd_store_arg writes."""
+    if spec.kind in (ArgKind.REG, ArgKind.MEM):
+        return None
+    if spec.kind is ArgKind.EXPR:
+        return None if spec.ops and spec.ops[-1][0] == "PD_DW_END_MEMORY" else spec.error
+    return "constant value" if spec.kind is ArgKind.CONST else "unavailable value"
+
+
+def check_store(acc: Access, node: ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast
+                ) -> None:
+    """ScriptError (stap's wording) where the value `acc` reads is not a scalar a store
+    can change."""
+    if acc.is_address:
+        raise _err("cannot write to member address" if node.addressof else
+                   "cannot write to array address", node)
+    if any(isinstance(s, Float32) for s in acc.steps):
+        raise _err("cannot assign yet to 32-bit float", node)
+
+
+def store_access(site: FunctionSite, e: ast.TargetSymbol) -> Access:
+    """The access `$var... = v` writes at `site`: a scalar in memory, or a variable (or a
+    part of a struct passed by value) in a register or memory; ScriptError otherwise."""
+    acc = access(site, e)
+    check_store(acc, e)
+    if acc.root.kind == "param" and not any(isinstance(s, Load) for s in acc.steps):
+        p = _site_var(site, acc.root.name.partition(":")[0])
+        assert p is not None and p.location is not None   # access() read it
+        part = split_part(acc.root.name)
+        spec = p.location if part is None else narrow(p.location, *part[1:])
+        why = unwritable(spec)
+        if why is not None:
+            raise _err(f"'{e.name}': cannot write to {why} {_where_at(site)}", e)
+    return acc
+
+
+def store_c(acc: Access, root_c: str, index_c: Callable[[int], object], where: str,
+            value: str, store_root: Callable[[str], str] | None = None) -> str:
+    """C writing `value` (a C name) where `acc` reads: a scalar or a bitfield's bits in
+    memory (fault-safe: a bad address is the handler's error), or -- nothing loaded --
+    the root itself through `store_root` (a variable's slot, pd_store_arg)."""
+    steps = list(acc.steps)
+    bits = steps[-1] if steps and isinstance(steps[-1], Bits) else None
+    if bits is not None:
+        steps.pop()
+    load = steps[-1] if steps and isinstance(steps[-1], Load) else None
+    if load is not None:
+        steps.pop()
+        addr = access_c(Access(acc.root, tuple(steps), acc.type_name, False), root_c,
+                        index_c, where)
+        if bits is not None:
+            return (f"pd_set_user_bits(c, {addr}, {load.size}, {bits.shift}, {bits.width}, "
+                    f"{value})")
+        return f"pd_set_user(c, {addr}, {value}, {load.size})"
+    assert not steps and store_root is not None
+    if bits is not None:   # a bitfield of a struct passed by value: its bytes merged
+        value = (f"(int64_t)pd_merge_bits((uint64_t)({root_c}), (uint64_t)({value}), "
+                 f"{bits.shift}, {bits.width})")
+    return store_root(value)
+
+
 def by_site(cases: dict[tuple[str, int], str], ctype: str = "int64_t") -> str:
     """One C expression choosing among per-site values (the same text once)."""
     distinct = set(cases.values())
@@ -342,13 +406,22 @@ def cast_access(sites: tuple[ProbeSite, ...], e: ast.Cast) -> Access:
         raise _err(str(exc), _component_node(e, exc.index)) from None
 
 
-def atvar_access(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> Access:
-    """`@var("name[@file.c]"[, "PATH"])->m...`: a global in memory at its address
-    plus the load bias of the probe's own binary (PATH must be that binary)."""
+def atvar_path(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> str:
+    """The binary whose global `@var` names: the probe's own (PATH must be that binary),
+    or, where no probe site says (a script function), PATH, as its realpath."""
+    if not sites and e.module is not None:
+        return os.path.realpath(e.module)
     path = _module(sites, None, e)
     if e.module is not None and os.path.realpath(e.module) != os.path.realpath(path):
         raise _err(f"@var of another binary ({e.module}) than the probe's ({path}) is "
                    "not supported: its load address is not known here", e)
+    return path
+
+
+def atvar_access(sites: tuple[ProbeSite, ...], e: ast.AtVar) -> Access:
+    """`@var("name[@file.c]"[, "PATH"])->m...`: a global in memory at its address plus
+    the load bias of its binary (atvar_path)."""
+    path = atvar_path(sites, e)
     name, _, cu = e.name.partition("@")
     try:
         info = dwarf.get_dwarf(path)
@@ -391,7 +464,7 @@ def cast_dtype(sites: tuple[ProbeSite, ...], e: ast.Cast | ast.AtVar) -> DwarfTy
     try:
         if isinstance(e, ast.Cast):
             return of_access(_module(sites, e.module, e), cast_access(sites, e))
-        return of_access(_module(sites, None, e), atvar_access(sites, e))
+        return of_access(atvar_path(sites, e), atvar_access(sites, e))
     except ScriptError:
         return None
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..elf import dwarf
 from ..elf.argspec import ArgKind
-from ..elf.dwarf_types import Access, Load
+from ..elf.dwarf_types import Access
 from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
@@ -89,7 +89,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "fp_add": ((LONG, LONG), LONG), "fp_sub": ((LONG, LONG), LONG),
     "fp_mul": ((LONG, LONG), LONG), "fp_div": ((LONG, LONG), LONG),
     "fp_lt": ((LONG, LONG), LONG), "fp_le": ((LONG, LONG), LONG), "fp_eq": ((LONG, LONG), LONG),
-    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG),
+    "fp32_to_fp64": ((LONG,), LONG), "long_to_fp": ((LONG,), LONG), "fp_sqrt": ((LONG,), LONG),
     "fp_to_long": ((LONG,), LONG), "string_to_fp": ((STRING,), LONG),
     "fp_to_string": ((LONG, LONG), STRING),
     "user_char": ((LONG,), LONG), "user_short": ((LONG,), LONG), "user_int": ((LONG,), LONG),
@@ -126,6 +126,10 @@ ARG_FUNCS: dict[str, tuple[int, int] | None] = {
     "int_arg": (1, 1), "s32_arg": (1, 1), "uint_arg": (0, 1), "u32_arg": (0, 1),
     "long_arg": (1, 0), "ulong_arg": (0, 0), "pointer_arg": (0, 0),
     "longlong_arg": None, "ulonglong_arg": None, "s64_arg": None, "u64_arg": None}
+# what guru mode writes: context and DWARF values (`$x = v`, `x->m = v`)
+Target = ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast
+TARGETS = (ast.TargetSymbol, ast.Cast, ast.AtVar, ast.AutoCast)
+
 PRINT_FUNCS = {"printf", "sprintf", "print", "println", "sprint", "sprintln", "printd",
                "printdln", "sprintd", "sprintdln"}
 USER_READS = {"user_char": (1, 1), "user_short": (2, 1), "user_int": (4, 1),
@@ -415,6 +419,8 @@ class Types:
             self._expect(e.operand, LONG, scope)
             return LONG
         if isinstance(e, ast.IncDec):
+            if isinstance(e.operand, TARGETS):
+                self._check_target_write(e.operand, e.op, e, scope)
             self._lvalue(e.operand, scope, LONG)
             return LONG
         if isinstance(e, ast.Assign):
@@ -531,7 +537,7 @@ class Types:
         raise not_assignable(e)
 
     def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
-        if isinstance(e.target, ast.Cast | ast.AutoCast):
+        if isinstance(e.target, TARGETS):
             return self._infer_target_write(e, e.target, scope)
         if e.op == "<<<":
             self._stat_operand(e.target, scope, read=False)
@@ -562,26 +568,58 @@ class Types:
         self._expect(e.value, t, scope)
         return t
 
-    def _infer_target_write(self, e: ast.Assign, target: ast.Cast | ast.AutoCast,
-                            scope: Scope) -> str:
-        """`@cast(p, "T")->m = v`, `x->m[0] = v` (guru mode): a store of the member's size
-        where the read would load, through the runtime's fault-safe write."""
-        if not self.script.guru:
-            raise _err("write not permitted; need stap -g", target)
-        if e.op != "=":
-            raise _err(f"'{e.op}' on a target value: only '=' writes one", e)
+    def _infer_target_write(self, e: ast.Assign, target: Target, scope: Scope) -> str:
+        """Guru mode's `$var = v`, `$p->m = v`, `$arr[i] = v`, `@var("g")->m = v`,
+        `@cast(p, "T")->m = v`, `x->m = v`, `$return = v`: a store where the read would
+        load (a bitfield's bits merged into their bytes), or into the variable's register
+        or stack slot (tvars.store_c); stap's errors where it cannot."""
+        self._check_target_write(target, e.op, e, scope)
         self._infer(target, scope)
         self._expect(e.value, LONG, scope)
+        if isinstance(target, ast.TargetSymbol):
+            if target.name != "$return":
+                for site in scope.sites:
+                    assert isinstance(site, FunctionSite)
+                    tvars.store_access(site, target)
+            return LONG
         acc = self.write_access(target, scope)
-        if acc is not None and not (acc.steps and isinstance(acc.steps[-1], Load)):
-            raise _err(f"cannot write to a '{acc.type_name}' here: only a scalar in memory "
-                       "(not a bitfield, float or address)", target)
+        if acc is not None:
+            tvars.check_store(acc, target)
         return LONG
 
-    def write_access(self, target: ast.Cast | ast.AutoCast, scope: Scope) -> Access | None:
+    def _check_target_write(self, target: Target, op: str, node: ast.Node,
+                            scope: Scope) -> None:
+        """stap's refusals of a write, in its order: without -g; a context variable or a
+        parameter of a .return probe (its value at the entry); any operator but `=`."""
+        if not self.script.guru:
+            what = {ast.Cast: "write to @cast context variable", ast.AtVar:
+                    "write to @var variable", ast.TargetSymbol: "write to target variable"
+                    }.get(type(target), "write")
+            raise _err(f"{what} not permitted; need stap -g", target)
+        if isinstance(target, ast.TargetSymbol):
+            name = target.name
+            functions = scope.kind == "probe" and bool(scope.sites) and all(
+                isinstance(s, FunctionSite) for s in scope.sites)
+            if name.startswith("$$") or not functions or (
+                    name.startswith("$arg") and name[4:].isdigit()):
+                raise _err("cannot write to context variable", target)
+            if name != "$return" and any(isinstance(s, FunctionSite) and s.is_return
+                                         for s in scope.sites):
+                raise _err("write to target variable not permitted in .return probes",
+                           target)
+            if tvars.pretty_depth(target):
+                raise _err("cannot write to pretty-printed variable", target)
+        if op != "=":
+            raise _err("Only the following assign operator is implemented on target "
+                       "variables: =", node)
+
+    def write_access(self, target: ast.Cast | ast.AtVar | ast.AutoCast,
+                     scope: Scope) -> Access | None:
         """The read access of a written target (None: an autocast not typed yet)."""
         if isinstance(target, ast.Cast):
             return tvars.cast_access(scope.sites, target)
+        if isinstance(target, ast.AtVar):
+            return tvars.atvar_access(scope.sites, target)
         return self.autocasts.get(id(target))
 
     def _mark_read(self, target: ast.Expr) -> None:
@@ -641,14 +679,15 @@ class Types:
 
     def _cast_type(self, e: ast.Cast | ast.AtVar, scope: Scope) -> str:
         """`@cast(ptr, "struct foo", "PATH")->m`, `@var("g@file.c")->m` (tvars.py)."""
-        if not scope.sites and (isinstance(e, ast.AtVar) or e.module is None):
+        if not scope.sites and e.module is None:
             # @cast of a named binary or of headers needs no probed binary: the value is
-            # the address, no load bias is added
+            # the address, no load bias is added; @var of a named binary is at its load
+            # address in the process (pd_object_bias_of)
             raise _err(f"{'@cast' if isinstance(e, ast.Cast) else '@var'} needs a process "
                        "probe: its binary gives the DWARF"
                        f"{' and the load address' if isinstance(e, ast.AtVar) else ''}", e,
-                       None if isinstance(e, ast.AtVar) else
-                       'or name the types\' binary or headers: @cast(p, "T", "<hdr.h>")')
+                       'or name the binary: @var("g", "/path/bin")' if isinstance(e, ast.AtVar)
+                       else 'or name the types\' binary or headers: @cast(p, "T", "<hdr.h>")')
         if isinstance(e, ast.Cast):
             self._expect(e.operand, LONG, scope)
             tvars.cast_access(scope.sites, e)
@@ -788,9 +827,6 @@ class Types:
         name = e.name
         if name in PRINT_FUNCS:
             for a in e.args:
-                if isinstance(a, ast.HistOp) and name.startswith("s"):
-                    raise _err(f"{name}() of a histogram is not supported: the launcher "
-                               "draws histograms", a, "print() it instead")
                 if self._infer(a, scope) == STAT:
                     raise _err("a statistic has no value to print", a,
                                "print @count(x), @sum(x), @min(x), @max(x), @avg(x) "
@@ -821,6 +857,8 @@ class Types:
         if name in BUILTINS or (name in SET_USER and not user_fn):
             if name == "strtol" and len(e.args) == 1:
                 params = (STRING,)
+            if name == "fp_to_long" and len(e.args) == 3:   # stap's (fp, mode, exact)
+                params = (LONG, LONG, LONG)
             if name == "ctime" and not e.args:
                 params = ()
             # stap's two-argument forms: a default for an unreadable address
@@ -987,6 +1025,8 @@ class Types:
 
     def _infer_delete(self, s: ast.Delete, scope: Scope) -> None:
         t = s.target
+        if isinstance(t, TARGETS):
+            self._check_target_write(t, "delete", s, scope)
         if isinstance(t, ast.Symbol):
             var = self.globals.get(t.name)
             if var is not None and t.name not in scope.locals:

@@ -26,4 +26,12 @@ static inline uint64_t pd_cycles(void)
 #define PD_FAST_FN
 #define PD_FAST_UNIT
 
+/* Double arithmetic is IEEE's, rounded at every step: nothing to ask (pd_fp.c). */
+#define PD_IEEE_FN
+/* IEEE's square root of a double, rounded once (pd_fp.c's fp_sqrt). */
+static inline double pd_cpu_sqrt(double x)
+{
+    __asm__("fsqrt %d0, %d1" : "=w"(x) : "w"(x));
+    return x;
+}
 #endif

@@ -42,6 +42,13 @@ static inline pd_ureg pd_reg(const struct pd_regs *regs, int dwarfno)
     return (unsigned)dwarfno < PD_NREGS ? regs->r[dwarfno] : 0;
 }
 
+/* A guru-mode handler's write to a variable in a register (pd_store_arg). */
+static inline void pd_set_reg(struct pd_regs *regs, int dwarfno, pd_ureg v)
+{
+    if ((unsigned)dwarfno < PD_NREGS)
+        regs->r[dwarfno] = v;
+}
+
 static inline void pd_regs_from_ucontext(struct pd_regs *regs, const ucontext_t *uc)
 {
     for (int i = 0; i < 31; i++)
@@ -85,11 +92,13 @@ static inline int pd_arch_is_nop(const uint8_t *p, unsigned len)
     return 1;
 }
 
-/* A trapped function entry: a return probe replaced the link register in regs
- * (pd_func.c), which the signal return must restore. */
-static inline void pd_uc_set_ret(ucontext_t *uc, const struct pd_regs *regs)
+/* A trapped probe's registers back into the context the thread resumes with: the
+ * link register a return probe replaced (pd_func.c), what a handler wrote ($var = v in
+ * guru mode).  Not sp and pc, which the trap sets itself. */
+static inline void pd_regs_to_ucontext(ucontext_t *uc, const struct pd_regs *regs)
 {
-    uc->uc_mcontext.regs[30] = (unsigned long long)regs->r[30];
+    for (int i = 0; i < 31; i++)
+        uc->uc_mcontext.regs[i] = (unsigned long long)regs->r[i];
 }
 
 /* tpidr_el0 is the thread pointer TLS offsets are relative to. */

@@ -73,8 +73,9 @@ uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *sit
     }
     pd_e_sp(e, 0, 0x8b, 0, frame - 4);
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
-    for (int i = 0; i < 4; i++)                                /* eax ecx edx ebx */
-        pd_e_sp(e, 0, 0x8b, enc[i], 4 * i);
+    for (int i = 0; i < PD_DWARF_IP; i++)                      /* all but esp: ebp esi */
+        if (enc[i] >= 0)                                       /* edi too, a guru */
+            pd_e_sp(e, 0, 0x8b, enc[i], 4 * i);                /* handler may write them */
     pd_e_sp(e, 0, 0x8d, 4, frame);                             /* lea frame(%esp),%esp */
     if (ps)
         pd_e(e, "\x8b\x24\x24", 3);                             /* mov (%esp),%esp */

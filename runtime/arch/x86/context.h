@@ -19,11 +19,28 @@ static inline pd_ureg pd_reg(const struct pd_regs *regs, int dwarfno)
     return (unsigned)dwarfno < PD_NREGS ? regs->r[dwarfno] : 0;
 }
 
+/* A guru-mode handler's write to a variable in a register (pd_store_arg). */
+static inline void pd_set_reg(struct pd_regs *regs, int dwarfno, pd_ureg v)
+{
+    if ((unsigned)dwarfno < PD_NREGS)
+        regs->r[dwarfno] = v;
+}
+
 static inline void pd_regs_from_ucontext(struct pd_regs *regs, const ucontext_t *uc)
 {
     for (int i = 0; i < PD_NREGS; i++)
         regs->r[i] = (pd_ureg)uc->uc_mcontext.gregs[pd_gregs_by_dwarf[i]];
     regs->flags = (pd_ureg)uc->uc_mcontext.gregs[REG_EFL];
+}
+
+/* A trapped probe's registers back into the context the thread resumes with: what a
+ * handler wrote ($var = v in guru mode) and a hooked return.  Not sp and ip, which
+ * the trap sets itself. */
+static inline void pd_regs_to_ucontext(ucontext_t *uc, const struct pd_regs *regs)
+{
+    for (int i = 0; i < PD_NREGS; i++)
+        if (i != PD_DWARF_SP && i != PD_DWARF_IP)
+            uc->uc_mcontext.gregs[pd_gregs_by_dwarf[i]] = (greg_t)regs->r[i];
 }
 
 static inline uintptr_t pd_uc_get_ip(const ucontext_t *uc)
@@ -52,14 +69,6 @@ static inline int pd_arch_is_nop(const uint8_t *p, unsigned len)
         i++;
     return (i < len && p[i] == 0x90 && i + 1 == len) ||
            (i + 1 < len && p[i] == 0x0f && p[i + 1] == 0x1f);
-}
-
-/* A trapped function entry resumes with the registers of the signal context: the
- * return address a return probe hooks is on the stack, nothing to copy back. */
-static inline void pd_uc_set_ret(ucontext_t *uc, const struct pd_regs *regs)
-{
-    (void)uc;
-    (void)regs;
 }
 
 /* x86 keeps instruction and data caches coherent. */

@@ -27,4 +27,12 @@ static inline __attribute__((always_inline, target("general-regs-only"))) uint64
 /* The stubs run the probes' C on a per-thread private stack (pd_pstack.c). */
 #define PD_ARCH_PRIVATE_STACK 1
 
+/* IEEE's square root of a double, rounded once (pd_fp.c's fp_sqrt): SSE2's, which i386
+ * has in PD_IEEE_FN code. */
+static inline __attribute__((always_inline)) PD_IEEE_FN double pd_cpu_sqrt(double x)
+{
+    __asm__("sqrtsd %1, %0" : "=x"(x) : "x"(x));
+    return x;
+}
+
 #endif

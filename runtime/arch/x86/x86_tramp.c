@@ -11,8 +11,9 @@
  *     pd_xmm_always (-x attach): the C it calls is general-regs-only and leaves
  *     through pd_xmm_call for any probe not FAST (PD_TRAMP_SAVE_XMM=0: never saved),
  *   - calls pd_tramp_entry(regs, site, bias) -> pd_run (reentrancy guard and all),
- *   - gives the private stack back, restores flags (add $0x7f,%al; sahf) and the
- *     caller-saved registers and the site's stack pointer,
+ *   - gives the private stack back, restores flags (add $0x7f,%al; sahf), every
+ *     general register from the pd_regs (a guru-mode handler may have written one:
+ *     `$var = v` of a variable in a register) and the site's stack pointer,
  *   - runs the plan's relocated instructions and jumps back to plan.resume.
  * DF is not restored (C code at a USDT site always runs with DF=0).
  * The register-saving parts differ per arch: pd_stub_frame and pd_fast_frame in
@@ -216,6 +217,7 @@ static void pd_stub_fault(int sig, siginfo_t *si, void *ucv)
     pd_regs_from_ucontext(&regs, uc);
     regs.r[PD_DWARF_IP] = (pd_ureg)a->addr;
     pd_tramp_fire(&regs, a->site, a->bias);
+    pd_regs_to_ucontext(uc, &regs);
     pd_uc_set_ip(uc, a->stub + pd_stub_code_off);
 }
 
@@ -286,7 +288,8 @@ void pd_switch_stack(struct pd_emit *e, const uint8_t *at)
 
 /* A FAST probe's site: after pd_switch_stack, a body that saves only what C
  * may clobber (and the flags), calls pd_fast_mark(probe, &pd_fenv) -- a FAST handler
- * reads no register, so no pd_regs is built -- and jumps to the relocated
+ * that reads no register needs no pd_regs -- or, for one whose one register is sp
+ * (PD_PROBE_SP), pd_fast_sp(probe, site, sp, bias), and jumps to the relocated
  * code, which stays where the full body put it (pd_stub_code_off is the same in every
  * stub).  Written over the full body, between `at` and `code`. */
 static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe *p,
@@ -295,10 +298,12 @@ static int pd_write_fast_body(uint8_t *at, uint8_t *code, const struct pd_probe 
     struct pd_emit em = {at, code}, *e = &em;
     /* a function entry's FAST probe: pd_func_fire_sp, which also hooks the return */
     const int fn = site->nentry + site->nreturn != 0;
-    const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp : (uintptr_t)pd_fast_mark;
+    const int sp = !fn && (p->locks & PD_PROBE_SP);
+    const uintptr_t target = fn ? (uintptr_t)pd_func_fire_sp
+                                : sp ? (uintptr_t)pd_fast_sp : (uintptr_t)pd_fast_mark;
     /* the second argument: the site, or for pd_fast_mark(probe, env) the FAST env */
-    const uintptr_t arg2 = fn ? (uintptr_t)site : (uintptr_t)&pd_fenv;
-    pd_fast_frame(e, p, site, bias, fn, target, arg2);
+    const uintptr_t arg2 = fn || sp ? (uintptr_t)site : (uintptr_t)&pd_fenv;
+    pd_fast_frame(e, p, site, bias, fn || sp, target, arg2);
     pd_e8(e, 0xe9);                                            /* jmp code */
     pd_e32(e, 0);
     if (e->p > e->end)
@@ -343,10 +348,9 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
         return -1;
     if (pd_put_rel32(field, (uintptr_t)e->p, bias + (uintptr_t)plan->resume) != 0)
         return -1;
-    const struct pd_probe *probe = site->nentry + site->nreturn + site->nshared
-        ? pd_func_fast_probe(site)
-        : (pd_probes[site->probe].locks & (PD_PROBE_FAST | PD_PROBE_REGS)) == PD_PROBE_FAST
-            ? &pd_probes[site->probe] : NULL;
+    const uint32_t fast = one ? one->locks & (fr | PD_PROBE_SP) : 0;
+    const struct pd_probe *probe = !one ? pd_func_fast_probe(site)
+        : fast == PD_PROBE_FAST || fast == (fr | PD_PROBE_SP) ? one : NULL;
     if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
     return (int)(e->p - at);

@@ -8,6 +8,8 @@
 
 #define PD_ARCH_REGS_H "arch/x86_64/regs.h" /* for pd_runtime.h */
 
-#include "../x86/cpu.h"
+/* Double arithmetic is IEEE's, rounded at every step (SSE2): nothing to ask (pd_fp.c). */
+#define PD_IEEE_FN
+#include "../x86/cpu.h" /* after PD_IEEE_FN: its pd_cpu_sqrt is one */
 
 #endif

@@ -80,9 +80,9 @@ uint8_t *pd_stub_frame(struct pd_emit *e, uint8_t *at, const struct pd_site *sit
     }
     pd_e_sp(e, 0x48, 0x8b, 0, frame - 8);                      /* mov flagsword,%rax */
     pd_e(e, "\x04\x7f\x9e", 3);                                /* add $0x7f,%al; sahf */
-    for (int i = 0; i < PD_DWARF_IP; i++) {                    /* caller-saved + rbx, rbp */
-        if (enc[i] < 0 || (enc[i] >= 12))
-            continue;
+    for (int i = 0; i < PD_DWARF_IP; i++) {                    /* all but rsp: r12-r15 */
+        if (enc[i] < 0)                                        /* too, a guru handler */
+            continue;                                          /* may write them */
         pd_e_sp(e, (uint8_t)(0x48 | (enc[i] >= 8 ? 4 : 0)), 0x8b, enc[i], 8 * i);
     }
     if (ps) {
