@@ -407,16 +407,15 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     if verbose:
         for line in resolution.dropped:
             print(line, file=sys.stderr)
-    gone: list[ScriptWarning] = []
+    pass2: list[ScriptWarning | str] = []
+    gone = False
     if not opts.unoptimized:
-        script, resolution, gone = elide_probes(script, resolution)
-    elided = [] if opts.timing else gone   # stap -t elides them without a word
+        script, resolution, pass2, gone = elide_probes(script, resolution,
+                                                       timing=opts.timing)
     if not script.probes:
         # stap's end of pass 2 with nothing to arm: an error, not a session that waits
-        if not opts.unoptimized:
-            from .translate.warnings import find_warnings
-            for w in find_warnings(script, elided):
-                report(w)
+        for w in pass2:
+            report(w)
         raise ScriptError("no probes found", None,
                           "every probe's body is empty, and empty probes are elided "
                           "(-u keeps them)" if gone else None)
@@ -436,7 +435,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
             plans = plan_sites(script, resolution, define_map)
             translate(script, resolution, plans, defines=define_map, runtime=b"",
                       warn=report, optimize=not opts.unoptimized,
-                      skip_badvars=opts.skip_badvars, symbols=symbols, elided=elided,
+                      skip_badvars=opts.skip_badvars, symbols=symbols, pass2=pass2,
                       typed=lambda s, t: typed.extend((s, t)))
 
             def site_lines(site: Any) -> list[str]:
@@ -459,7 +458,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         program = translate(script, resolution, plans, defines=define_map,
                             runtime=runtime_digest(), warn=report,
                             optimize=not opts.unoptimized, skip_badvars=opts.skip_badvars,
-                            symbols=symbols, elided=elided)
+                            symbols=symbols, pass2=pass2)
     step(3, "translated to C", t0)
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
@@ -587,8 +586,8 @@ def run(argv: Sequence[str]) -> int:
         if opts.set_globals:
             script = _set_globals(script, opts.set_globals)
         if not opts.unoptimized:
-            from .script.elide import elide_pure_calls, elide_unused_functions
-            script = elide_unused_functions(elide_pure_calls(script))
+            from .script.elide import elide_unused_functions
+            script = elide_unused_functions(script)
         step(1, "parsed user script", t0)
         return script
 

@@ -292,7 +292,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
             Example('printf("%#x\\n", user_ulong($arg3) & 0xffffffff)', "0xffffffff")),
         "user_char_error": (("addr",), "user_char(addr), but an error where addr cannot be "
                                        "read (the forms without _error return 0 there)",
-            Example('try { c = user_char_error($arg1) } catch (msg) { println("bad pointer") }',
+            Example('try { println(user_char_error($arg1)) } '
+                    'catch (msg) { println("bad pointer") }',
                     "bad pointer")),
         "user_short_error": (("addr",), "user_short(addr), or an error",
             Example('println(user_short_error($arg3))', "-1")),

@@ -7,9 +7,10 @@ Without `-g` the parser refuses `%{ %}` and the translator refuses
   includes (both ABIs compile it);
 - `function f:long (x:long) %{ ... %}` becomes a C function whose body sees
   stap's macros: `STAP_ARG_x`, `STAP_RETVALUE`, `STAP_RETURN(v)`,
-  `STAP_ERROR(fmt, ...)`, `CONTEXT`, the older `THIS->x` /
-  `THIS->__retvalue`, and the memory macros `kread`/`uread`, `kwrite`/`uwrite`,
-  `DEREF_FAULT`, `STORE_DEREF_FAULT`, `CATCH_DEREF_FAULT()` (a fault is an error);
+  `STAP_ERROR(fmt, ...)`, `CONTEXT` (`CONTEXT->last_error = "msg"` fails the
+  call with msg, as in stap), the older `THIS->x` / `THIS->__retvalue`, and the
+  memory macros `kread`/`uread`, `kwrite`/`uwrite`, `DEREF_FAULT`,
+  `STORE_DEREF_FAULT`, `CATCH_DEREF_FAULT()` (a fault is an error);
 - `%{ expr %}` inside an expression is a long;
 - `set_user_char/short/int/long/pointer/int8..uint64(addr, v)` and
   `set_user_string(addr, s)` write through `pd_set_user*` (runtime/pd_string.c,
@@ -52,6 +53,19 @@ def embedded_is_string(code: str) -> bool:
 def embedded_is_pure(code: str) -> bool:
     """`/* pure */`: the expression has no side effects, so it may be folded away."""
     return "/* pure */" in code
+
+
+def pragma_globals(code: str, kind: str) -> list[str]:
+    """The globals embedded C names in `/* pragma:read:NAME */` (kind "read") or
+    `/* pragma:write:NAME */` ("write"), as stap's symbol resolution reads them."""
+    names, tag, pos = [], f"/* pragma:{kind}:", 0
+    while (pos := code.find(tag, pos)) >= 0:
+        end = code.find(" */", pos + len(tag))
+        if end < 0:
+            break
+        names.append(code[pos + len(tag):end])
+        pos = end + 3
+    return names
 
 
 def embedded_expr_c(code: str) -> str:
@@ -128,6 +142,10 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
             "        pd_error(c, \"MAXNESTING exceeded\");",
             "        goto out;", "    }",
             f"    c->where = {where};",
+            "    c->last_error = NULL;",
             *macros, "    {", code, "    }", *undefs,
             "    goto out;",   # a body that never jumps there still uses the label
-            "out:", "    c->nesting--;", result, "}"]
+            "out:",
+            "    if (c->last_error && !c->error)",
+            '        pd_error(c, "%s", c->last_error);',
+            "    c->nesting--;", result, "}"]

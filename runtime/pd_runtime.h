@@ -234,6 +234,9 @@ struct pd_ctx {
     /* the handler's last `=~` (pd_regex.c): set by every handler of a script that
      * reads sub-matches (matched(), ngroups()), unset in the others */
     struct pd_match *match;
+    /* stap's CONTEXT->last_error: a guru function (launcher/guru.py) clears it when it
+     * starts and fails with the message it holds when it returns */
+    const char *last_error;
     uint8_t out[PD_OUTBUF_SIZE];  /* records, written to the ring when the handler ends */
 };
 

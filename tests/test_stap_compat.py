@@ -136,7 +136,8 @@ probe end {{ printf("hits=%d n=%d\\n", hits, n) }}'''
 
 
 def test_warnings_as_errors_and_suppressed(cache: Path, target: Path) -> None:
-    script = f'global unused\nprobe process("{target}").mark("done") {{ x = 1 }}'
+    script = (f'global unused\nprobe process("{target}").mark("done") '
+              '{ x = 1; println("done") }')
     rc, out, err = run(cache, script, "-p2")
     assert rc == 0 and "WARNING" in err
     rc, out, err = run(cache, script, "-p2", "-w")
@@ -346,7 +347,7 @@ def test_regex_match_in_a_probe(cache: Path, target: Path) -> None:
     assert rc == 0, err
     assert out.splitlines()[-4:] == ["abc12 1 1 0 0", "ab1234 0 1 0 0", "cdabe 0 1 1 0",
                                      "Xyz 0 1 0 1"]
-    rc, out, err = run(cache, 'probe begin { x = "a" =~ "a{2" }', "-p2")
+    rc, out, err = run(cache, 'probe begin { println("a" =~ "a{2") }', "-p2")
     assert rc == 1 and "bad regular expression" in err
 
 

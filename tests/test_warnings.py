@@ -10,11 +10,17 @@ import pytest
 from cbuild import run_pydyn
 
 from pydyn.launcher.errors import ScriptWarning, SourceLocation
-from pydyn.launcher.script import parse_script
+from pydyn.launcher.script import ast, parse_script
 from pydyn.launcher.script.elide import elide_unused_functions
-from pydyn.launcher.translate.warnings import find_warnings
+from pydyn.launcher.translate.optimize import optimize
+from pydyn.launcher.translate.warnings import deduplicate
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def find_warnings(script: ast.Script) -> list[ScriptWarning | str]:
+    """The warnings of the optimisation of `script`, as pydyn gives them."""
+    return deduplicate(optimize(script).warnings)
 
 
 def warnings_of(src: str) -> list[str]:
@@ -30,6 +36,8 @@ def test_never_assigned_local_with_similar_names() -> None:
         "WARNING: never-assigned local variable 'totl2' (similar: totl, total, cont): "
         "identifier 'totl2' at <input>:2:40",
         "WARNING: Eliding assignment to 'totl': operator '=' at <input>:2:20",
+        # what is left of the assignment, `1`, is a statement that does nothing
+        "WARNING: Eliding side-effect-free expression : identifier 'totl' at <input>:2:15",
     ]
 
 
@@ -54,6 +62,7 @@ probe begin { k = f(1, 2) }
         "WARNING: never-assigned global variable 'g' (similar: h, k): "
         "identifier 'g' at <input>:1:8",
         "WARNING: Eliding assignment to 'c': operator '=' at <input>:2:22",
+        "WARNING: Eliding side-effect-free expression : identifier 'c' at <input>:2:20",
     ]
 
 
@@ -75,10 +84,12 @@ probe begin {
 
 @pytest.mark.unit
 def test_side_effect_free_function_and_uncalled_ones() -> None:
-    # stap names a called function whose body is empty; one nothing calls is elided
-    # before (without -u) and gets nothing
+    # stap names a called function whose body is empty (after the call of it, a
+    # statement that does nothing); one nothing calls is elided before (without -u)
+    # and gets nothing
     src = "function noop() { } function unused() { x = y }\nprobe begin { noop() }"
     assert warnings_of(src) == [
+        "WARNING: Eliding side-effect-free expression : identifier 'noop' at <input>:2:15",
         "WARNING: side-effect-free function 'noop': identifier 'noop' at <input>:1:10"]
 
 
@@ -87,7 +98,8 @@ def test_repeated_messages_are_given_once_and_counted() -> None:
     src = "probe begin { x = 1 } probe end { x = 2 }"
     assert warnings_of(src) == [
         "WARNING: Eliding assignment to 'x': operator '=' at <input>:1:17",
-        "Number of similar warning messages suppressed: 1."]
+        "WARNING: Eliding side-effect-free expression : identifier 'x' at <input>:1:15",
+        "Number of similar warning messages suppressed: 2."]
 
 
 @pytest.mark.unit

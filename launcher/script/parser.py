@@ -34,8 +34,7 @@ from .preprocess import Config, Macro, Preprocessor, library_macros, strverscmp
 from .tapset import ARITY_NAMES, macro_groups_for
 from .tapset import groups_for as tapset_groups_for
 
-# stap's limits: a print's values (PR10750); a map's index tuple is bounded when it is
-# built (translate.types.MAX_INDEXES)
+# stap's limit on a print's values (PR10750)
 _MAX_PRINT_ARGS = 32
 MAX_NESTING = 200  # blocks, parentheses, brackets, calls ... inside each other
 _FRAMES_PER_NESTING = 24  # Python frames one nesting level can take (measured: <= 21)

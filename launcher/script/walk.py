@@ -26,7 +26,7 @@ def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
         elif not isinstance(node, stop):
             names = _FIELDS.get(type(node))
             if names is None:
-                names = _child_fields(type(node))
+                names = child_fields(type(node))
             if names:
                 push([getattr(node, n) for n in reversed(names)])
 
@@ -34,7 +34,7 @@ def iter_nodes(node: object, prune: tuple[type, ...] = ()) -> Iterator[object]:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _child_fields(cls: type) -> tuple[str, ...]:
+def child_fields(cls: type) -> tuple[str, ...]:
     """The fields of a dataclass node type that may hold nodes (not `loc`); () for
     another type.  Once per type: the translator walks a script many times, and
     dataclasses.fields() per node was most of a 5,000-probe script's translation."""

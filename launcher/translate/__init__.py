@@ -3,10 +3,11 @@
 The sub-passes, each a module with a typed input and output (as SystemTap's
 semantic pass and bpftrace's pass manager name theirs):
 
-    (probes)  stap's elision of empty probes, before planning (`elide_probes`)
+    (probes)  stap's optimisation (optimize.py) and elision of empty probes, before
+              planning (`elide_probes`)
     limits    -D MAXSTRINGLEN / MAXMAPENTRIES           -> Limits
     types     symbols and their types, to a fixpoint    -> Types
-    warnings  stap's never-assigned / elided-assignment warnings -> ScriptWarnings
+    warnings  stap's never-assigned / elided-assignment warnings (for optimize.py)
     analysis  which globals leave the globals lock      -> GlobalPlan
     layout    offsets in the segment's globals area     -> GlobalsLayout
     emit      descriptors, functions, one handler a probe (FAST ones: fast.py) -> Handlers
@@ -31,36 +32,39 @@ from .analysis import analyse
 from .emit import Unit, emit, prologue
 from .layout import lay_out
 from .limits import Limits
+from .optimize import check_symbols
+from .optimize import optimize as optimize_script
 from .report import exit_report
 from .tables import build_tables
 from .types import Types, infer_types
-from .warnings import (
-    elide_assignments,
-    elide_target_statements,
-    elision_warnings,
-    empty_probes,
-    find_warnings,
-)
+from .warnings import deduplicate, elision_warnings, empty_probes
 
 __all__ = ["Program", "elide_probes", "translate"]
 
 
-def elide_probes(script: ast.Script, resolution: Resolution
-                 ) -> tuple[ast.Script, Resolution, list[ScriptWarning]]:
-    """stap's last step of optimisation (pass 2, not with -u): a probe whose body is
-    empty is dropped with its sites, before they are planned, so nothing of it is
-    armed; its points were resolved first (a point that does not resolve is still an
-    error).  The warnings go to translate(`elided=`), which gives them in stap's
-    order."""
+def elide_probes(script: ast.Script, resolution: Resolution, *, timing: bool = False
+                 ) -> tuple[ast.Script, Resolution, list[ScriptWarning | str], bool]:
+    """stap's optimisation of pass 2 (optimize.py; not with -u), then its last step: a
+    probe whose body is left empty is dropped with its sites, before they are planned,
+    so nothing of it is armed; its points were resolved first (a point that does not
+    resolve is still an error).  Returns the script, its resolution, the pass's
+    warnings in stap's order (given by translate(`pass2=`) once the script is typed;
+    -t, `timing`, elides probes without a word, as stap -t) and whether a probe was
+    elided."""
+    contextless = [i for i, points in enumerate(resolution.points)
+                   if not any(rp.sites for rp in points)]
+    optimized = optimize_script(script, contextless)
+    script = optimized.script
     gone = set(empty_probes(script))
-    if not gone:
-        return script, resolution, []
-    warnings = [w for i in sorted(gone) for w in elision_warnings(script.probes[i])]
-    keep = [i for i in range(len(script.probes)) if i not in gone]
-    resolution = dataclasses.replace(resolution,
-                                     points=[resolution.points[i] for i in keep])
-    return dataclasses.replace(script, probes=tuple(script.probes[i] for i in keep)), \
-        resolution, warnings
+    elided = [] if timing else [w for i in sorted(gone)
+                                for w in elision_warnings(script.probes[i])]
+    warnings = deduplicate([*optimized.warnings, *elided])
+    if gone:
+        keep = [i for i in range(len(script.probes)) if i not in gone]
+        resolution = dataclasses.replace(resolution,
+                                         points=[resolution.points[i] for i in keep])
+        script = dataclasses.replace(script, probes=tuple(script.probes[i] for i in keep))
+    return script, resolution, warnings, bool(gone)
 
 
 def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
@@ -68,28 +72,23 @@ def translate(script: ast.Script, resolution: Resolution, plans: SitePlans, *,
               warn: Callable[[ScriptWarning | str], None] | None = None,
               optimize: bool = True, skip_badvars: bool = False,
               symbols: Sequence[tuple[str, str]] = (),
-              elided: Sequence[ScriptWarning] = (),
+              pass2: Sequence[ScriptWarning | str] = (),
               typed: Callable[[ast.Script, Types], None] | None = None) -> Program:
     """`warn` is given each warning once the script is typed: a script in error gets
     its one error only; `optimize` False is -u, where stap's optimisation rounds, which
     give the warnings about unused and never-assigned variables, do not run;
     `skip_badvars` reads target variables that cannot be read where probed as 0;
     `symbols`: (path, ABI) of the objects -d and --ldd name for symbols and unwinding;
-    `elided`: the warnings of elide_probes, given after the others of stap's pass 2;
+    `pass2`: the warnings of the optimisation (elide_probes), given after the types';
     `typed` is given the script as typed (after stap's optimisation) and its Types
     (-p2 prints them)."""
     limits = Limits.from_defines(defines)
-    given = script
-    statements: list[ScriptWarning] = []   # side-effect-free target reads elided
-    if optimize:
-        script, statements = elide_target_statements(script)
-        given = script
-        script = elide_assignments(script)
+    if not optimize:
+        check_symbols(script)   # else elide_probes's optimisation checked them first
     types = infer_types(script, resolution, skip_badvars)
     if typed is not None:
         typed(script, types)
-    warnings = ([*types.warnings, *statements, *find_warnings(given, elided)]
-                if optimize else [])
+    warnings = [*types.warnings, *pass2] if optimize else []
     for w in warnings:
         if warn is not None:
             warn(w)

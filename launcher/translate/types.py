@@ -13,7 +13,7 @@ from ..elf.functions import NARGS, FunctionSite
 from ..elf.stapsdt import ProbeSite
 from ..errors import ScriptError, ScriptWarning, TargetError
 from ..format import parse_format
-from ..guru import SET_USER, embedded_is_string, set_user_params
+from ..guru import SET_USER, embedded_is_string, pragma_globals, set_user_params
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes
@@ -144,6 +144,30 @@ USER_READS.update({f"{name}_error": how for name, how in list(USER_READS.items()
                    if name != "user_uint"})
 
 
+def not_global_array(base: ast.Symbol) -> ScriptError:
+    return _err(f"'{base.name}' is not a global array", base, f"declare it: global {base.name}")
+
+
+def scalar_not_array(base: ast.Symbol) -> ScriptError:
+    return _err(f"'{base.name}' is a scalar, not an array", base)
+
+
+def arity_mismatch(base: ast.Symbol, nkeys: int, before: int) -> ScriptError:
+    return _err(f"array '{base.name}' used with {nkeys} keys, elsewhere with {before}", base)
+
+
+def array_without_index(sym: ast.Symbol) -> ScriptError:
+    return _err(f"array '{sym.name}' used without an index", sym)
+
+
+def not_a_statistic(e: ast.Expr) -> ScriptError:
+    return _err("aggregate operations need a global statistic", e)
+
+
+def not_assignable(e: ast.Expr) -> ScriptError:
+    return _err("cannot assign to this expression", e)
+
+
 class Scope:
     """Locals of one probe or function."""
 
@@ -253,13 +277,12 @@ class Types:
                 break
         for e, dt in self.untyped.values():
             raise autocast.untyped_error(e, dt)
+        self._pragma_globals()
         for name, var in list(self.globals.items()):
             if not var.read and not var.written and var.type is None and (
                     var.array is None or var.array.value is None):
-                # stap elides a global the script never uses, with a warning
-                if var.decl is not None:
-                    self.warnings.append(ScriptWarning(f"Eliding unused variable '{name}'",
-                                                       f"identifier '{name}'", var.decl.loc))
+                # stap elides a global the script never uses (the warning is of the
+                # optimisation's first round: warnings.never_assigned)
                 del self.globals[name]
                 continue
             if var.array is not None:
@@ -281,6 +304,18 @@ class Types:
                     raise _err(f"unresolved type for identifier '{name}'",
                                scope.first_use[name], "assign it a value first")
 
+    def _pragma_globals(self) -> None:
+        """The globals embedded C names in `/* pragma:read:NAME */` and
+        `/* pragma:write:NAME */` are read and written there, as stap's symbol
+        resolution counts them (optimize.check_symbols checked the names)."""
+        for node in iter_nodes((self.script.probes, self.script.functions)):
+            if isinstance(node, ast.Embedded):
+                for kind in ("read", "write"):
+                    for name in pragma_globals(node.code, kind):
+                        var = self.globals[name]
+                        var.read |= kind == "read"
+                        var.written |= kind == "write"
+
     def _local_type(self, scope: Scope, sym: ast.Symbol, t: str | None) -> str | None:
         scope.first_use.setdefault(sym.name, sym)
         cur = scope.locals.get(sym.name)
@@ -294,7 +329,7 @@ class Types:
             var = self.globals[sym.name]
             scope.uses_globals = True
             if var.is_array:
-                raise _err(f"array '{sym.name}' used without an index", sym)
+                raise array_without_index(sym)
             if write:
                 var.written = True
             else:
@@ -308,11 +343,10 @@ class Types:
             raise _err("only global arrays can be indexed", base)
         var = self.globals.get(base.name)
         if var is None or base.name in scope.locals:
-            raise _err(f"'{base.name}' is not a global array", base,
-                       f"declare it: global {base.name}")
+            raise not_global_array(base)
         scope.uses_globals = True
         if var.type is not None:
-            raise _err(f"'{base.name}' is a scalar, not an array", base)
+            raise scalar_not_array(base)
         if var.array is None:
             var.array = ArrayType([None] * nkeys, None)
             self.changed = True
@@ -320,8 +354,7 @@ class Types:
             var.array.keys = [None] * nkeys
             self.changed = True
         if len(var.array.keys) != nkeys:
-            raise _err(f"array '{base.name}' used with {nkeys} keys, elsewhere with "
-                       f"{len(var.array.keys)}", base)
+            raise arity_mismatch(base, nkeys, len(var.array.keys))
         if nkeys > MAX_INDEXES and self.too_wide is None:
             self.too_wide = _err(f"array '{base.name}' has {nkeys} indexes: a map holds "
                                  f"at most {MAX_INDEXES}", base)
@@ -502,14 +535,14 @@ class Types:
             var = self.globals[e.base.name]
             var.read |= read
             return var
-        raise _err("aggregate operations need a global statistic", e)
+        raise not_a_statistic(e)
 
     def _lvalue(self, e: ast.Expr, scope: Scope, t: str | None) -> str | None:
         if isinstance(e, ast.Symbol):
             return self._sym_type(e, scope, t, write=True)
         if isinstance(e, ast.Index):
             return self._index_type(e, scope, t, write=True)
-        raise _err("cannot assign to this expression", e)
+        raise not_assignable(e)
 
     def _infer_assign(self, e: ast.Assign, scope: Scope) -> str | None:
         if isinstance(e.target, TARGETS):

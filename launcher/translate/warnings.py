@@ -5,12 +5,14 @@ warnings stap prints only at -vvv, and with -u it prints none of these):
     never-assigned local variable 'x' (similar: a, b)   a local read, never written
     never-assigned global variable 'g' (similar: ...)   a global read, never written,
                                                         with no initial value (nor -G)
+    Eliding unused variable 'g'                         a global nothing reads or writes
     Eliding assignment to 'x'                           an assignment to a local never read
-    Eliding side-effect-free expression                 a @cast, @var or autocast statement
-    side-effect-free function 'f'                       a called function whose body is empty
     Probe 'begin' has been elided                       a probe whose body is empty: it is
                                                         not armed (stap names the first
                                                         component of each probe point)
+
+(optimize.py gives the others of the optimisation: side-effect-free expressions and
+functions, a collapsed @defined.)
 
 "(similar: ...)" names the five other variables of the scope (locals, parameters,
 globals the script uses) nearest by edit distance, as stap's levenshtein_suggest.
@@ -26,9 +28,9 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 from ..errors import ScriptWarning
+from ..guru import pragma_globals
 from ..script import ast
 from ..script.walk import iter_nodes
-from .common import _describe
 
 
 @dataclass
@@ -147,24 +149,26 @@ def _elided(use: _Use, is_global: set[str]) -> Iterator[ast.Assign]:
             yield a
 
 
-def elide_assignments(script: ast.Script) -> ast.Script:
-    """stap's first optimisation round, before types: `x = e` (or `x <<< e`) to a local
-    nothing reads is `e` alone, so such a local takes no type (stap's "Eliding
-    assignment"; off with -u)."""
-    # a local `delete`d keeps its assignments: the delete needs its type
+def dead_assignments(script: ast.Script) -> tuple[ast.Script, list[ScriptWarning]]:
+    """stap's opt3: `x = e` (or `x <<< e`) to a local nothing reads is `e` alone, so
+    such a local takes no type; with stap's "Eliding assignment" warnings, in the
+    order of the scopes."""
+    # a local `delete`d is read by it, as stap counts a delete
     deleted = {n.target.name for n in iter_nodes((script.probes, script.functions))
                if isinstance(n, ast.Delete) and isinstance(n.target, ast.Symbol)}
-    gone = {id(a) for use, _, is_global in _user_scopes(script) for a in _elided(use, is_global)
-            if a.op in ("=", "<<<") and isinstance(a.target, ast.Symbol)
-            and a.target.name not in deleted}
+    gone: list[ast.Assign] = [
+        a for use, _, is_global in _user_scopes(script) for a in _elided(use, is_global)
+        if a.op in ("=", "<<<") and isinstance(a.target, ast.Symbol)
+        and a.target.name not in deleted]
     if not gone:
-        return script
+        return script, []
+    ids = {id(a) for a in gone}
 
     def rewrite(node: Any) -> Any:
         if isinstance(node, tuple):
             items = tuple(rewrite(x) for x in node)
             return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-        if id(node) in gone:
+        if id(node) in ids:
             return rewrite(node.value)
         if not is_dataclass(node) or isinstance(node, type):
             return node
@@ -173,7 +177,11 @@ def elide_assignments(script: ast.Script) -> ast.Script:
                    if new is not old}
         return replace(node, **changed) if changed else node
 
-    return replace(script, probes=rewrite(script.probes), functions=rewrite(script.functions))
+    warnings = [ScriptWarning(f"Eliding assignment to '{a.target.name}'",
+                              f"operator '{a.op}'", a.loc)
+                for a in gone if isinstance(a.target, ast.Symbol)]
+    return replace(script, probes=rewrite(script.probes),
+                   functions=rewrite(script.functions)), warnings
 
 
 def _empty(stmt: ast.Stmt) -> bool:
@@ -198,18 +206,13 @@ def elision_warnings(probe: ast.Probe) -> list[ScriptWarning]:
                           probe.loc) for pt in probe.points]
 
 
-def find_warnings(script: ast.Script, elided: Iterable[ScriptWarning] = ()
-                  ) -> list[ScriptWarning | str]:
-    """The warnings for `script`, in stap's order: each probe's and then each function's
-    (by name) never-assigned locals, the globals, the elided assignments, the empty
-    functions, then `elided`, the probes elided (`elision_warnings`)."""
-    user = script.loc.file
-    funcs = sorted((f for f in script.functions
-                    if f.loc.file == user and not isinstance(f.body, ast.Embedded)),
-                   key=lambda f: f.name)
+def never_assigned(script: ast.Script) -> list[ScriptWarning]:
+    """stap's opt2 warnings: each probe's and then each function's (by name)
+    never-assigned locals, then the globals never used (elided) or never assigned."""
     declared = {g.name for g in script.globals}
     scopes = _user_scopes(script)
     # Every reachable function's uses count for the globals, the tapset's too.
+    user = script.loc.file
     all_uses = [u for u, _, _ in scopes] + [
         _uses(f.body) for f in script.functions
         if f.loc.file != user and not isinstance(f.body, ast.Embedded)]
@@ -217,28 +220,30 @@ def find_warnings(script: ast.Script, elided: Iterable[ScriptWarning] = ()
     g_written = {n for u in all_uses for n in u.written if n in declared}
     globals_used = g_read | g_written
 
+    pragmas = {name for n in iter_nodes((script.probes, script.functions))
+               if isinstance(n, ast.Embedded)
+               for kind in ("read", "write") for name in pragma_globals(n.code, kind)}
     out: list[ScriptWarning] = []
     for use, params, is_global in scopes:
         out.extend(_scope_warnings(use, globals_used, params, is_global))
     for g in script.globals:
-        if g.loc.file == user and g.init is None and g.name in g_read - g_written:
+        if g.loc.file == user and g.init is None and g.name not in globals_used | pragmas:
+            # types drop it (a global elided later, by the optimisation, goes silently)
+            out.append(ScriptWarning(f"Eliding unused variable '{g.name}'",
+                                     f"identifier '{g.name}'", g.loc))
+        elif g.loc.file == user and g.init is None and g.name in g_read - g_written:
             out.append(ScriptWarning(
                 f"never-assigned global variable '{g.name}'{_similar(g.name, globals_used)}",
                 f"identifier '{g.name}'", g.loc))
-    for use, _params, is_global in scopes:
-        for a in _elided(use, is_global):
-            assert isinstance(a.target, ast.Symbol)
-            out.append(ScriptWarning(f"Eliding assignment to '{a.target.name}'",
-                                     f"operator '{a.op}'", a.loc))
-    for f in funcs:
-        if isinstance(f.body, ast.Block) and all(isinstance(s, ast.Empty)
-                                                 for s in f.body.statements):
-            out.append(ScriptWarning(f"side-effect-free function '{f.name}'",
-                                     f"identifier '{f.name}'", f.loc))
-    out.extend(elided)
+    return out
 
+
+def deduplicate(warnings: Iterable[ScriptWarning]) -> list[ScriptWarning | str]:
+    """A message already given is not repeated (stap's duplicate elimination); how
+    many were held back is one last line."""
     seen: set[str] = set()
     kept: list[ScriptWarning | str] = []
+    out = list(warnings)
     for w in out:
         if w.message not in seen:
             seen.add(w.message)
@@ -246,53 +251,3 @@ def find_warnings(script: ast.Script, elided: Iterable[ScriptWarning] = ()
     if len(kept) < len(out):
         kept.append(f"Number of similar warning messages suppressed: {len(out) - len(kept)}.")
     return kept
-
-
-def _pure(e: object) -> bool:
-    """Whether evaluating `e` only reads: literals, variables, target values, arithmetic."""
-    if isinstance(e, ast.NumberLiteral | ast.StringLiteral | ast.Symbol):
-        return True
-    if isinstance(e, ast.TargetSymbol | ast.Cast | ast.AtVar | ast.AutoCast):
-        operand = getattr(e, "operand", None)
-        return (operand is None or _pure(operand)) and all(
-            _pure(c.index) for c in e.components if isinstance(c, ast.Subscript))
-    if isinstance(e, ast.BinaryOp | ast.Comparison | ast.Logical):
-        return _pure(e.left) and _pure(e.right)
-    if isinstance(e, ast.Unary):
-        return _pure(e.operand)
-    return False
-
-
-def _leftmost(e: ast.Expr) -> ast.Expr:
-    while isinstance(e, ast.AutoCast) and not e.addressof:
-        e = e.operand
-    return e
-
-
-def elide_target_statements(script: ast.Script) -> tuple[ast.Script, list[ScriptWarning]]:
-    """stap's dead_stmtexpr_remover for @cast, @var and autocast statements: one whose
-    value nothing uses and that only reads is dropped before types, so a bogus member
-    there is no error ("Eliding side-effect-free expression", off with -u)."""
-    warnings: list[ScriptWarning] = []
-    user = script.loc.file
-
-    def rewrite(node: Any) -> Any:
-        if isinstance(node, tuple):
-            items = tuple(rewrite(x) for x in node)
-            return node if all(a is b for a, b in zip(items, node, strict=True)) else items
-        if isinstance(node, ast.ExprStatement) and \
-                isinstance(node.expr, ast.Cast | ast.AtVar | ast.AutoCast) and _pure(node.expr):
-            first = _leftmost(node.expr)
-            if first.loc.file == user:
-                warnings.append(ScriptWarning("Eliding side-effect-free expression",
-                                              _describe(first), first.loc))
-            return ast.Empty(node.loc)
-        if not isinstance(node, ast.Stmt | ast.Probe | ast.Function) or not is_dataclass(node):
-            return node
-        changed = {f.name: new for f in fields(node) if f.name != "loc"
-                   for old in [getattr(node, f.name)] for new in [rewrite(old)]
-                   if new is not old}
-        return replace(node, **changed) if changed else node
-
-    out = replace(script, probes=rewrite(script.probes), functions=rewrite(script.functions))
-    return out, warnings
