@@ -1412,10 +1412,6 @@ def emit(script: ast.Script, unit: Unit) -> Handlers:
                        f"{lo}, {hi}, {step}, {int(var.name in unit.plan.variance)}, "
                        f"{unit.plan.variance_shift.get(var.name, 0)}}};")
         if var.array is not None:
-            # more keys than the runtime's maps take fail the build, as in stap
-            out += [f"#if {len(var.array.keys)} > PD_MAX_KEYS",
-                    f"#error \"array '{var.name}' has {len(var.array.keys)} indexes: "
-                    "the runtime's maps take at most PD_MAX_KEYS\"", "#endif"]
             out.append(f"static const struct pd_mapdesc md_{var.name} = "
                        f"{{{_mapdesc_fields(unit, var, unit.limits.type_size(var.array.value))}}};")
             lay = unit.layout.kstats.get(var.name)
