@@ -385,6 +385,9 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
                                  "line (` 0xaddr [path+off/size]` in an object with no "
                                  "symbol table: add it with `-d` or `--ldd`)",
             Example('print_ubacktrace()')),
+        "print_ubacktrace_brief": ((), "print the stack, one `func+0xoff` a line (`0xaddr` "
+                                       "where no symbol is known)",
+            Example('print_ubacktrace_brief()')),
         "sprint_ubacktrace": ((), "the stack as `func+0xoff [basename]` lines; "
                                   "`<no user backtrace at PP>` outside process probes",
             Example('printf("%s\\n", sprint_ubacktrace())')),

@@ -22,7 +22,7 @@ from .build import find_program
 from .elf.callees import callee_sites
 from .elf.functions import function_sites
 from .elf.inlines import inline_sites
-from .elf.libraries import find_library
+from .elf.libraries import find_library, iter_needed_libraries
 from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
@@ -279,6 +279,8 @@ class Resolver:
             if not isinstance(lib, str):
                 raise _pp_error(point, "library() takes a name or path string")
             exe = self.resolution.objects.get(binary) or get_elf_info(binary)
+            if _is_glob(lib) and "/" not in lib:
+                return self._library_glob(point, exe, lib)
             try:
                 binary = get_elf_info(find_library(lib, exe)).path
             except TargetError as exc:
@@ -319,6 +321,37 @@ class Resolver:
                             ".thread.begin, .thread.end (docs/probe-points.md)")
         return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
                               object_path=binary)]
+
+    def _library_glob(self, point: ast.ProbePoint, exe: ElfInfo,
+                      pattern: str) -> list[ResolvedPoint]:
+        """`.library("GLOB")`: each library the program loads (what `ld.so --list`
+        shows) whose path matches "*GLOB", as stap's query_one_library matches them;
+        as with a process("GLOB"), those where the rest of the point resolves."""
+        out: list[ResolvedPoint] = []
+        misses: list[PydynError] = []
+        loaded = [lib.path for lib, _ in iter_needed_libraries([exe])]
+        libs = [path for path in loaded if fnmatch.fnmatchcase(path, "*" + pattern)]
+        if not libs:
+            names = ", ".join(os.path.basename(path) for path in loaded)
+            raise _pp_error(point, f"library(\"{pattern}\") matches none of the "
+                            f"{len(loaded)} libraries {exe.path} loads",
+                            f"it loads {names}" if names else None)
+        for path in libs:
+            comps = list(point.components)
+            at = next(i for i, c in enumerate(comps) if c.name == "library")
+            comps[at] = dataclasses.replace(comps[at], arg=path)
+            try:
+                out.extend(self._process_one(dataclasses.replace(point,
+                                                                 components=tuple(comps))))
+            except PydynError as exc:
+                misses.append(exc)
+        if not out:
+            if len(libs) == 1 and misses:
+                raise misses[0]
+            raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
+                            f"in the {len(libs)} libraries of {exe.path} that "
+                            f"library(\"{pattern}\") names")
+        return out
 
     def _marks(self, point: ast.ProbePoint, binary: str, provider: str | None,
                pattern: str) -> tuple[ProbeSite, ...]:

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -293,14 +294,37 @@ void pd_go_inert(void)
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-__attribute__((destructor)) static void pd_target_fini(void)
+/* The process ends: its process.end probes, its table entry marked exited.  Once,
+ * from the destructor (exit, a return from main) or _exit/_Exit; not in a vfork child,
+ * which shares its parent's memory and has no entry of its own. */
+static void pd_process_ending(void)
 {
-    if (!pd_seg || pd_is_launcher || pd_inert)
+    if (!pd_seg || pd_is_launcher || pd_inert || !pd_self || pd_self->pid != getpid())
         return;
     pd_fire_process_probes(PD_PROBE_PROCESS_END);
-    if (pd_self && pd_self->pid == getpid()) {
-        pd_self->end_ns = pd_now_ns();
-        __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
-        pd_self = NULL; /* the launcher may free the entry for another process now */
-    }
+    pd_self->end_ns = pd_now_ns();
+    __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+    pd_self = NULL; /* the launcher may free the entry for another process now */
+}
+
+__attribute__((destructor)) static void pd_target_fini(void)
+{
+    pd_process_ending();
+}
+
+/* _exit and _Exit end the process without running destructors (dash's and many
+ * daemons' way out, a forked child's after its work): interposed so that the
+ * process.end probes still fire.  Calls inside libc (exit's own) do not come here.
+ * The system call directly: no lookup of the next definition, which is not
+ * async-signal-safe while _exit is. */
+PD_EXPORT void _exit(int status)
+{
+    pd_process_ending();
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+PD_EXPORT void _Exit(int status)
+{
+    _exit(status);
 }
