@@ -204,3 +204,41 @@ def test_backtraces_of_a_large_program_reuse_its_unwind_table(cache: Path) -> No
     stored[0].write_bytes(encode(header, arrays))
     out = new_script(2)
     assert '"pydyn_from_the_store"' in out and f'"{first}"' not in out, out[:2000]
+
+
+WHYTHEFAIL = """global specs, counts
+probe process("LIBC").function("opendir").call { specs[tid()] = speculation(); counts["entry"]++ }
+probe process("LIBC").statement("opendir@*:*") {
+  file = tokenize(pp(), "@"); file = tokenize("", "@")
+  speculate(specs[tid()], sprintf("%s %s\\n", ppfunc(), tokenize(file, "\\"")))
+}
+probe process("LIBC").function("opendir").return {
+  if ($return == 0) { printf("failed %s\\n", $return$); commit(specs[tid()]); counts["hit"]++ }
+  else { discard(specs[tid()]); counts["miss"]++ }
+}
+probe end { foreach (k+ in counts) printf("%s %d\\n", k, counts[k]) }
+"""
+LISTDIRS = ("import os\ntry: os.listdir('/etc/hostname')\nexcept OSError: pass\n"
+            "os.listdir('/')\n")
+
+
+def test_speculation_over_every_line_of_a_libc_function(cache: Path, tmp_path: Path) -> None:
+    """whythefail.stp's shape: every line of opendir (`"opendir@*:*"`, pp() naming each
+    FILE:LINE), its trace kept with speculate() and printed by commit() only for the
+    call that failed (`$return$`), discarded for the others; the tapset's own globals
+    are no part of the exit report."""
+    need_libc_dwarf()
+    need(PY)
+    (tmp_path / "w.py").write_text(LISTDIRS)
+    out = ok(run_pydyn(cache, "-e", WHYTHEFAIL.replace("LIBC", LIBC), "-c",
+                       f"{PY} {tmp_path}/w.py", timeout=180))
+    lines = out.splitlines()
+    assert lines.count("failed 0") == 1, out     # the interpreter's own opendirs succeed
+    trace = lines[lines.index("failed 0") + 1:]
+    trace = trace[:next(i for i, t in enumerate(trace) if t.startswith("entry "))]
+    assert len(trace) >= 3 and all(re.fullmatch(r"opendir \S*opendir\.c:\d+", t)
+                                   for t in trace), out
+    counts = dict(ln.split() for ln in lines[-3:])
+    assert counts["hit"] == "1" and int(counts["miss"]) >= 1, out
+    assert int(counts["entry"]) == int(counts["miss"]) + 1, out
+    assert "__spec" not in out, out

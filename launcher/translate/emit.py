@@ -529,6 +529,9 @@ class Emitter:
             return "c->site->name"
         if name == "$$provider":
             return "c->site->provider"
+        if name == "$return" and e.components:   # `$return$`, as $$return shows it
+            return f"pd_sprintf({self.strtemp()}, \"%#llx\", " \
+                   "(unsigned long long)pd_func_return(c))"
         if name == "$return":
             return "pd_fast_return(c)" if self.fast else "pd_func_return(c)"
         if name == "$$return":

@@ -7,6 +7,7 @@ initial values of the globals."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -93,24 +94,32 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
                                    for path, oi in b.objects.items()])
 
 
-NAMED_COMPONENTS = ("mark", "function", "plt")
+NAMED_COMPONENTS = ("mark", "function", "plt", "statement")
+
+
+def _site_name(site: ProbeSite) -> str:
+    if isinstance(site, FunctionSite) and site.source:
+        return f"{site.name}@{site.source}"
+    return site.name
 
 
 def _by_name(rp: ResolvedPoint) -> list[ResolvedPoint]:
-    """The point once for each name its sites have, where its mark, function or plt
-    component is a wildcard: the component then names the site's own mark, function
-    or callee (stap's pp() of a wildcard's derived probe); else the point as it is."""
+    """The point once for each name its sites have, where its mark, function, plt or
+    statement component is a wildcard: the component then names the site's own mark,
+    function, callee or FUNC@FILE:LINE (stap's pp() of a wildcard's derived probe);
+    else the point as it is."""
     at = next((i for i, c in enumerate(rp.point.components)
                if c.name in NAMED_COMPONENTS), None)
     if at is None or not rp.sites:
         return [rp]
     comp = rp.point.components[at]
-    if comp.arg is not None and (not isinstance(comp.arg, str) or
-                                 not any(ch in comp.arg for ch in "*?[")):
+    if comp.arg is not None and (not isinstance(comp.arg, str) or (
+            not any(ch in comp.arg for ch in "*?[")
+            and not (comp.name == "statement" and re.search(r":\d+-\d+$", comp.arg)))):
         return [rp]
     groups: dict[str, list[ProbeSite]] = {}
     for site in rp.sites:
-        groups.setdefault(site.name, []).append(site)
+        groups.setdefault(_site_name(site), []).append(site)
     out = []
     for name, sites in groups.items():
         comps = list(rp.point.components)

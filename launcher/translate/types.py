@@ -733,6 +733,13 @@ class Types:
         if functions and is_param_name(name) and (tvars.has_suffix(e) or any(
                 isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in scope.sites)):
             return self._dwarf_access(e, scope)
+        if name == "$return" and len(e.components) == 1 and tvars.pretty_depth(e):
+            # `$return$`: the value as $$return shows it, without the name
+            returns = [isinstance(s, FunctionSite) and s.is_return and not scope.in_entry
+                       for s in scope.sites or ()]
+            if scope.kind != "probe" or not returns or not all(returns):
+                raise _err(f"'{name}$' is only available in function .return probes", e)
+            return STRING
         if e.components:
             raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         if functions and is_param_name(name):
