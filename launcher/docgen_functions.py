@@ -136,7 +136,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "uarch_bytes": ((), "the size of a long in the probed process: 8, or 4 in a "
                             "32-bit one",
             Example('printf("%d-bit\\n", uarch_bytes() * 8)', "64-bit", r"(64|32)-bit")),
-        "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`",
+        "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`; a "
+                   "wildcard mark, function, plt or statement is named as it matched",
             Example('println(pp())', 'process("/home/me/app").mark("req")',
                     r'process\("/.*/app"\)\.mark\("req"\)')),
         "pn": ((), "the same as pp()",

@@ -294,14 +294,33 @@ void pd_go_inert(void)
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-/* The process ends: its process.end probes, its table entry marked exited.  Once,
- * from the destructor (exit, a return from main) or _exit/_Exit; not in a vfork child,
- * which shares its parent's memory and has no entry of its own. */
-static void pd_process_ending(void)
+/* The image's process.end probes, once: at its exit, or before an exec replaces it
+ * (the next image registers the same pid again).  Not in a vfork child, which shares
+ * its parent's memory and has no entry of its own. */
+static int pd_end_fired;
+
+static int pd_fire_end(void)
 {
     if (!pd_seg || pd_is_launcher || pd_inert || !pd_self || pd_self->pid != getpid())
+        return 0;
+    if (!pd_end_fired) {
+        pd_end_fired = 1;
+        pd_fire_process_probes(PD_PROBE_PROCESS_END);
+    }
+    return 1;
+}
+
+void pd_process_exec(void)
+{
+    (void)pd_fire_end();
+}
+
+/* The process ends: its process.end probes, its table entry marked exited; from the
+ * destructor (exit, a return from main) or _exit/_Exit. */
+static void pd_process_ending(void)
+{
+    if (!pd_fire_end())
         return;
-    pd_fire_process_probes(PD_PROBE_PROCESS_END);
     pd_self->end_ns = pd_now_ns();
     __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
     pd_self = NULL; /* the launcher may free the entry for another process now */

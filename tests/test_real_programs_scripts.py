@@ -10,7 +10,8 @@ Each one here once broke on them:
 - `print_ubacktrace_brief()` (graphcall.stp);
 - `.library("GLOB")` over the libraries the program loads, `.plt("NAME").return`
   and `target_set_pid()` (ltrace.stp, whythefail.stp, eventcount.stp);
-- process.end of a process leaving by `_exit` (dash, every `sh -c`);
+- process.end of a process leaving by `_exit` (dash, every `sh -c`) or replaced by
+  an exec;
 - pp() and pn() of a wildcard point name the mark or function that fired;
 - a new script with backtraces on a large program reads its unwind table from the
   cache instead of decoding every FDE again.
@@ -160,6 +161,15 @@ def test_process_end_of_a_shell_that_calls_exit_directly(cache: Path) -> None:
     assert names[0] == "ls" and names.count("sh") in (2, 3) and len(names) <= 4, out
     assert all(ended == "1" for _, ended in lines), out
     assert f"inset {len(lines)}" in out, out
+    # an exec ends the image it replaces; a PATH search's failed tries end nothing
+    script = ('probe process.begin { printf("begin %d %s\\n", pid(), execname()) } '
+              'probe process.end { printf("end %d %s\\n", pid(), execname()) }')
+    out = ok(run_pydyn(cache, "-e", script, "-c", "sh -c 'exec ls / > /dev/null'",
+                       timeout=120))
+    events = [ln.split() for ln in out.splitlines()]
+    ls_pid = next(pid for _, pid, name in events if name == "ls")
+    assert [(e, n) for e, pid, n in events if pid == ls_pid] == [
+        ("begin", "sh"), ("end", "sh"), ("begin", "ls"), ("end", "ls")], out
 
 
 def test_pp_of_a_wildcard_names_what_fired(cache: Path) -> None:
