@@ -229,21 +229,30 @@ class Resolver:
         arg = point.components[0].arg
         if isinstance(arg, str) and _is_glob(arg):
             # A path glob names every ELF it matches; other files are skipped silently.
-            out: list[ResolvedPoint] = []
-            misses: list[PydynError] = []
             binaries = self._glob_binaries(point, arg)
-            for binary in binaries:
-                try:
-                    out.extend(self._process(_with_path(point, binary)))
-                except PydynError as exc:
-                    misses.append(exc)
-            if not out:
-                if len(binaries) == 1 and misses:
-                    raise misses[0]
-                raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
-                                f"in the {len(binaries)} ELF files '{arg}' names")
-            return out
+            return self._any_of(point, [_with_path(point, b) for b in binaries],
+                                self._process, f"the {len(binaries)} ELF files '{arg}' names")
         return self._process_one(point)
+
+    def _any_of(self, point: ast.ProbePoint, variants: list[ast.ProbePoint],
+                resolve: Callable[[ast.ProbePoint], list[ResolvedPoint]],
+                what: str) -> list[ResolvedPoint]:
+        """The points a glob expanded to, each resolved; those that do not resolve are
+        dropped (a glob means any), and none resolving is an error: the one variant's
+        own, else "matches nothing in `what`"."""
+        out: list[ResolvedPoint] = []
+        misses: list[PydynError] = []
+        for v in variants:
+            try:
+                out.extend(resolve(v))
+            except PydynError as exc:
+                misses.append(exc)
+        if not out:
+            if len(variants) == 1 and misses:
+                raise misses[0]
+            raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
+                            f"in {what}")
+        return out
 
     def _glob_binaries(self, point: ast.ProbePoint, pattern: str) -> list[str]:
         found: list[str] = []
@@ -327,8 +336,6 @@ class Resolver:
         """`.library("GLOB")`: each library the program loads (what `ld.so --list`
         shows) whose path matches "*GLOB", as stap's query_one_library matches them;
         as with a process("GLOB"), those where the rest of the point resolves."""
-        out: list[ResolvedPoint] = []
-        misses: list[PydynError] = []
         loaded = [lib.path for lib, _ in iter_needed_libraries([exe])]
         libs = [path for path in loaded if fnmatch.fnmatchcase(path, "*" + pattern)]
         if not libs:
@@ -336,22 +343,13 @@ class Resolver:
             raise _pp_error(point, f"library(\"{pattern}\") matches none of the "
                             f"{len(loaded)} libraries {exe.path} loads",
                             f"it loads {names}" if names else None)
-        for path in libs:
-            comps = list(point.components)
-            at = next(i for i, c in enumerate(comps) if c.name == "library")
-            comps[at] = dataclasses.replace(comps[at], arg=path)
-            try:
-                out.extend(self._process_one(dataclasses.replace(point,
-                                                                 components=tuple(comps))))
-            except PydynError as exc:
-                misses.append(exc)
-        if not out:
-            if len(libs) == 1 and misses:
-                raise misses[0]
-            raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
-                            f"in the {len(libs)} libraries of {exe.path} that "
+        at = next(i for i, c in enumerate(point.components) if c.name == "library")
+        variants = [dataclasses.replace(point, components=(
+            *point.components[:at], dataclasses.replace(point.components[at], arg=path),
+            *point.components[at + 1:])) for path in libs]
+        return self._any_of(point, variants, self._process_one,
+                            f"the {len(libs)} libraries of {exe.path} that "
                             f"library(\"{pattern}\") names")
-        return out
 
     def _marks(self, point: ast.ProbePoint, binary: str, provider: str | None,
                pattern: str) -> tuple[ProbeSite, ...]:
