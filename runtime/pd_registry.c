@@ -179,6 +179,12 @@ static void pd_fire_process_probes(uint32_t kind)
             continue;
         if (p->object >= 0 && !pd_object_matches(pd_objects[p->object].path, NULL))
             continue;
+        /* the object is loaded (for the exit report), also where it has no site for
+         * pd_arm.c to arm: a script of process("PATH").begin/.end probes only */
+        if (p->object >= 0 && p->object < 64 && pd_hdr)
+            __atomic_fetch_or(p->object < 32 ? &pd_hdr->objects_loaded_lo
+                                             : &pd_hdr->objects_loaded_hi,
+                              1u << (p->object % 32), __ATOMIC_RELAXED);
         pd_run(p, NULL, NULL, 0);
     }
 }

@@ -162,11 +162,16 @@ def test_process_end_of_a_shell_that_calls_exit_directly(cache: Path) -> None:
     assert names[0] == "ls" and names.count("sh") in (2, 3) and len(names) <= 4, out
     assert all(ended == "1" for _, ended in lines), out
     assert f"inset {len(lines)}" in out, out
-    # an exec ends the image it replaces; a PATH search's failed tries end nothing
+    # an exec ends the image it replaces; a PATH search's failed tries end nothing; a
+    # process("PATH").end that fired is no object "no process loaded" at the exit
     script = ('probe process.begin { printf("begin %d %s\\n", pid(), execname()) } '
-              'probe process.end { printf("end %d %s\\n", pid(), execname()) }')
-    out = ok(run_pydyn(cache, "-e", script, "-c", "sh -c 'exec ls / > /dev/null'",
-                       timeout=120))
+              'probe process.end { printf("end %d %s\\n", pid(), execname()) } '
+              f'probe process("{LS}").end {{ printf("ls-end %d\\n", pid()) }}')
+    res = run_pydyn(cache, "-e", script, "-c", "sh -c 'exec ls / > /dev/null'", timeout=120)
+    out = ok(res)
+    assert "WARNING" not in res.stderr, res.stderr
+    assert len([ln for ln in out.splitlines() if ln.startswith("ls-end ")]) == 1, out
+    out = "".join(ln + "\n" for ln in out.splitlines() if not ln.startswith("ls-end "))
     events = [ln.split() for ln in out.splitlines()]
     ls_pid = next(pid for _, pid, name in events if name == "ls")
     assert [(e, n) for e, pid, n in events if pid == ls_pid] == [
