@@ -385,6 +385,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .script import recursion_headroom
     from .session import check_command_target
     from .translate import elide_probes, translate
+    from .translate.defined import split_by_defined
 
     verbose = opts.verbose
     if argv_cmd is not None:
@@ -404,6 +405,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
 
     t0 = time.monotonic()
     script, resolution = Resolver(target_path, warn=warn).resolve_script(script)
+    script, resolution = split_by_defined(script, resolution)
     if verbose:
         for line in resolution.dropped:
             print(line, file=sys.stderr)

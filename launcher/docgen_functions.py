@@ -136,7 +136,8 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "uarch_bytes": ((), "the size of a long in the probed process: 8, or 4 in a "
                             "32-bit one",
             Example('printf("%d-bit\\n", uarch_bytes() * 8)', "64-bit", r"(64|32)-bit")),
-        "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`",
+        "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`; a "
+                   "wildcard mark, function, plt or statement is named as it matched",
             Example('println(pp())', 'process("/home/me/app").mark("req")',
                     r'process\("/.*/app"\)\.mark\("req"\)')),
         "pn": ((), "the same as pp()",
@@ -396,6 +397,9 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
                                  "line (` 0xaddr [path+off/size]` in an object with no "
                                  "symbol table: add it with `-d` or `--ldd`)",
             Example('print_ubacktrace()')),
+        "print_ubacktrace_brief": ((), "print the stack, one `func+0xoff` a line (`0xaddr` "
+                                       "where no symbol is known)",
+            Example('print_ubacktrace_brief()')),
         "sprint_ubacktrace": ((), "the stack as `func+0xoff [basename]` lines; "
                                   "`<no user backtrace at PP>` outside process probes",
             Example('printf("%s\\n", sprint_ubacktrace())')),

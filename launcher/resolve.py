@@ -22,7 +22,7 @@ from .build import find_program
 from .elf.callees import callee_sites
 from .elf.functions import function_sites
 from .elf.inlines import inline_sites
-from .elf.libraries import find_library
+from .elf.libraries import find_library, iter_needed_libraries
 from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
@@ -229,21 +229,30 @@ class Resolver:
         arg = point.components[0].arg
         if isinstance(arg, str) and _is_glob(arg):
             # A path glob names every ELF it matches; other files are skipped silently.
-            out: list[ResolvedPoint] = []
-            misses: list[PydynError] = []
             binaries = self._glob_binaries(point, arg)
-            for binary in binaries:
-                try:
-                    out.extend(self._process(_with_path(point, binary)))
-                except PydynError as exc:
-                    misses.append(exc)
-            if not out:
-                if len(binaries) == 1 and misses:
-                    raise misses[0]
-                raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
-                                f"in the {len(binaries)} ELF files '{arg}' names")
-            return out
+            return self._any_of(point, [_with_path(point, b) for b in binaries],
+                                self._process, f"the {len(binaries)} ELF files '{arg}' names")
         return self._process_one(point)
+
+    def _any_of(self, point: ast.ProbePoint, variants: list[ast.ProbePoint],
+                resolve: Callable[[ast.ProbePoint], list[ResolvedPoint]],
+                what: str) -> list[ResolvedPoint]:
+        """The points a glob expanded to, each resolved; those that do not resolve are
+        dropped (a glob means any), and none resolving is an error: the one variant's
+        own, else "matches nothing in `what`"."""
+        out: list[ResolvedPoint] = []
+        misses: list[PydynError] = []
+        for v in variants:
+            try:
+                out.extend(resolve(v))
+            except PydynError as exc:
+                misses.append(exc)
+        if not out:
+            if len(variants) == 1 and misses:
+                raise misses[0]
+            raise _pp_error(point, f"probe point '{format_point(point)}' matches nothing "
+                            f"in {what}")
+        return out
 
     def _glob_binaries(self, point: ast.ProbePoint, pattern: str) -> list[str]:
         found: list[str] = []
@@ -279,6 +288,8 @@ class Resolver:
             if not isinstance(lib, str):
                 raise _pp_error(point, "library() takes a name or path string")
             exe = self.resolution.objects.get(binary) or get_elf_info(binary)
+            if _is_glob(lib) and "/" not in lib:
+                return self._library_glob(point, exe, lib)
             try:
                 binary = get_elf_info(find_library(lib, exe)).path
             except TargetError as exc:
@@ -319,6 +330,26 @@ class Resolver:
                             ".thread.begin, .thread.end (docs/probe-points.md)")
         return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
                               object_path=binary)]
+
+    def _library_glob(self, point: ast.ProbePoint, exe: ElfInfo,
+                      pattern: str) -> list[ResolvedPoint]:
+        """`.library("GLOB")`: each library the program loads (what `ld.so --list`
+        shows) whose path matches "*GLOB", as stap's query_one_library matches them;
+        as with a process("GLOB"), those where the rest of the point resolves."""
+        loaded = [lib.path for lib, _ in iter_needed_libraries([exe])]
+        libs = [path for path in loaded if fnmatch.fnmatchcase(path, "*" + pattern)]
+        if not libs:
+            names = ", ".join(os.path.basename(path) for path in loaded)
+            raise _pp_error(point, f"library(\"{pattern}\") matches none of the "
+                            f"{len(loaded)} libraries {exe.path} loads",
+                            f"it loads {names}" if names else None)
+        at = next(i for i, c in enumerate(point.components) if c.name == "library")
+        variants = [dataclasses.replace(point, components=(
+            *point.components[:at], dataclasses.replace(point.components[at], arg=path),
+            *point.components[at + 1:])) for path in libs]
+        return self._any_of(point, variants, self._process_one,
+                            f"the {len(libs)} libraries of {exe.path} that "
+                            f"library(\"{pattern}\") names")
 
     def _marks(self, point: ast.ProbePoint, binary: str, provider: str | None,
                pattern: str) -> tuple[ProbeSite, ...]:

@@ -271,9 +271,10 @@ def _check_exec_header(path: str, header: ExecHeader) -> None:
     if not header.has_interp:
         raise TargetError(path, "is statically linked: pydyn needs a dynamically linked "
                                 "target (LD_PRELOAD)")
-    if os.stat(path).st_mode & 0o6000:
+    from .elf.reader import secure_exec
+    if secure_exec(os.stat(path)):
         raise TargetError(path, "is setuid/setgid: the dynamic linker ignores LD_PRELOAD "
-                                "for it")
+                                "for it (unless its owner runs it)")
 
 
 def process_reaped(pid: int) -> bool:

@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "pd_runtime.h"
+#include "pd_internal.h"
 
 extern char **environ;
 
@@ -144,18 +144,32 @@ static void pd_follow_resolve(void)
         return call;                                                               \
     } while (0)
 
+/* process.end of the image an exec replaces is fired before the call (nothing of this
+ * image runs after it succeeds), when the exec is bound to succeed as far as can be
+ * told: a shell tries execve on each PATH directory in turn, and those that fail must
+ * not end the process.  execvpe's search of PATH is libc's own: a bare name is not
+ * checked, and its image's end is not fired. */
+static void pd_exec_ends(const char *path)
+{
+    if (path && strchr(path, '/') && access(path, X_OK) == 0)
+        pd_process_exec();
+}
+
 PD_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
+    pd_exec_ends(path);
     PD_WITH_FIXED_ENV(execve, real_execve(path, argv, env));
 }
 
 PD_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
+    pd_exec_ends(file);
     PD_WITH_FIXED_ENV(execvpe, real_execvpe(file, argv, env));
 }
 
 PD_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
+    pd_process_exec();
     PD_WITH_FIXED_ENV(fexecve, real_fexecve(fd, argv, env));
 }
 

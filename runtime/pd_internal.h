@@ -138,6 +138,8 @@ enum { PD_ATTACH_OK = 0, PD_ATTACH_NOSHM = -1, PD_ATTACH_BADSEG = -2, PD_ATTACH_
        PD_ATTACH_EMULATOR = -4, PD_ATTACH_ENDED = -5, PD_ATTACH_ALREADY = -6 };
 int pd_map_segment(const char *name);
 void pd_unmap(void);
+/* The image is about to be replaced by an exec (pd_follow.c): its process.end probes. */
+void pd_process_exec(void);
 
 /* ---- register names and argument registers (arch/<arch>/<arch>_regnames.c) -------- */
 

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -178,6 +179,12 @@ static void pd_fire_process_probes(uint32_t kind)
             continue;
         if (p->object >= 0 && !pd_object_matches(pd_objects[p->object].path, NULL))
             continue;
+        /* the object is loaded (for the exit report), also where it has no site for
+         * pd_arm.c to arm: a script of process("PATH").begin/.end probes only */
+        if (p->object >= 0 && p->object < 64 && pd_hdr)
+            __atomic_fetch_or(p->object < 32 ? &pd_hdr->objects_loaded_lo
+                                             : &pd_hdr->objects_loaded_hi,
+                              1u << (p->object % 32), __ATOMIC_RELAXED);
         pd_run(p, NULL, NULL, 0);
     }
 }
@@ -293,14 +300,56 @@ void pd_go_inert(void)
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
+/* The image's process.end probes, once: at its exit, or before an exec replaces it
+ * (the next image registers the same pid again).  Not in a vfork child, which shares
+ * its parent's memory and has no entry of its own. */
+static int pd_end_fired;
+
+static int pd_fire_end(void)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert || !pd_self || pd_self->pid != getpid())
+        return 0;
+    if (!pd_end_fired) {
+        pd_end_fired = 1;
+        pd_fire_process_probes(PD_PROBE_PROCESS_END);
+    }
+    return 1;
+}
+
+void pd_process_exec(void)
+{
+    (void)pd_fire_end();
+}
+
+/* The process ends: its process.end probes, its table entry marked exited; from the
+ * destructor (exit, a return from main) or _exit/_Exit. */
+static void pd_process_ending(void)
+{
+    if (!pd_fire_end())
+        return;
+    pd_self->end_ns = pd_now_ns();
+    __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
+    pd_self = NULL; /* the launcher may free the entry for another process now */
+}
+
 __attribute__((destructor)) static void pd_target_fini(void)
 {
-    if (!pd_seg || pd_is_launcher || pd_inert)
-        return;
-    pd_fire_process_probes(PD_PROBE_PROCESS_END);
-    if (pd_self && pd_self->pid == getpid()) {
-        pd_self->end_ns = pd_now_ns();
-        __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
-        pd_self = NULL; /* the launcher may free the entry for another process now */
-    }
+    pd_process_ending();
+}
+
+/* _exit and _Exit end the process without running destructors (dash's and many
+ * daemons' way out, a forked child's after its work): interposed so that the
+ * process.end probes still fire.  Calls inside libc (exit's own) do not come here.
+ * The system call directly: no lookup of the next definition, which is not
+ * async-signal-safe while _exit is. */
+PD_EXPORT void _exit(int status)
+{
+    pd_process_ending();
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+PD_EXPORT void _Exit(int status)
+{
+    _exit(status);
 }

@@ -481,7 +481,7 @@ int64_t pd_uarg(struct pd_ctx *c, int64_t argnum, int sign_extend, int truncate)
 int64_t pd_uarg64(struct pd_ctx *c, int64_t argnum);
 char *pd_usymdata(struct pd_ctx *c, char *dst, int64_t addr);
 char *pd_ubacktrace(struct pd_ctx *c, char *dst);
-void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id);
+void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id, int brief);
 
 /* Built-ins the translator calls. */
 int64_t pd_fetch_arg(struct pd_ctx *c, unsigned index);

@@ -272,7 +272,7 @@ static const char *pd_basename(const char *path)
 
 /* One address as stap's _stp_snprint_addr writes it: SYMBOL (usymname), DATA
  * (usymdata), FULL (a print_ubacktrace line), SIMPLE (a sprint_ubacktrace line). */
-enum pd_symfmt { PD_SYM_SYMBOL, PD_SYM_DATA, PD_SYM_FULL, PD_SYM_SIMPLE };
+enum pd_symfmt { PD_SYM_SYMBOL, PD_SYM_DATA, PD_SYM_FULL, PD_SYM_SIMPLE, PD_SYM_BRIEF };
 
 static int pd_snprint_addr(char *dst, size_t cap, uintptr_t a, enum pd_symfmt how)
 {
@@ -299,6 +299,10 @@ static int pd_snprint_addr(char *dst, size_t cap, uintptr_t a, enum pd_symfmt ho
         if (w.mod)
             return snprintf(dst, cap, " 0x%lx [%s+0x%lx/0x%lx]\n", addr, w.mod, moff, msize);
         return snprintf(dst, cap, " 0x%lx\n", addr);
+    case PD_SYM_BRIEF:
+        if (w.name)
+            return snprintf(dst, cap, "%s+0x%lx\n", w.name, off);
+        return snprintf(dst, cap, "0x%lx\n", addr);
     case PD_SYM_SIMPLE:
         if (w.name)
             return snprintf(dst, cap, "%s+0x%lx [%s]\n", w.name, off, pd_basename(w.mod));
@@ -455,9 +459,10 @@ char *pd_ucallers(struct pd_ctx *c, char *dst, int64_t n)
     return dst;
 }
 
-/* One output record per frame, " 0xADDR : NAME+0xOFF/0xSIZE [PATH]" (fmt_id: "%s");
+/* One output record per frame, " 0xADDR : NAME+0xOFF/0xSIZE [PATH]" (fmt_id: "%s"), or
+ * with `brief` (print_ubacktrace_brief) "NAME+0xOFF", "0xADDR" without a symbol;
  * "<no user backtrace at PP>" without a register context, as stap has it. */
-void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id)
+void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id, int brief)
 {
     if (!c->regs) {
         char line[MAXSTRINGLEN];
@@ -471,7 +476,7 @@ void pd_print_ubacktrace(struct pd_ctx *c, uint32_t fmt_id)
     unsigned n = pd_frames(c, pcs);
     for (unsigned i = 0; i < n; i++) {
         char line[MAXSTRINGLEN];
-        pd_snprint_addr(line, sizeof line, pcs[i], PD_SYM_FULL);
+        pd_snprint_addr(line, sizeof line, pcs[i], brief ? PD_SYM_BRIEF : PD_SYM_FULL);
         pd_rec_open(c, PD_REC_PRINTF, fmt_id, 1);
         pd_rec_str(c, line);
         pd_rec_close(c);

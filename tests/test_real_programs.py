@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import shutil
 import subprocess
 import sys
@@ -216,3 +217,81 @@ def test_staged_directories_of_dead_launchers_are_removed(drop_prog: Path,
         holder.communicate("")
         shutil.rmtree(busy, ignore_errors=True)
         shutil.rmtree(stale, ignore_errors=True)
+
+
+LIBPAM = "/lib/x86_64-linux-gnu/libpam.so.0"
+
+
+def test_root_runs_su_itself_with_pam_probes(cache: Path, shared_dir: Path) -> None:
+    """`su` is setuid root: root running it is no secure-mode exec, so LD_PRELOAD holds and
+    `-c su ...` (no shell line around it) is traced, PAM's functions counted; a setuid
+    program of another owner is still refused in one line."""
+    if shutil.which("su") is None or not Path(LIBPAM).exists():
+        pytest.skip("su or libpam is not installed")
+    script = (f'global c probe process("{LIBPAM}").function("pam_start"), '
+              f'process("{LIBPAM}").function("pam_end") {{ c[ppfunc()]++ }} '
+              'probe end { foreach (f+ in c) printf("%s %d\\n", f, c[f]) }')
+    res = run_pydyn(cache, "-e", script, "-c", "su -s /bin/sh -c 'id -un' nobody",
+                    timeout=180)
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()   # su's child ends its copy of the PAM handle too
+    assert lines[0] == "nobody" and lines[2] == "pam_start 1", res.stdout
+    assert re.fullmatch(r"pam_end [12]", lines[1]), res.stdout
+    other = shared_dir / "setuid_true"
+    shutil.copy("/bin/true", other)
+    os.chown(other, NOBODY, -1)
+    other.chmod(0o4755)
+    res = run_pydyn(cache, "-e", "probe process.begin { next }", "-c", str(other))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    assert res.stderr.strip() == (f"pydyn: error: {other}: is setuid/setgid: the dynamic "
+                                  "linker ignores LD_PRELOAD for it (unless its owner runs it)")
+
+
+def test_attach_to_a_running_postgres_backend(pg_cluster: Path, shared_dir: Path,
+                                              cache: Path) -> None:
+    """`-x` on a backend serving a psql session: its queries from `query__start`, the
+    parse calls with a backtrace through postgres's own functions, and the session ends
+    with the backend, the backend unharmed (the queries after the attach answer)."""
+    postgres = POSTGRES_BIN / "postgres"
+    marks = subprocess.run(["readelf", "-n", str(postgres)], capture_output=True,
+                           text=True).stdout
+    if "query__start" not in marks:
+        pytest.skip("this postgres has no USDT marks (built without --enable-dtrace)")
+    sock = shared_dir / "sock-x"
+    sock.mkdir(exist_ok=True)
+    os.chown(sock, pwd.getpwnam("postgres").pw_uid, -1)
+    port = 55321 + os.getpid() % 1000
+    pg_ctl = ["runuser", "-u", "postgres", "--", str(POSTGRES_BIN / "pg_ctl"), "-D",
+              str(pg_cluster)]
+    script = (f'global q probe process("{postgres}").mark("query__start") '
+              '{ q[user_string($arg1)]++ } '
+              f'probe process("{postgres}").function("pg_parse_query") '
+              '{ printf("parse\\n"); print_ubacktrace() } '
+              'probe end { foreach (s+ in q) printf("query %s\\n", s) }')
+    # built first: the attach must come while the backend sleeps
+    assert run_pydyn(cache, "-p4", "-e", script, timeout=300).returncode == 0
+    subprocess.run([*pg_ctl, "-o", f"-k {sock} -p {port} -c listen_addresses=", "-w",
+                    "start"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=True, timeout=60)   # the server keeps what it inherits open
+    try:
+        psql = subprocess.Popen(
+            ["psql", "-X", "-q", "-tA", "-h", str(sock), "-p", str(port), "-U", "postgres",
+             "-c", "select pg_backend_pid()", "-c", "select pg_sleep(4)",
+             "-c", "select 40 + 2", "-c", "select count(*) > 0 from pg_class"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert psql.stdout is not None
+        backend = int(psql.stdout.readline())
+        res = run_pydyn(cache, "-x", str(backend), "-T", "120", "-e", script, timeout=180)
+        out, err = psql.communicate(timeout=60)
+    finally:
+        subprocess.run([*pg_ctl, "-m", "fast", "-w", "stop"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=60)
+    assert psql.returncode == 0 and out.splitlines() == ["", "42", "t"], out + err
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    lines = res.stdout.splitlines()
+    assert [ln for ln in lines if ln.startswith("query ")] == [
+        "query select 40 + 2", "query select count(*) > 0 from pg_class"], res.stdout
+    assert lines.count("parse") == 2, res.stdout
+    assert re.search(r"^ 0x[0-9a-f]+ : pg_parse_query\+0x0/0x[0-9a-f]+ \[.*postgres\]$",
+                     res.stdout, re.M), res.stdout
+    assert re.search(r"^ 0x[0-9a-f]+ : PostgresMain\+0x", res.stdout, re.M), res.stdout

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cbuild import run_pydyn
 from realprog import LIBC, PY_WORK, Traced, check_python_work, compare, need, python_marks, quote
 
 ROOT = Path(__file__).resolve().parents[1] / ".i386" / "root"
@@ -105,3 +106,28 @@ def test_biarch_pipeline(cache: Path, tmp_path: Path) -> None:
              (ln.split() for ln in t.lines if ln.startswith("f "))}
     assert calls == {"m32": 2000, "m64": 2000}, t.lines
     i386_pids(t, PY32)
+
+
+def test_defined_per_abi_in_one_session(cache: Path) -> None:
+    """last_100_frees.stp's guard on both libcs at once: the x86-64 one has DWARF
+    (libc6-dbg) and takes the @defined branch, the i386 one has none and takes the
+    other, each counted in its own processes of one pipeline."""
+    libc = libc32()
+    need(LIBC)
+    if not list(Path("/usr/lib/debug/.build-id").glob("*/*.debug")):
+        pytest.skip("libc's DWARF is not installed (apt-get install libc6-dbg)")
+    script = ("global named, unnamed\n"
+              f'probe process("{LIBC}").function("free"), process("{libc}").function("free") '
+              "{ if (@defined($mem)) { if ($mem) named[execname()]++ } "
+              "else unnamed[execname()]++ }\n"
+              'probe end { foreach (p in named) printf("named %s\\n", p); '
+              'foreach (p in unnamed) printf("unnamed %s\\n", p) }')
+    res = run_pydyn(cache, "-e", script, "-c",
+                    f"sh -c '{prog('bin/ls')} -R /usr/share/doc | /usr/bin/sort > /dev/null'",
+                    timeout=180)
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    got = {tuple(ln.split()) for ln in res.stdout.splitlines()}
+    # the i386 ls alone runs the i386 libc; sort and the shells the x86-64 one
+    assert {n for k, n in got if k == "unnamed"} == {"ls"}, res.stdout
+    assert "sort" in {n for k, n in got if k == "named"}, res.stdout
+    assert ("named", "ls") not in got, res.stdout

@@ -80,6 +80,8 @@ class FunctionSite(ProbeSite):
     # addresses up the stack from the entry (innermost first, one per level); empty:
     # every call
     callers: tuple[tuple[int, ...], ...] = ()
+    # `.statement`: "FILE:LINE" of the line the site starts, as the line table names it
+    source: str = ""
 
     def __str__(self) -> str:
         kind = ".return" if self.is_return else ""

@@ -166,20 +166,29 @@ def symbol_objects(named: Sequence[str], probed: Iterable[ElfInfo], ldd: bool,
         todo.append(info)
     if not ldd:
         return list(out.items())
-    seen: set[str] = set()
-    todo.extend(probed)
+    for lib, needer in iter_needed_libraries([*todo, *probed],
+                                             lambda exc: warn(f"--ldd: {exc}")):
+        out.setdefault(lib.path, needer.abi)
+    return list(out.items())
+
+
+def iter_needed_libraries(objects: Iterable[ElfInfo],
+                          missing: Callable[[TargetError], None] = lambda exc: None
+                          ) -> Iterator[tuple[ElfInfo, ElfInfo]]:
+    """(library, the object needing it) for every library `objects` need, directly or
+    through another, as ld.so would find each (`ld.so --list`'s set, breadth first),
+    each once; `missing` is told of each one it would not find."""
+    todo = list(objects)
+    seen = {info.path for info in todo}
     while todo:
         info = todo.pop(0)
-        if info.path in seen:
-            continue
-        seen.add(info.path)
         for name in info.needed:
             try:
-                lib = find_library(name, info)
+                lib = get_elf_info(find_library(name, info))
             except TargetError as exc:
-                warn(f"--ldd: {exc}")
+                missing(exc)
                 continue
-            if lib not in seen:
-                out.setdefault(lib, info.abi)
-                todo.append(get_elf_info(lib))
-    return list(out.items())
+            if lib.path not in seen:
+                seen.add(lib.path)
+                todo.append(lib)
+                yield lib, info

@@ -1,5 +1,7 @@
 """`process("PATH").plt("NAME")`: the PLT stubs through which the binary calls
-NAME in another object (globs allowed; `$$name` is the callee's name).
+NAME in another object (globs allowed; `$$name` is the callee's name); `.return`:
+where that call returns to the caller (the stub jumps to the callee, whose return
+is the call's).
 
 Each 16-byte stub of `.plt.sec` (IBT layouts) or else `.plt` is decoded: its
 indirect jump names the GOT slot it goes through (x86-64 `jmp *disp(%rip)`,
@@ -73,8 +75,10 @@ def _slot(stub: bytes, addr: int, machine: str, ebx: int) -> int | None:
 
 def plt_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
     pattern = rest[0].arg if rest[0].arg is not None else "*"
-    if not isinstance(pattern, str) or len(rest) != 1:
-        raise ScriptError('plt takes a name or glob: .plt("NAME")', point.loc)
+    is_return = len(rest) == 2 and rest[1].name == "return" and rest[1].arg is None
+    if not isinstance(pattern, str) or (len(rest) != 1 and not is_return):
+        raise ScriptError('plt takes a name or glob: .plt("NAME"), .plt("NAME").return',
+                          point.loc)
     try:
         entries = plt_entries(binary)
         with open_elf(binary) as h:
@@ -90,7 +94,7 @@ def plt_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, .
                 entry = addr + 4 if head in (ENDBR64, ENDBR32) else addr
                 sites.append(FunctionSite(info.path, "function", callee, entry, 0, "",
                                           abi_args(info.machine), 0, info.machine,
-                                          info.elf_class, False, addr, size))
+                                          info.elf_class, is_return, addr, size))
     except TargetError as exc:
         raise ScriptError(str(exc), point.loc) from exc
     if not sites:

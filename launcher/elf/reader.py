@@ -128,7 +128,7 @@ class ElfInfo:
     interpreter: str | None
     is_dynamic: bool                # has PT_INTERP: the dynamic linker honours LD_PRELOAD
     is_shared_object: bool          # a library rather than a program
-    is_setuid: bool                 # setuid or setgid: LD_PRELOAD is ignored (secure mode)
+    is_setuid: bool                 # runs in secure mode for this user (secure_exec)
     build_id: str | None            # hex
     needed: tuple[str, ...]         # DT_NEEDED
     runpath: tuple[str, ...]        # DT_RUNPATH, or DT_RPATH when there is no DT_RUNPATH
@@ -339,7 +339,7 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
         interpreter=interpreter,
         is_dynamic=interpreter is not None,
         is_shared_object=is_shared,
-        is_setuid=bool(h.st.st_mode & (stat.S_ISUID | stat.S_ISGID)),
+        is_setuid=secure_exec(h.st),
         build_id=build_id,
         needed=tuple(needed),
         runpath=tuple(runpath or rpath),
@@ -367,6 +367,14 @@ def get_elf_info(path: str) -> ElfInfo:
         return read_elf_info(h)
 
 
+def secure_exec(st: os.stat_result) -> bool:
+    """Whether the kernel runs the file in secure mode (AT_SECURE) for this user, where
+    ld.so ignores LD_PRELOAD: a setuid file not owned by the real user, a setgid one not
+    of the real group.  Root running `su` or `sudo` (setuid root) is not secure mode."""
+    return bool((st.st_mode & stat.S_ISUID and st.st_uid != os.getuid())
+                or (st.st_mode & stat.S_ISGID and st.st_gid != os.getgid()))
+
+
 def check_preloadable(info: ElfInfo) -> None:
     """TargetError unless `info` is a program pydyn can start with its probe module preloaded."""
     if info.machine not in SUPPORTED_MACHINES:
@@ -381,4 +389,4 @@ def check_preloadable(info: ElfInfo) -> None:
                                      "target (LD_PRELOAD)")
     if info.is_setuid:
         raise TargetError(info.path, "is setuid/setgid: the dynamic linker ignores LD_PRELOAD "
-                                     "for it")
+                                     "for it (unless its owner runs it)")

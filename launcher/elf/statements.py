@@ -21,13 +21,18 @@ from typing import Any
 from ..errors import ScriptError, TargetError
 from .functions import FunctionSite, FunctionTable, abi_args, get_functions
 
+EVERY_LINE = (1, 1 << 31)
+
 
 def _parse(spec: str) -> tuple[str, str, int, int]:
-    """`FUNC@FILE:N[-M]` -> (FUNC, FILE, N, M)."""
+    """`FUNC@FILE:N[-M]` -> (FUNC, FILE, N, M); `:*` is every line (EVERY_LINE), as
+    stap's `"FUNC@*:*"` (whythefail.stp, linetimes.stp)."""
     func, at, where = spec.partition("@")
     file, colon, lines = where.rpartition(":")
     if not at or not colon or not file:
-        raise ValueError("a statement is FUNC@FILE:LINE (or :N-M), or an address")
+        raise ValueError("a statement is FUNC@FILE:LINE (or :N-M, :*), or an address")
+    if lines == "*":
+        return (func or "*", file, *EVERY_LINE)
     lo, dash, hi = lines.partition("-")
     if not lo.isdigit() or (dash and not hi.isdigit()):
         raise ValueError(f"bad line number '{lines}'")
@@ -42,15 +47,22 @@ def _file_matches(path: str, pattern: str) -> bool:
             or fnmatch.fnmatchcase(os.path.basename(path), pattern))
 
 
-def line_addresses(binary: str, file_pattern: str, first: int, last: int
-                   ) -> list[tuple[int, int]]:
-    """(address, line) of every statement start of lines first..last in FILE."""
+def line_addresses(binary: str, file_pattern: str, first: int, last: int,
+                   functions: list[int] | None = None) -> list[tuple[int, int, str]]:
+    """(address, line, file) of every statement start of lines first..last in FILE; with
+    `functions` (their addresses), only in the units that define them (a libc has
+    thousands of line programs)."""
     from .dwarf import get_dwarf
 
     info = get_dwarf(binary)
     reader = info.reader
-    out: list[tuple[int, int]] = []
-    for cu in info.dwarf.iter_CUs():
+    out: list[tuple[int, int, str]] = []
+    units = None
+    if functions is not None:
+        found = (info.function_at(a) for a in functions)
+        units = {f.cu_offset for f in found if f is not None}
+    for cu in (info.dwarf.iter_CUs() if units is None else
+               (info.dwarf.get_CU_at(off) for off in sorted(units))):
         files = reader.files(cu)
         wanted = {i for i, path in files.items() if _file_matches(path, file_pattern)}
         if not wanted:
@@ -61,7 +73,7 @@ def line_addresses(binary: str, file_pattern: str, first: int, last: int
             if st is None or st.end_sequence or not st.is_stmt:
                 continue
             if st.file in wanted and first <= st.line <= last:
-                out.append((st.address, st.line))
+                out.append((st.address, st.line, files[st.file]))
     return out
 
 
@@ -86,24 +98,26 @@ def statement_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionS
         func_pattern, file_pattern, first, last = _parse(arg)
     except ValueError as exc:
         raise ScriptError(f'statement("{arg}"): {exc}', point.loc) from None
+    named = None if func_pattern == "*" else [f.addr for f in table.match(func_pattern)]
     try:
-        rows = line_addresses(binary, file_pattern, first, last)
+        rows = line_addresses(binary, file_pattern, first, last, named)
     except TargetError as exc:
         raise ScriptError(f'statement("{arg}"): {exc}', point.loc) from exc
-    best: dict[tuple[int, int], int] = {}   # (function, line) -> lowest address
+    best: dict[tuple[int, int, str], int] = {}   # (function, line, file) -> lowest address
     funcs = {}
-    for addr, line in rows:
+    for addr, line, file in rows:
         f = table.containing(addr)
         if f is None or not fnmatch.fnmatchcase(f.name, func_pattern):
             continue
         funcs[f.addr] = f
-        key = (f.addr, line)
+        key = (f.addr, line, file)
         best[key] = min(best.get(key, addr), addr)
     if not best:
         raise ScriptError(f'statement("{arg}") matches no statement in {binary}', point.loc,
                           "the line has no code (a comment, a declaration), or FUNC does "
                           "not contain it")
-    return tuple(_site(table, funcs[fa], addr) for (fa, _line), addr in sorted(best.items()))
+    return tuple(_site(table, funcs[fa], addr, f"{file}:{line}")
+                 for (fa, line, file), addr in sorted(best.items()))
 
 
 def _table(point: Any, binary: str) -> FunctionTable:
@@ -113,13 +127,13 @@ def _table(point: Any, binary: str) -> FunctionTable:
         raise ScriptError(str(exc), point.loc) from exc
 
 
-def _site(table: FunctionTable, f: Any, pc: int) -> FunctionSite:
+def _site(table: FunctionTable, f: Any, pc: int, source: str = "") -> FunctionSite:
     from .demangle import function_name
 
     pc = max(pc, f.entry)   # a line at the very entry: after an endbr, as a function probe
     return FunctionSite(table.path, "function", function_name(f.name), pc, 0, "",
                         abi_args(table.machine), 0, table.machine, table.elf_class, False,
-                        f.addr, f.size)
+                        f.addr, f.size, source=source)
 
 
 def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:

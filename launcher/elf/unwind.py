@@ -16,8 +16,10 @@ CFI with expressions end the backtrace rather than guess.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from elftools.common.exceptions import DWARFError, ELFError
 from elftools.dwarf.callframe import FDE
@@ -41,12 +43,42 @@ class UnwindTable:
 
 
 _cache: dict[str, UnwindTable] = {}
+# The stored tables' layout and rules: a change to either must change this (another key).
+UNWIND_FORMAT = 1
 
 
 def unwind_table(path: str) -> UnwindTable:
-    """Names and CFA rows of the ELF file at `path` (TargetError if unreadable)."""
+    """Names and CFA rows of the ELF file at `path` (TargetError if unreadable).
+
+    Decoding every FDE of a large program takes seconds (postgres: ~17,000 FDEs, libjvm
+    many more), so the table is kept per binary (its build-id) beside the planner's
+    facts in the module cache, and a new script on the same binary reads it back."""
     if path in _cache:
         return _cache[path]
+    from ..plan.objfacts import binary_key, load_or_compute
+    header, arrays = load_or_compute(f"{binary_key(path)}-unwind{UNWIND_FORMAT}",
+                                     lambda: _encode(_compute(path)))
+    names = header["names"]
+    symbols = list(zip(arrays["sym_addr"], arrays["sym_size"], names, strict=True))
+    rows = list(zip(*(arrays[f"row_{f}"] for f in ROW_FIELDS), strict=True))
+    table = UnwindTable(symbols, rows, header["lo"], header["hi"])
+    _cache[path] = table
+    return table
+
+
+ROW_FIELDS = ("pc", "kind", "cfa", "fp", "ra")
+
+
+def _encode(t: UnwindTable) -> tuple[dict[str, Any], dict[str, array[int]]]:
+    """The table as the facts store keeps it: the names in the header, numbers in arrays."""
+    arrays = {"sym_addr": array("q", (a for a, _s, _n in t.symbols)),
+              "sym_size": array("q", (s for _a, s, _n in t.symbols))}
+    for i, f in enumerate(ROW_FIELDS):
+        arrays[f"row_{f}"] = array("q", (r[i] for r in t.rows))
+    return {"names": [n for _a, _s, n in t.symbols], "lo": t.lo, "hi": t.hi}, arrays
+
+
+def _compute(path: str) -> UnwindTable:
     funcs = get_functions(path)
     first: dict[int, tuple[int, int, str]] = {}
     for f in funcs.functions:   # the preferred name of each address comes first
@@ -79,9 +111,7 @@ def unwind_table(path: str) -> UnwindTable:
     rows = _compact(sorted(rows))
     extent = [a for a, _s, _n in symbols] + [a + s for a, s, _n in symbols]
     extent += [r[0] for r in rows]
-    table = UnwindTable(symbols, rows, min(extent, default=0), max(extent, default=0))
-    _cache[path] = table
-    return table
+    return UnwindTable(symbols, rows, min(extent, default=0), max(extent, default=0))
 
 
 OFF_LIMIT = 1 << 15     # fp_off and ra_off are int16_t in struct pd_cfarow

@@ -62,6 +62,35 @@ _ARGV = ("global argc = $#\nglobal argv\n"
          + "probe begin(-9223372036854775807) {\n"
          + "".join(f"  argv[{i}] = argv_{i}\n" for i in range(1, 33)) + "}\n")
 
+# stap's target_set tapset: the target and its descendants, each with its parent.
+# Every process of a session is the -c command, the -x process or a descendant, so
+# each process.begin adds itself, as in stap's dyninst tapset.  An ended process is
+# not removed: a script's own process.end (run after this group's probes) may still
+# ask about it, and no process outside the session can reuse its pid and hit a probe.
+_TARGET_SET = """
+global __target_set
+function target_set_pid:long(pid:long) { return [pid] in __target_set }
+function target_set_report() {
+  printf("target set:\\n")
+  foreach (p in __target_set+) printf("%d begat %d\\n", __target_set[p], p)
+}
+probe begin(-9223372036854775807) { if (target()) __target_set[target()] = pid() }
+probe process.begin { __target_set[pid()] = ppid() }
+"""
+
+# stap's speculative tapset: output kept per speculation id, in order, until commit
+# prints it or discard drops it; the oldest entries give way when the arrays are full.
+_SPECULATION = """
+global __spec_last, __spec_n%, __spec_out%
+function speculation:long() { return ++__spec_last }
+function speculate(id:long, output:string) { __spec_out[id, ++__spec_n[id]] = output }
+function discard(id:long) { delete __spec_out[id, *]; delete __spec_n[id] }
+function commit(id:long) {
+  foreach ([i, k+] in __spec_out[id, *]) printf("%s", __spec_out[i, k])
+  discard(id)
+}
+"""
+
 # return_str(format, ret): a return value as stap's syscall tapset prints it
 _RETURN_STR = """
 function return_str:string(format:long, ret:long) {
@@ -143,6 +172,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("<pydyn tapset: indent>", _INDENT),
     ("<pydyn tapset: argv>", _ARGV),
     ("<pydyn tapset: return_str>", _RETURN_STR),
+    ("<pydyn tapset: target_set>", _TARGET_SET),
+    ("<pydyn tapset: speculation>", _SPECULATION),
     ("<pydyn tapset: uconversions>", _UCONVERSIONS),
     # stap's tapset/null.stp: NULL is a long, so comparing a string with it is an error
     ("<pydyn tapset: null>", "global NULL = 0\n"),

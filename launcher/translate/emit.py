@@ -59,7 +59,8 @@ from .types import ARG_FUNCS, PRINT_FUNCS, USER_READS, FuncInfo, GlobalVar, Scop
 
 STAT_OPS = {"count": "PD_STAT_COUNT", "sum": "PD_STAT_SUM", "min": "PD_STAT_MIN",
             "max": "PD_STAT_MAX", "avg": "PD_STAT_AVG", "variance": "PD_STAT_VARIANCE"}
-USYM_FUNCS = frozenset({"usymname", "usymdata", "ubacktrace", "print_ubacktrace", "umodname",
+USYM_FUNCS = frozenset({"usymname", "usymdata", "ubacktrace", "print_ubacktrace",
+                        "print_ubacktrace_brief", "umodname",
                         "ustack", "ucallers", "sprint_ubacktrace", "print_usyms",
                         "print_ustack", "sprint_usyms", "sprint_ustack"})
 REGISTER_FUNCS = frozenset({"register", "u_register", "uaddr", "regparm", "asmlinkage",
@@ -572,6 +573,9 @@ class Emitter:
             return "c->site->name"
         if name == "$$provider":
             return "c->site->provider"
+        if name == "$return" and e.components:   # `$return$`, as $$return shows it
+            return f"pd_sprintf({self.strtemp()}, \"%#llx\", " \
+                   "(unsigned long long)pd_func_return(c))"
         if name == "$return":
             return "pd_fast_return(c)" if self.fast else "pd_func_return(c)"
         if name == "$$return":
@@ -706,8 +710,9 @@ class Emitter:
         if name in ("usymdata", "print_usyms", "print_ustack", "sprint_usyms",
                     "sprint_ustack"):
             self.tr.usymdata = True   # the tables carry data symbols and extents
-        if name == "print_ubacktrace":
-            return f"(pd_print_ubacktrace(c, {self.tr.format_id(parse_format('%s'))}), 0)"
+        if name in ("print_ubacktrace", "print_ubacktrace_brief"):
+            fid = self.tr.format_id(parse_format("%s"))
+            return f"(pd_print_ubacktrace(c, {fid}, {int(name.endswith('_brief'))}), 0)"
         if name in ("print_usyms", "print_ustack"):
             fid = self.tr.format_id(parse_format("%s"))
             return f"(pd_print_usyms(c, {fid}, {args[0]}), 0)"
@@ -1035,6 +1040,9 @@ class Emitter:
         elif isinstance(s, ast.ExprStatement):
             self.line(f"(void)({self.expr(s.expr)});")
             self.check()
+        elif isinstance(s, ast.If) and (branch := self.tr.types.defined_branch(
+                s, self.scope)) is not None:
+            self.stmt(branch)
         elif isinstance(s, ast.If):
             self.line(f"if ({self.expr(s.cond)}) {{")
             self.block(s.then)

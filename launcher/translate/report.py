@@ -11,13 +11,16 @@ STAT_EXIT_FIELDS = " @count=%#d @min=%#d @max=%#d @sum=%#d @avg=%#d"
 
 
 def exit_report(tr: Unit) -> list[str]:
-    """stap prints every global the script writes but never reads, in its formats
+    """stap prints every global the user's script writes but never reads, in its formats
     (elaborate.cxx add_global_var_display): longs %d, strings quoted, stats
     fields %#d, arrays sorted by value, largest first (stats by @count)."""
     lines: list[str] = []
+    user = tr.types.script.loc.file
     for var in tr.globals.values():
         if var.read or not var.written:
             continue
+        if var.decl is not None and var.decl.loc.file != user:
+            continue   # a tapset's global (-I, pydyn's own), as stap leaves them out
         g = f"(c->globals + {tr.layout.offset(var.name)})"
         if var.array is None:
             if var.type == STAT:

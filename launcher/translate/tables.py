@@ -7,6 +7,7 @@ initial values of the globals."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -93,6 +94,41 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
                                    for path, oi in b.objects.items()])
 
 
+NAMED_COMPONENTS = ("mark", "function", "plt", "statement")
+
+
+def _site_name(site: ProbeSite) -> str:
+    if isinstance(site, FunctionSite) and site.source:
+        return f"{site.name}@{site.source}"
+    return site.name
+
+
+def _by_name(rp: ResolvedPoint) -> list[ResolvedPoint]:
+    """The point once for each name its sites have, where its mark, function, plt or
+    statement component is a wildcard: the component then names the site's own mark,
+    function, callee or FUNC@FILE:LINE (stap's pp() of a wildcard's derived probe);
+    else the point as it is."""
+    at = next((i for i, c in enumerate(rp.point.components)
+               if c.name in NAMED_COMPONENTS), None)
+    if at is None or not rp.sites:
+        return [rp]
+    comp = rp.point.components[at]
+    if comp.arg is not None and (not isinstance(comp.arg, str) or (
+            not any(ch in comp.arg for ch in "*?[")
+            and not (comp.name == "statement" and re.search(r":\d+-\d+$", comp.arg)))):
+        return [rp]
+    groups: dict[str, list[ProbeSite]] = {}
+    for site in rp.sites:
+        groups.setdefault(_site_name(site), []).append(site)
+    out = []
+    for name, sites in groups.items():
+        comps = list(rp.point.components)
+        comps[at] = dataclasses.replace(comp, arg=name)
+        point = dataclasses.replace(rp.point, components=tuple(comps))
+        out.append(dataclasses.replace(rp, point=point, sites=tuple(sites)))
+    return out
+
+
 class _Builder:
     """The rows of the tables as they are added, and what they need."""
 
@@ -116,7 +152,7 @@ class _Builder:
         self.return_plans: list[tuple[FunctionSite, ReturnPlan]] = []
         self.fast_rows: set[int] = set()      # probe rows of FAST probes
         self.return_rows: set[int] = set()    # probe rows of .return points (is_return())
-        self.hidden: dict[tuple[int, int], int] = {}   # (probe, point) -> @entry row
+        self.hidden: dict[tuple[int, int, str], int] = {}   # (probe, point, pp) -> @entry row
         # function probes: one site per entry address, with its entry/return probe rows
         self.functions: dict[tuple[str, int], tuple[FunctionSite, int, list[int], list[int]]] = {}
         # rows at one address (a mark several probes name, a function entry that is also
@@ -138,20 +174,27 @@ class _Builder:
 
     def hidden_entry(self, pi: int, ri: int, rp: ResolvedPoint) -> int:
         """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
-        if (pi, ri) not in self.hidden:
-            self.hidden[(pi, ri)] = len(self.probe_rows)
+        key = (pi, ri, format_point(rp.point))
+        if key not in self.hidden:
+            self.hidden[key] = len(self.probe_rows)
             self.probe_rows.append(
                 f"    {{PD_PROBE_MARK, {self.entry_locks[pi]}, probe_{pi}_entry, "
                 f"{_c_string(format_point(rp.point))}, -1, 0"
                 f"{f', probe_{pi}_entry_where' if self.entry_locks[pi] & PD_PROBE_FAST else ''}"
                 "},")
             if self.entry_locks[pi] & PD_PROBE_FAST:
-                self.fast_rows.add(self.hidden[(pi, ri)])
-        return self.hidden[(pi, ri)]
+                self.fast_rows.add(self.hidden[key])
+        return self.hidden[key]
 
     def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
-        """Probe pi's point ri: its probe row and its marks' site rows (its functions'
-        rows come once every probe of a function is known)."""
+        """Probe pi's point ri: a probe row for each name its wildcard matched (pp() is
+        the point with the mark's, function's or PLT entry's own name, as stap expands
+        it), and their marks' site rows (its functions' rows come once every probe of a
+        function is known)."""
+        for part in _by_name(rp):
+            self._add_point(pi, ri, part, rp)
+
+    def _add_point(self, pi: int, ri: int, rp: ResolvedPoint, written: ResolvedPoint) -> None:
         pidx = len(self.probe_rows)
         locks = self.lock_bits[pi]
         obj = -1
@@ -160,7 +203,7 @@ class _Builder:
             abi = (abi_of_machine(info.machine) if info else None) or "m64"
             obj = self.object_index(rp.object_path, abi)
             self.required.add(abi)
-            self.point_names(obj, rp)
+            self.point_names(obj, written)
         if rp.kind == "never":
             return
         self.probe_rows.append(
@@ -183,7 +226,7 @@ class _Builder:
                            rp.point)
             self.required.add(site_abi)
             oi = self.object_index(site.path, site_abi)
-            self.point_names(oi, rp)
+            self.point_names(oi, written)
             if isinstance(site, FunctionSite):
                 group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)

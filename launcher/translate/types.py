@@ -108,6 +108,7 @@ BUILTINS: dict[str, tuple[tuple[str, ...], str | None]] = {
     "abs": ((LONG,), LONG),
     # symbols and backtraces from the launcher's tables (elf/unwind.py)
     "usymname": ((LONG,), STRING), "ubacktrace": ((), STRING), "print_ubacktrace": ((), None),
+    "print_ubacktrace_brief": ((), None),
     "usymdata": ((LONG,), STRING), "umodname": ((LONG,), STRING), "ustack": ((LONG,), LONG),
     "ucallers": ((LONG,), STRING), "sprint_ubacktrace": ((), STRING),
     "print_usyms": ((STRING,), None), "print_ustack": ((STRING,), None),
@@ -509,16 +510,47 @@ class Types:
             return False
         return True
 
+    def static_truth(self, cond: ast.Expr, scope: Scope) -> bool | None:
+        """A condition made of `@defined(x)`, number literals, `!`, `&&` and `||`
+        decided here, as stap's pass 2 folds @defined to a literal and then the
+        constant condition; None for a condition known only when it runs, or one
+        with no @defined in it (left to the C compiler)."""
+        if not any(isinstance(n, ast.Defined) for n in iter_nodes(cond)):
+            return None
+        return self._truth(cond, scope)
+
+    def _truth(self, cond: ast.Expr, scope: Scope) -> bool | None:
+        if isinstance(cond, ast.Defined):
+            return self.is_defined(cond.operand, scope)
+        if isinstance(cond, ast.NumberLiteral):
+            return cond.value != 0
+        if isinstance(cond, ast.Unary) and cond.op == "!":
+            inner = self._truth(cond.operand, scope)
+            return None if inner is None else not inner
+        if isinstance(cond, ast.Logical):
+            left = self._truth(cond.left, scope)
+            right = self._truth(cond.right, scope)
+            if cond.op == "&&":
+                return False if False in (left, right) else (
+                    True if left and right else None)
+            return True if True in (left, right) else (
+                False if left is False and right is False else None)
+        return None
+
     def defined_choice(self, e: ast.Ternary, scope: Scope) -> ast.Expr | None:
         """`@defined(x) ? a : b` (stap's @choose_defined): the branch taken, decided
         here as stap decides it in pass 2, so that the other is never typed or
-        emitted; None for any other condition."""
-        cond, negated = e.cond, False
-        while isinstance(cond, ast.Unary) and cond.op == "!":
-            cond, negated = cond.operand, not negated
-        if not isinstance(cond, ast.Defined):
+        emitted; None for a condition decided only when it runs."""
+        truth = self.static_truth(e.cond, scope)
+        return None if truth is None else e.then if truth else e.else_
+
+    def defined_branch(self, s: ast.If, scope: Scope) -> ast.Stmt | None:
+        """`if (@defined(x)) a else b`: the branch taken, as defined_choice (a missing
+        else: an empty block)."""
+        truth = self.static_truth(s.cond, scope)
+        if truth is None:
             return None
-        return e.then if self.is_defined(cond.operand, scope) != negated else e.else_
+        return s.then if truth else s.else_ or ast.Block((), s.loc)
 
     def _stat_operand(self, e: ast.Expr, scope: Scope, read: bool) -> GlobalVar:
         if isinstance(e, ast.Symbol):
@@ -781,6 +813,13 @@ class Types:
         if functions and is_param_name(name) and (tvars.has_suffix(e) or any(
                 isinstance(s, FunctionSite) and tvars.is_static(s, e) for s in scope.sites)):
             return self._dwarf_access(e, scope)
+        if name == "$return" and len(e.components) == 1 and tvars.pretty_depth(e):
+            # `$return$`: the value as $$return shows it, without the name
+            returns = [isinstance(s, FunctionSite) and s.is_return and not scope.in_entry
+                       for s in scope.sites or ()]
+            if scope.kind != "probe" or not returns or not all(returns):
+                raise _err(f"'{name}$' is only available in function .return probes", e)
+            return STRING
         if e.components:
             raise _err(f"'{name}' has no members here: marks expose only $argN", e)
         if functions and is_param_name(name):
@@ -924,6 +963,10 @@ class Types:
         elif isinstance(s, ast.ExprStatement):
             self._infer(s.expr, scope)
         elif isinstance(s, ast.If):
+            branch = self.defined_branch(s, scope)
+            if branch is not None:   # the other branch may name what is not defined here
+                self._infer_stmt(branch, scope)
+                return
             self._expect(s.cond, LONG, scope)
             self._infer_stmt(s.then, scope)
             if s.else_ is not None:
