@@ -51,12 +51,12 @@ def unwind_table(path: str) -> UnwindTable:
     """Names and CFA rows of the ELF file at `path` (TargetError if unreadable).
 
     Decoding every FDE of a large program takes seconds (postgres: ~17,000 FDEs, libjvm
-    many more), so the table is kept per binary (its build-id) beside the planner's
-    facts in the module cache, and a new script on the same binary reads it back."""
+    many more), so the table is kept per binary (its build-id) in the facts store
+    (factstore.py), and a new script on the same binary reads it back."""
     if path in _cache:
         return _cache[path]
-    from ..plan.objfacts import binary_key, load_or_compute
-    header, arrays = load_or_compute(f"{binary_key(path)}-unwind{UNWIND_FORMAT}",
+    from ..factstore import binary_key, load_or_compute
+    header, arrays = load_or_compute(binary_key(path, f"unwind table {UNWIND_FORMAT}"),
                                      lambda: _encode(_compute(path)))
     names = header["names"]
     symbols = list(zip(arrays["sym_addr"], arrays["sym_size"], names, strict=True))
