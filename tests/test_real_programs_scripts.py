@@ -29,7 +29,7 @@ import pytest
 from cbuild import run_pydyn
 
 from pydyn.launcher.elf.unwind import UNWIND_FORMAT
-from pydyn.launcher.plan.objfacts import binary_key, decode, encode
+from pydyn.launcher.factstore import binary_key, decode, encode
 
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
 LIBC32 = "/usr/lib32/libc.so.6"
@@ -210,7 +210,8 @@ def test_backtraces_of_a_large_program_reuse_its_unwind_table(cache: Path) -> No
         return res.stdout
 
     new_script(1)
-    stored = [cache / "objfacts" / f"{binary_key(postgres)}-unwind{UNWIND_FORMAT}.facts"]
+    key = binary_key(postgres, f"unwind table {UNWIND_FORMAT}")
+    stored = [cache / "objfacts" / f"{key}.facts"]
     assert stored[0].exists(), os.listdir(cache / "objfacts")
     # the stored table, its first name changed: the next script must print that name
     header, arrays = decode(stored[0].read_bytes())
