@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "pd_runtime.h"
+#include "pd_tramp.h"
 
 #define PD_NENV 4
 static const char *const pd_env_names[PD_NENV] = {"PYDYN_SHM", "PYDYN_PRELOAD",
@@ -83,6 +84,21 @@ PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const c
     else
         pd_got_redirect_all(); /* nothing interposes by symbol: pd_got.c */
     return rc;
+}
+
+/* Called after pd_attach_live with the pcs of every thread of the process, all still
+ * stopped (the one that ran the calls with its own pc back): a thread stopped inside a
+ * window a jump was just written over gets the address it must resume at instead.
+ * Returns how many pcs changed; the launcher sets those threads' registers. */
+PD_EXPORT uint32_t pd_attach_window_pcs(uintptr_t *pcs, uint32_t n)
+{
+    uint32_t moved = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uintptr_t to = pd_tramp_window_pc(pcs[i]);
+        moved += to != pcs[i];
+        pcs[i] = to;
+    }
+    return moved;
 }
 
 /* Restores the process: GOT entries, sites, semaphores, environment, return addresses;
