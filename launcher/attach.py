@@ -689,7 +689,7 @@ class AttachedProcess:
 
         table = get_symbol_table(str(self.module))
         entries = {}
-        for name in ("pd_attach_live", "pd_attach_window_pcs", "pd_detach_live"):
+        for name in ("pd_attach_live", "pd_attach_commit", "pd_detach_live"):
             sym = table.get_symbol(name)
             if sym is None:
                 raise SessionError(f"{self.module}: no {name} (module built by an older pydyn)")
@@ -729,16 +729,17 @@ class AttachedProcess:
             if rc != 0:
                 raise SessionError(f"pid {pid}: {LIVE_ATTACH_ERRORS.get(rc, f'error {rc}')}")
             self.detach_entry = bias + entries["pd_detach_live"]
-            self.moved = self._move_out_of_windows(tracer, tid,
-                                                   bias + entries["pd_attach_window_pcs"])
+            self.moved = self._commit(tracer, tid, bias + entries["pd_attach_commit"])
         finally:
             resumed = tracer.detach_all()
         return bias, threads, resumed
 
-    def _move_out_of_windows(self, tracer: Tracer, tid: int, entry: int) -> int:
-        """A thread stopped inside a window that a site's jump now covers would resume
-        in the middle of the jump: the module names the stub's copy of its instruction,
-        and the thread resumes there.  Returns how many threads were moved."""
+    def _commit(self, tracer: Tracer, tid: int, entry: int) -> int:
+        """pd_attach_commit with every thread stopped: the module writes the code that
+        arming recorded (the other threads may have run while pd_attach_live waited for
+        a lock), then a thread stopped inside a window that a site's jump now covers,
+        which would resume in the middle of the jump, resumes at the stub's copy of its
+        instruction instead.  Returns how many threads were moved."""
         regs = {t: get_regs(t) for t in tracer.threads}
         fmt = f"<{len(regs)}{'Q' if self.word == 8 else 'I'}"
         buffers: list[int] = []
