@@ -57,8 +57,10 @@ static uint32_t pd_patch_nrecs, pd_patch_caprecs;
 
 static int pd_patch_record(uintptr_t addr, unsigned len, int prot, void (*write)(uint8_t *))
 {
-    if (len > sizeof pd_patch_recs->bytes)
+    if (len > sizeof pd_patch_recs->bytes) {
+        pd_warn("cannot record a write of %u bytes at 0x%lx", len, (unsigned long)addr);
         return -1;
+    }
     if (pd_patch_nrecs == pd_patch_caprecs) {
         uint32_t cap = pd_patch_caprecs ? 2 * pd_patch_caprecs : 64;
         struct pd_patch_rec *r = realloc(pd_patch_recs, cap * sizeof *r);
