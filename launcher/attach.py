@@ -679,6 +679,7 @@ class AttachedProcess:
         self.log = log
         self.verbose = verbose
         self.detach_entry = 0
+        self.moved = 0      # threads stopped inside a patched window, moved to its stub
         self.word = REGS_BY_ABI[target.abi].WORD
 
     def attach(self, shm_name: str, preload_entry: str, probe_mode: str) -> None:
@@ -688,7 +689,7 @@ class AttachedProcess:
 
         table = get_symbol_table(str(self.module))
         entries = {}
-        for name in ("pd_attach_live", "pd_detach_live"):
+        for name in ("pd_attach_live", "pd_attach_commit", "pd_detach_live"):
             sym = table.get_symbol(name)
             if sym is None:
                 raise SessionError(f"{self.module}: no {name} (module built by an older pydyn)")
@@ -702,9 +703,12 @@ class AttachedProcess:
                 ms = (time.monotonic() - t0) * 1000
                 waits = (f" ({tracer.lock_waits} call(s) waited for a lock a stopped thread "
                          "held: the other threads ran meanwhile)" if tracer.lock_waits else "")
+                moved = (f" ({self.moved} stopped inside a patched window: moved to its "
+                         "stub's copy)" if self.moved else "")
                 self.log(f"pydyn: attached to pid {pid} ({self.target.exe}, "
                          f"{self.target.abi}): {threads} thread(s) stopped for {ms:.0f}ms"
-                         f"{waits}, {resumed} resumed, module {self.module} at {bias:#x}")
+                         f"{waits}, {resumed} resumed{moved}, module {self.module} at "
+                         f"{bias:#x}")
 
     def _load(self, tracer: Tracer, dlopen: int, dlerror: int, entries: dict[str, int],
               args: list[str]) -> tuple[int, int, int]:
@@ -725,9 +729,31 @@ class AttachedProcess:
             if rc != 0:
                 raise SessionError(f"pid {pid}: {LIVE_ATTACH_ERRORS.get(rc, f'error {rc}')}")
             self.detach_entry = bias + entries["pd_detach_live"]
+            self.moved = self._commit(tracer, tid, bias + entries["pd_attach_commit"])
         finally:
             resumed = tracer.detach_all()
         return bias, threads, resumed
+
+    def _commit(self, tracer: Tracer, tid: int, entry: int) -> int:
+        """pd_attach_commit with every thread stopped: the module writes the code that
+        arming recorded (the other threads may have run while pd_attach_live waited for
+        a lock), then a thread stopped inside a window that a site's jump now covers,
+        which would resume in the middle of the jump, resumes at the stub's copy of its
+        instruction instead.  Returns how many threads were moved."""
+        regs = {t: get_regs(t) for t in tracer.threads}
+        fmt = f"<{len(regs)}{'Q' if self.word == 8 else 'I'}"
+        buffers: list[int] = []
+        moved = tracer.call(tid, entry, [struct.pack(fmt, *(r.pc for r in regs.values())),
+                                         len(regs)], buffers)
+        if not moved & 0xFFFFFFFF:
+            return 0
+        pcs = struct.unpack(fmt, tracer.read(buffers[0], struct.calcsize(fmt)))
+        n = 0
+        for (t, r), pc in zip(regs.items(), pcs, strict=True):
+            if pc != r.pc:
+                set_regs(t, replace(r, **{r.NAMES[0]: pc}))
+                n += 1
+        return n
 
     @staticmethod
     def _dlerror(tracer: Tracer, tid: int, dlerror: int) -> str:

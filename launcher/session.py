@@ -618,6 +618,11 @@ class Session:
             self._stop_timers.set()
             for t in timers:
                 t.join()
+            if self._attached is not None:
+                # -x: the handlers in flight end before the detach makes the module
+                # inert; a thread stopped inside one would clear its busy word in the
+                # zero page that replaces the segment, and look stuck here for ever
+                self._quiesce(module)
             self._detach()
             # Interrupted: the user wants everything stopped.  exit() or an error
             # only ends the session; the target runs on with its probes inert.
@@ -633,7 +638,8 @@ class Session:
                     child.kill()
                     child.wait()
             self._mark_dead_processes(child)
-            self._quiesce(module)
+            if not self._stuck[0]:   # (-x: waited for already)
+                self._quiesce(module)
             if header.error_count:
                 module.lib.pd_launcher_run(PD_PROBE_ERROR)
             module.lib.pd_launcher_run(PD_PROBE_END)

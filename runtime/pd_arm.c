@@ -41,9 +41,78 @@ void pd_warn(const char *fmt, ...)
     }
 }
 
+/* Under -x a write is recorded rather than made while pd_patch_deferred is set
+ * (pd_attach_live): arming may wait for a lock a stopped thread holds, and the other
+ * threads then run meanwhile; a thread preempted past the first byte of a window
+ * would run the bytes written behind it.  pd_patch_commit makes the writes in their
+ * order once the launcher has stopped every thread again. */
+int pd_patch_deferred;
+struct pd_patch_rec {
+    uintptr_t addr;
+    int prot;
+    uint8_t len, bytes[32];
+};
+static struct pd_patch_rec *pd_patch_recs;
+static uint32_t pd_patch_nrecs, pd_patch_caprecs;
+
+static int pd_patch_record(uintptr_t addr, unsigned len, int prot, void (*write)(uint8_t *))
+{
+    if (len > sizeof pd_patch_recs->bytes) {
+        pd_warn("cannot record a write of %u bytes at 0x%lx", len, (unsigned long)addr);
+        return -1;
+    }
+    if (pd_patch_nrecs == pd_patch_caprecs) {
+        uint32_t cap = pd_patch_caprecs ? 2 * pd_patch_caprecs : 64;
+        struct pd_patch_rec *r = realloc(pd_patch_recs, cap * sizeof *r);
+        if (!r) {
+            pd_warn("cannot record a write at 0x%lx: out of memory", (unsigned long)addr);
+            return -1;
+        }
+        pd_patch_recs = r;
+        pd_patch_caprecs = cap;
+    }
+    struct pd_patch_rec *r = &pd_patch_recs[pd_patch_nrecs++];
+    r->addr = addr;
+    r->prot = prot;
+    r->len = (uint8_t)len;
+    memcpy(r->bytes, (const void *)addr, len);
+    write(r->bytes); /* every write function writes its whole [0, len) */
+    return 0;
+}
+
+static const struct pd_patch_rec *pd_commit_rec;
+static void pd_write_rec(uint8_t *at) { memcpy(at, pd_commit_rec->bytes, pd_commit_rec->len); }
+
+static int pd_patch_now(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
+
+uint32_t pd_patch_commit(int apply)
+{
+    uint32_t failed = 0;
+    pd_patch_deferred = 0;
+    for (uint32_t i = 0; apply && i < pd_patch_nrecs; i++) {
+        pd_commit_rec = &pd_patch_recs[i];
+        failed += pd_patch_now(pd_commit_rec->addr, pd_commit_rec->len, pd_commit_rec->prot,
+                               pd_write_rec) != 0;
+    }
+    free(pd_patch_recs);
+    pd_patch_recs = NULL;
+    pd_patch_nrecs = pd_patch_caprecs = 0;
+    return failed;
+}
+
 /* mprotect exactly the pages the instruction spans: the page after may not be
- * mapped at all (ENOMEM), which is a layout accident, not a failure to report. */
+ * mapped at all (ENOMEM), which is a layout accident, not a failure to report.
+ * Deferred, the pages are still made writable and back, so that a page that cannot be
+ * written is found (and its site left unarmed) as when writing at once. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *))
+{
+    if (!pd_patch_deferred)
+        return pd_patch_now(addr, len, prot_after, write);
+    return pd_patch_now(addr, len, prot_after, NULL) != 0
+               ? -1 : pd_patch_record(addr, len, prot_after, write);
+}
+
+static int pd_patch_now(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *))
 {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t first = addr & ~(uintptr_t)(page - 1);
@@ -57,8 +126,10 @@ int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t
                 strerror(errno));
         return -1;
     }
-    write((uint8_t *)addr);
-    pd_flush_icache((void *)addr, (void *)(addr + len));
+    if (write) {
+        write((uint8_t *)addr);
+        pd_flush_icache((void *)addr, (void *)(addr + len));
+    }
     mprotect((void *)first, span, prot_after);
     return 0;
 }

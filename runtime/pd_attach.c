@@ -16,7 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pd_runtime.h"
+#include "pd_internal.h"
+#include "pd_tramp.h"
 
 #define PD_NENV 4
 static const char *const pd_env_names[PD_NENV] = {"PYDYN_SHM", "PYDYN_PRELOAD",
@@ -77,12 +78,33 @@ PD_EXPORT int pd_attach_live(const char *shm, const char *preload_entry, const c
     }
     pd_xmm_always = 1; /* dlopened: TLS descriptors here may call malloc (pd_runtime.h) */
     pd_ret_live = 1;   /* threads may be inside probed functions: no exit sites */
+    pd_patch_deferred = 1; /* the code is written by pd_attach_commit */
     int rc = pd_session_attach(shm);
-    if (rc != 0)
+    if (rc != 0) {
+        pd_patch_commit(0);
         pd_env_leave();
+    }
     else
         pd_got_redirect_all(); /* nothing interposes by symbol: pd_got.c */
     return rc;
+}
+
+/* Called after pd_attach_live with every thread of the process stopped again (other
+ * threads may have run while pd_attach_live waited for a lock) and the pcs of all of
+ * them (the one that ran the calls with its own pc back): makes the code writes that
+ * arming recorded, then gives each thread stopped inside a window a jump now covers the
+ * address it must resume at instead.  Returns how many pcs changed; the launcher sets
+ * those threads' registers. */
+PD_EXPORT uint32_t pd_attach_commit(uintptr_t *pcs, uint32_t n)
+{
+    pd_patch_commit(1); /* a write that fails is named by pd_patch */
+    uint32_t moved = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        uintptr_t to = pd_tramp_window_pc(pcs[i]);
+        moved += to != pcs[i];
+        pcs[i] = to;
+    }
+    return moved;
 }
 
 /* Restores the process: GOT entries, sites, semaphores, environment, return addresses;

@@ -125,6 +125,10 @@ static inline PD_FAST_FN int64_t pd_extend(uint64_t raw, unsigned size, int is_s
 long pd_in_entry_row(uint32_t s);
 /* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
+/* 1 (pd_attach_live): pd_patch records its writes; pd_patch_commit makes them in order
+ * (or, with apply 0, drops them) and returns how many failed. */
+extern int pd_patch_deferred;
+uint32_t pd_patch_commit(int apply);
 int pd_object_matches(const char *path, const char *loaded_name);
 void pd_arm_all(void);
 struct dl_phdr_info;

@@ -47,6 +47,10 @@ int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub);
  * in-place B, which no branch lands inside). */
 void pd_tramp_link_area(uintptr_t bias, uint32_t o, uintptr_t *stubs);
 void pd_tramp_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *stubs);
+/* A -x attach: where a thread stopped at `pc` resumes once the sites are patched (the
+ * stub's copy of the instruction when pc is inside a jump's window past its first
+ * byte; pc itself otherwise). */
+uintptr_t pd_tramp_window_pc(uintptr_t pc);
 /* A -x detach: the bytes pd_tramp_link_code rewrote outside the site windows are put
  * back (newest first; *bytes += their count). */
 void pd_tramp_unlink_all(uint32_t *bytes);

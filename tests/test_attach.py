@@ -542,3 +542,42 @@ def test_detach_restores_branches_retargeted_into_a_stub(cache: Path, tmp_path: 
     finally:
         out, _ = proc.communicate("go\n", timeout=TIMEOUT)
     assert out == "fp_branch looped 49 plain 1 result 49\n" and proc.returncode == 0
+
+
+@pytest.mark.parametrize("mode", ["", "lock"])
+@pytest.mark.parametrize("abi", ["m64", "m32"])
+def test_threads_stopped_inside_a_window_resume_at_its_copy(cache: Path, tmp_path: Path,
+                                                            abi: str, mode: str) -> None:
+    # attach_spin's threads spend most of their time inside the windows the entry jumps
+    # cover: without moving them to the stub's copy, the first attaches crash the target.
+    # "lock": the loader lock is held by a stopped thread, so the spinning threads run
+    # while the module arms; code written then would crash them within a few attaches.
+    binary = build_c(PROGS / "attach_spin.c", tmp_path / f"spin_{abi}", m32=abi == "m32",
+                     extra=["-pthread"])
+    proc = subprocess.Popen([str(binary), "3", *([mode] if mode else [])],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    script = (f'global n; probe process("{binary}").function("spin_sum"), '
+              f'process("{binary}").function("spin_pause") {{ n++ }}')
+    moved = []
+    try:
+        # about 2 s each (4 s with the lock's waits); a move is seen in about every
+        # other attach
+        for _ in range(6 if mode else 8):
+            res = run_pydyn(cache, "-v", "-T", "0.05", "-e", script, "-x", str(proc.pid),
+                            timeout=TIMEOUT)
+            assert proc.poll() is None, f"the target died ({proc.returncode}):\n{res.stderr}"
+            assert res.returncode == 0, res.stderr
+            assert not mode or "waited for a lock a stopped thread held" in res.stderr
+            m = re.search(r"resumed \((\d+) stopped inside a patched window", res.stderr)
+            moved.append(int(m.group(1)) if m else 0)
+            assert re.search(r"^n=[1-9]", res.stdout, re.M), res.stdout
+            if not mode and len(moved) >= 3 and sum(map(bool, moved)) >= 2:
+                break
+        assert mode or any(moved), "no attach found a thread inside a window"
+        assert_text_as_in_file(proc.pid, binary)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=TIMEOUT)
+    assert out == "spin ok\n" and proc.returncode == 0, (out, proc.returncode, moved)

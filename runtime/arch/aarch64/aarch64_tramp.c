@@ -189,6 +189,13 @@ void pd_tramp_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *
 void pd_tramp_unlink_all(uint32_t *bytes) { (void)bytes; }
 
 /* Guarded pages stay guarded. */
+/* A site is one B that replaces one instruction: no window has an instruction past its
+ * first byte. */
+uintptr_t pd_tramp_window_pc(uintptr_t pc)
+{
+    return pc;
+}
+
 int pd_tramp_exec_prot(const struct dl_phdr_info *info)
 {
     return pd_a64_guarded(info) ? PROT_BTI : 0;

@@ -410,6 +410,16 @@ static struct pd_link_undo *pd_link_undos;
 static uint32_t pd_link_undo_n, pd_link_undo_cap;
 static uint32_t pd_link_object; /* the object pd_tramp_link_code is linking */
 
+/* The stub's copy of the instruction at runtime address `t` in the window at `lo`; 0 when
+ * t is not the start of one (or is the window's first). */
+static uintptr_t pd_window_copy(uintptr_t stub, const struct pd_plan *p, uintptr_t lo, uintptr_t t)
+{
+    for (unsigned k = 0; k < p->nbounds; k++)
+        if (lo + p->bounds[2 * k] == t)
+            return pd_stub_dest(stub, p, p->bounds[2 * k + 1]);
+    return 0;
+}
+
 /* The stubbed site of object `o` (other than `self`) whose window holds runtime address
  * `t` past its first byte, or -1.  *to: the stub's copy of the instruction at t, 0 when t
  * is not the start of one. */
@@ -421,13 +431,26 @@ static long pd_window_of(uintptr_t bias, uint32_t o, const uintptr_t *stubs, uin
         uintptr_t lo = bias + (uintptr_t)pd_sites[s].pc;
         if (s == self || !stubs[s] || pd_sites[s].object != o || t <= lo || t >= lo + p->len)
             continue;
-        *to = 0;
-        for (unsigned k = 0; k < p->nbounds; k++)
-            if (lo + p->bounds[2 * k] == t)
-                *to = pd_stub_dest(stubs[s], p, p->bounds[2 * k + 1]);
+        *to = pd_window_copy(stubs[s], p, lo, t);
         return (long)s;
     }
     return -1;
+}
+
+/* A thread stopped at an instruction inside a window the site's jump now covers would
+ * resume in the middle of that jump: it goes on at the stub's copy of the instruction
+ * instead, which continues to the window's end as the original would have. */
+uintptr_t pd_tramp_window_pc(uintptr_t pc)
+{
+    for (uint32_t i = 0; pd_armed && i < pd_armed_cap; i++) {
+        const struct pd_armed *a = &pd_armed[i];
+        uintptr_t lo = __atomic_load_n(&a->addr, __ATOMIC_ACQUIRE);
+        if (lo <= PD_ARMED_DEAD || !a->stub || pc <= lo || pc >= lo + a->site->plan.len)
+            continue;
+        uintptr_t to = pd_window_copy(a->stub, &a->site->plan, lo, pc);
+        return to ? to : pc;
+    }
+    return pc;
 }
 
 /* PD_FX_IN_ENTRY exit row s: its `ret` is the last instruction of its entry row's
