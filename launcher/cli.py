@@ -412,8 +412,9 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     pass2: list[ScriptWarning | str] = []
     gone = False
     if not opts.unoptimized:
-        script, resolution, pass2, gone = elide_probes(script, resolution,
-                                                       timing=opts.timing)
+        with recursion_headroom():   # the optimiser walks trees as deep as the parser allows
+            script, resolution, pass2, gone = elide_probes(script, resolution,
+                                                           timing=opts.timing)
     if not script.probes:
         # stap's end of pass 2 with nothing to arm: an error, not a session that waits
         for w in pass2:

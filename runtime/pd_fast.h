@@ -22,7 +22,7 @@
  * range). */
 PD_INLINE_FAST int pd_hist_log_bucket(int64_t v)
 {
-    _Static_assert(PD_HIST_LOG_BUCKETS == 128, "stap's 128 log buckets");
+    _Static_assert(PD_HIST_LOG_BUCKETS / 2 == 64, "stap's buckets: 64 either side of 0");
     if (v == 0)
         return PD_HIST_LOG_BUCKETS / 2;
     uint64_t m = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
