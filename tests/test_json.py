@@ -22,9 +22,10 @@ global x, name, alpha, phi, empty, lat, lin, seen
 probe process("BIN").mark("tick") {
     alpha["one", $arg1] = $arg1 * 10; phi <<< $arg1; lat <<< $arg1; lin <<< $arg1
     seen[$arg1] = 1
+    if ($arg1 > 4) empty <<< $arg1   # never fed (`if (0)` pass 2 folds away, the global too)
 }
 probe end {
-    x = 5; name = "it's \"q\""; if (0) empty <<< 1
+    x = 5; name = "it's \"q\""
     printf("ticks=%d\n", @count(lat)); print(@hist_log(lat)); print(@hist_linear(lin, 0, 4, 2))
     printf("x=%#x\n", 5)   # the same text as x's report line, but a printf
     warn("careful"); foreach (k in seen) printf("k%d\n", k)

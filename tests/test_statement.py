@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cbuild import BUILDS, PROGS, Build, builder, run_pydyn
+from elftools.elf.elffile import ELFFile
 
 SRC = PROGS / "dwarf_stmt.c"
 N = 4
@@ -54,12 +55,21 @@ def test_any_function_a_line_range_and_an_address(progs: Progs, cache: Path,
     res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     assert re.findall(r"^(\d+):(\d+)$", res.stdout, re.M) == [(str(i), "2") for i in range(N)]
-    # the address -p2 shows for the line, probed as .statement(ADDR).absolute
+    # the address -p2 shows for the line, probed as .statement(ADDR).absolute: stap's
+    # pc=SECTION+OFFSET is relative to the object's first page, ADDR a link-time address
     listed = run_pydyn(cache, "-u", "-p2", "-e", f'probe process("{exe}").statement('
-                   f'"sum_to@dwarf_stmt.c:{LOOP}") {{}}')
-    m = re.search(r"pc=(0x[0-9a-f]+)", listed.stdout + listed.stderr)
-    assert m, listed.stdout + listed.stderr
-    script = (f'probe process("{exe}").statement({m.group(1)}).absolute '
+                       f'"sum_to@dwarf_stmt.c:{LOOP}") {{}}')
+    assert listed.returncode == 0, listed.stderr
+    sites = re.findall(rf'^process\("{re.escape(str(exe))}"\)\.statement\("sum_to@\S*dwarf_stmt\.c:'
+                       rf'{LOOP}"\) /\* pc=(\.absolute|\.dynamic)\+(0x[0-9a-f]+) \*/',
+                       listed.stdout, re.M)
+    assert len(sites) == 1, listed.stdout + listed.stderr
+    section, offset = sites[0]
+    with exe.open("rb") as f:
+        elf = ELFFile(f)
+        assert section == (".absolute" if elf["e_type"] == "ET_EXEC" else ".dynamic")
+        first_page = min(seg["p_vaddr"] for seg in elf.iter_segments("PT_LOAD")) & ~0xFFF
+    script = (f'probe process("{exe}").statement({first_page + int(offset, 16):#x}).absolute '
               '{ printf("a %d\\n", $i) }')
     res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
