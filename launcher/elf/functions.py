@@ -172,17 +172,20 @@ def get_functions(path: str) -> FunctionTable:
     second on PostgreSQL, seconds on libjvm) and kept in the facts store."""
     import os
 
-    from ..factstore import binary_key, load_or_compute
+    from ..factstore import binary_key, load_or_compute, store_dir
     from .debuginfo import search_path
     st = os.stat(path)
     key = (path, st.st_mtime_ns, st.st_size)
     table = _cache.get(key)
     if table is not None:
         return table
-    fkey = binary_key(path, f"function table {TABLE_FORMAT} {search_path()}")
-    header, arrays = load_or_compute(fkey, lambda: _table_facts(_compute_table(path)),
-                                     _debug_files_unchanged)
-    table = _table_of_facts(os.path.realpath(path), header, arrays)
+    if store_dir() is None:
+        table = _compute_table(path)[0]
+    else:
+        fkey = binary_key(path, f"function table {TABLE_FORMAT} {search_path()}")
+        header, arrays = load_or_compute(fkey, lambda: _table_facts(_compute_table(path)),
+                                         _debug_files_unchanged)
+        table = _table_of_facts(os.path.realpath(path), header, arrays)
     _cache[key] = table
     return table
 
