@@ -40,7 +40,6 @@ import json
 import os
 import pwd
 import stat
-import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -64,7 +63,7 @@ from .build import (
     source_signature,
 )
 from .elf.header import get_build_id
-from .errors import PydynError, ScriptWarning
+from .errors import PydynError, ScriptWarning, say
 
 FORMAT_VERSION = 1
 DEFAULT_SIZE_MIB = 256
@@ -77,7 +76,7 @@ Warn = Callable[[str], None]
 
 
 def _default_warn(msg: str) -> None:
-    print(f"pydyn: warning: {msg}", file=sys.stderr)
+    say(f"pydyn: warning: {msg}")
 
 
 def _sha(data: bytes | str) -> str:

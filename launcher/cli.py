@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import PydynError, ScriptError, ScriptWarning
+from .errors import PydynError, ScriptError, ScriptWarning, say
 
 if TYPE_CHECKING:
     from .build import ModuleSet
@@ -304,8 +304,8 @@ def _warning(opts: argparse.Namespace, line: ScriptWarning | str) -> None:
             raise ScriptError(line.message, line.location, "-W makes warnings errors")
         raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
                          "warnings errors)")
-    print(line.render(_use_color([f"--color={opts.color}"]))
-          if isinstance(line, ScriptWarning) else line, file=sys.stderr)
+    say(line.render(_use_color([f"--color={opts.color}"]))
+          if isinstance(line, ScriptWarning) else line)
 
 
 def _set_globals(script: Any, assigns: Sequence[str]) -> Any:
@@ -408,7 +408,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     script, resolution = split_by_defined(script, resolution)
     if verbose:
         for line in resolution.dropped:
-            print(line, file=sys.stderr)
+            say(line)
     pass2: list[ScriptWarning | str] = []
     gone = False
     if not opts.unoptimized:
@@ -467,7 +467,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
     if verbose:
         for line in verbose_lines:
-            print(line, file=sys.stderr)
+            say(line)
     if opts.pass_ == 3:
         sys.stdout.write(program.c_source)
         return None
@@ -520,9 +520,8 @@ def run(argv: Sequence[str]) -> int:
         cleaner = open_cache(cache_dir(opts.cache_dir), opts.cache_size)
         if cleaner is not None:
             removed, busy = cleaner.clean()
-            print(f"pydyn: cache {cleaner.root}: removed {removed} entr"
-                  f"{'y' if removed == 1 else 'ies'}" + (f", {busy} in use kept" if busy else ""),
-                  file=sys.stderr)
+            say(f"pydyn: cache {cleaner.root}: removed {removed} entr"
+                  f"{'y' if removed == 1 else 'ies'}" + (f", {busy} in use kept" if busy else ""))
         if opts.script is None and opts.program is None:
             return 0
     if opts.list_point or opts.list_vars:
@@ -565,7 +564,7 @@ def run(argv: Sequence[str]) -> int:
     def step(n: int, what: str, start: float) -> None:
         if verbose:
             ms = (time.monotonic() - start) * 1000
-            print(f"Pass {n}: {what} in {ms:.0f}ms", file=sys.stderr)
+            say(f"Pass {n}: {what} in {ms:.0f}ms")
 
     parse_warnings: list[str] = []   # kept with the modules: replayed on a cache hit
     include_path = _include_path(opts)
@@ -667,7 +666,7 @@ def run(argv: Sequence[str]) -> int:
         step(3, "using cached C source", time.monotonic())
         if verbose:
             for line in hit.verbose_lines:
-                print(line, file=sys.stderr)
+                say(line)
         program, modules = hit.program, hit.modules
         built = ", ".join(sorted(modules.modules, reverse=True))
         step(4, f"using cached {built} modules", time.monotonic())
@@ -784,10 +783,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(args)
     except ScriptError as exc:
-        print(exc.render(_use_color(args)), file=sys.stderr)
+        say(exc.render(_use_color(args)))
         return 1
     except PydynError as exc:
-        print(exc.render(_use_color(args)), file=sys.stderr)
+        say(exc.render(_use_color(args)))
         return 1
     except KeyboardInterrupt:
         return 130

@@ -8,6 +8,7 @@ the boundary of the pass that calls the library and re-raised as one of these.
 from __future__ import annotations
 
 import re
+import sys
 from typing import NamedTuple
 
 RED, BOLD, GREEN, CYAN, RESET = "\033[1;31m", "\033[1m", "\033[1;32m", "\033[1;36m", "\033[0m"
@@ -21,6 +22,13 @@ _TOKEN = (r'"(?:[^"\\]|\\.)*"?|[A-Za-z_$@][A-Za-z0-9_$@]*|[0-9][A-Za-z0-9]*'
 # Control characters (C0 but tab and newline, DEL, C1) and the lone surrogates that
 # carry undecodable bytes: a script's text must never drive the user's terminal.
 _CONTROLS = "[\x00-\x08\x0b-\x1f\x7f-\x9f\udc80-\udcff]"
+
+
+def say(line: str) -> None:
+    """One line on stderr in one write: stderr is unbuffered under PYTHONUNBUFFERED, and
+    print() writes the text and its newline apart, so a record the drain thread prints
+    could land between the two."""
+    sys.stderr.write(line + "\n")
 
 
 def _escape_one(m: re.Match[str]) -> str:

@@ -14,7 +14,6 @@ import fnmatch
 import glob
 import json
 import os
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -27,7 +26,7 @@ from .elf.plt import plt_sites
 from .elf.reader import ElfInfo, get_elf_info, missing_reason
 from .elf.stapsdt import ProbeSite, SiteScan, get_probe_sites
 from .elf.statements import label_sites, statement_sites
-from .errors import PydynError, ScriptError, TargetError, point_length
+from .errors import PydynError, ScriptError, TargetError, point_length, say
 from .script import ast
 
 PROBE_KINDS = ("begin", "end", "error", "never", "mark", "process_begin", "process_end",
@@ -99,7 +98,7 @@ class Resolver:
     def __init__(self, target_path: str | None = None,
                  warn: Callable[[str], None] | None = None) -> None:
         self.target_path = target_path
-        self.warn = warn or (lambda m: print(f"pydyn: warning: {m}", file=sys.stderr))
+        self.warn = warn or (lambda m: say(f"pydyn: warning: {m}"))
         self._scans: dict[str, SiteScan] = {}
         self._elf_paths: dict[str, str] = {}   # path as found -> the ELF file's path
         self.resolution = Resolution()

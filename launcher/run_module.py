@@ -25,7 +25,7 @@ from elftools.elf.sections import SymbolTableSection
 from .build import ModuleSet, link_lib_dirs
 from .cache import program_from_json
 from .elf.reader import ElfFile
-from .errors import PydynError, TargetError
+from .errors import PydynError, TargetError, say
 from .output import OutputSink
 from .program import Program
 from .session import Session, SessionOptions
@@ -128,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except PydynError as exc:
-        print(exc.render(), file=sys.stderr)
+        say(exc.render())
         return 1
     except KeyboardInterrupt:
         return 130

@@ -16,7 +16,6 @@ import select
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -47,7 +46,7 @@ from ..shmlayout import (
 from ..shmlayout.globals import PD_PROBE_BEGIN, PD_PROBE_END, PD_PROBE_ERROR
 from .build import ModuleSet, find_program, which
 from .elf.header import EM_AARCH64, EM_X86_64, PT_INTERP, get_machine, read_program_headers
-from .errors import SessionError, TargetError
+from .errors import SessionError, TargetError, say
 from .modffi import launcher_ffi
 from .output import LIMIT_ADVICE, OutputSink
 from .program import HistFormat, Program
@@ -352,7 +351,7 @@ class Session:
         self.sink = sink or OutputSink(program.formats)
         self.sink.dedup_warnings = not self.options.verbose
         self.sink.suppress_warnings = self.options.no_warnings
-        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        self.log = log or (lambda msg: say(msg))
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
         # Entries of processes that are gone, copied out before their entry was freed

@@ -173,3 +173,20 @@ def test_version_and_help_examples(cache: Path) -> None:
     assert r.returncode == 0 and r.stdout.startswith("pydyn ") and r.stdout.split()[1][0].isdigit()
     r = run_pydyn(cache, "--help")
     assert r.returncode == 0 and "examples:" in r.stdout and "pydyn -l " in r.stdout
+
+
+def test_a_line_on_stderr_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under PYTHONUNBUFFERED every write is a system call: a line written in two
+    # (print's text, then its newline) lets the drain thread's records in between.
+    from pydyn.launcher.errors import say
+
+    writes: list[str] = []
+
+    class Recorder:
+        def write(self, text: str) -> int:
+            writes.append(text)
+            return len(text)
+
+    monkeypatch.setattr("sys.stderr", Recorder())
+    say("pydyn: started ./app as pid 7")
+    assert writes == ["pydyn: started ./app as pid 7\n"]
