@@ -124,15 +124,21 @@ def build_abis(src: Source, out: Source, extra: Sequence[str] = ("-pthread",)
     return built
 
 
-def abi_program_fixture(src: Path, stem: str, name: str = "target") -> Any:
-    """A module-scoped fixture `name`: `src` built against <sys/sdt.h>, once for m64 and
-    once for m32 (a parameter each: every test using it runs for both ABIs)."""
+def abi_program_fixture(src: Path | None, stem: str, name: str = "target", *,
+                        text: str | None = None) -> Any:
+    """A module-scoped fixture `name`: `src` (or the C source `text`, written as
+    STEM.c) built against <sys/sdt.h>, once for m64 and once for m32 (a parameter each:
+    every test using it runs for both ABIs)."""
     @pytest.fixture(scope="module", params=["m64", "m32"], name=name)
     def program(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                 sdt_cflags: Callable[[bool], tuple[str, ...]]) -> Path:
         m32 = request.param == "m32"
-        out = tmp_path_factory.mktemp(stem) / f"{stem}_{request.param}"
-        return build_c(src, out, m32=m32, extra=sdt_cflags(m32))
+        d = tmp_path_factory.mktemp(stem)
+        source = src
+        if source is None:
+            source = d / f"{stem}.c"
+            source.write_text(text or "")
+        return build_c(source, d / f"{stem}_{request.param}", m32=m32, extra=sdt_cflags(m32))
     return program
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
-from cbuild import build_c, have_sdt_h, run_pydyn
+from cbuild import abi_program_fixture, run_pydyn
 
 SRC = r"""
 #define _SDT_HAS_SEMAPHORES 1
@@ -44,13 +44,7 @@ int main(int argc, char **argv)
 N = 5
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not have_sdt_h():
-        pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")
-    d = tmp_path_factory.mktemp("elide")
-    (d / "elide.c").write_text(SRC)
-    return build_c(d / "elide.c", d / f"elide_{request.param}", m32=request.param == "m32")
+prog = abi_program_fixture(None, "elide", "prog", text=SRC)
 
 
 def script(exe: Path, guarded_body: str = "") -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from cbuild import build_c, have_sdt_h, run_pydyn
+from cbuild import abi_program_fixture, run_pydyn
 
 from pydyn.launcher.errors import ScriptError
 from pydyn.launcher.script import ast, parse_script
@@ -134,13 +134,7 @@ int main(int argc, char **argv)
 N = 4
 
 
-@pytest.fixture(scope="module", params=["m64", "m32"])
-def prog(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not have_sdt_h():
-        pytest.skip("no <sys/sdt.h> (systemtap-sdt-dev)")
-    d = tmp_path_factory.mktemp("optim")
-    (d / "optim.c").write_text(SRC)
-    return build_c(d / "optim.c", d / f"optim_{request.param}", m32=request.param == "m32")
+prog = abi_program_fixture(None, "optim", "prog", text=SRC)
 
 
 def test_a_lying_pure_function_is_never_called(cache: Path, prog: Path) -> None:
