@@ -5,12 +5,14 @@ with an entry probe, and with an entry + return probe pair (each `n++`), under
 trampolines: the return probe at the patched `ret` ("pair") and through the
 return-address hijack ("hijack", `-D PD_RETURN_HIJACK=1`; launcher/plan/returns.py).
 Then N calls of bench_work, a leaf too small for two patches on x86-64 (`lea; ret`):
-bare ("bare-work"), an entry `c++` with a return `r += $return` ("args"), and a
-latency statistic in the return probe, `lat <<< gettimeofday_ns() -
-@entry(gettimeofday_ns())` printed with @hist_log at the end ("latency"); those are
-over bare-work.  The counts (and the sum of $return) are checked against N.  Prints ns
-per call and the cost over bare.  `--peers` also runs bpftrace (bench/peers.py) on the
-args and latency rows, with fewer calls (its uprobes cost microseconds a hit).
+bare ("bare-work"), an entry `c++` with a return `r += $return` ("args"), that return
+probe alone, `c++; r += $return` ("ret": the entry's stub runs no handler, only the
+leaf's code, whose `ret` leads to the exit's stub), and a latency statistic in the
+return probe, `lat <<< gettimeofday_ns() - @entry(gettimeofday_ns())` printed with
+@hist_log at the end ("latency"); those are over bare-work.  The counts (and the sum
+of $return) are checked against N.  Prints ns per call and the cost over bare.
+`--peers` also runs bpftrace (bench/peers.py) on the args and latency rows, with fewer
+calls (its uprobes cost microseconds a hit).
 Wall time is noisy on a shared machine, so `--callgrind` also counts the
 instructions per call with valgrind (--smc-check=all: the probes patch code),
 from the difference of two runs (startup cancels out).
@@ -39,6 +41,9 @@ SCRIPTS = {
     "args": ('global c, r\nprobe process("{bin}").function("bench_work") {{ c++ }}\n'
              'probe process("{bin}").function("bench_work").return {{ r += $return }}\n'
              'probe end {{ printf("count=%d %d\\nreturns=%d\\n", c, c, r) }}\n'),
+    "ret": ('global c, r\nprobe process("{bin}").function("bench_work").return '
+            '{{ c++; r += $return }}\n'
+            'probe end {{ printf("count=%d %d\\nreturns=%d\\n", c, c, r) }}\n'),
     "latency": ('global lat\nprobe process("{bin}").function("bench_work").return {{\n'
                 '  lat <<< gettimeofday_ns() - @entry(gettimeofday_ns()) }}\n'
                 'probe end {{ printf("count=%d %d\\n", @count(lat), @count(lat)); '
@@ -52,6 +57,7 @@ CASES: dict[str, tuple[str, list[str], str, str]] = {
     "hijack": ("pair", ["-D", "PD_RETURN_HIJACK=1"], "", "bare"),
     "bare-work": ("", [], "work", ""),
     "args": ("args", [], "work", "bare-work"),
+    "ret": ("ret", [], "work", "bare-work"),
     "latency": ("latency", [], "work", "bare-work"),
 }
 PEER_CALLS = 200_000
@@ -155,7 +161,7 @@ def main() -> int:
                     return [*prefix, line] if prefix else line.split()
 
                 def sums(n: int, key: str = key, abi: str = abi) -> int | None:
-                    return work_returns(n, abi) if key == "args" else None
+                    return work_returns(n, abi) if key in ("args", "ret") else None
                 best = min(ns(run(cmd(opts.n), env, opts.n, bool(key), sums(opts.n)))
                            for _ in range(opts.reps))
                 ir = None

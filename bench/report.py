@@ -286,6 +286,7 @@ def run_rows(step: Step, quick: bool) -> list[Row]:
 FUNC_CASES = {"entry": "function entry, `n++`", "pair": "entry + return pair, `n++` each",
               "hijack": "the pair through return-address replacement",
               "args": "entry `c++` + return `r += $return` on a leaf too small for two patches",
+              "ret": "that return probe alone, `c++; r += $return`, on that leaf",
               "latency": "latency statistic in the return probe, on that leaf"}
 
 

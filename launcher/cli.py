@@ -293,6 +293,27 @@ def _check_defines(defines: Sequence[str]) -> list[str]:
     return out
 
 
+def _say_plans(opts: argparse.Namespace, lines: Sequence[str]) -> None:
+    """-v: the coverage and `returns of F: HOW` lines, each function's returns as the
+    runtime reaches them: the hijack, whatever the plan, where no exit gets a stub
+    (--probe-mode=trap, -D PD_FORCE_TRAPS=1) and in a process -x attaches to (a thread
+    may be inside the function already: runtime/pd_func.c pd_ret_choose)."""
+    forced = [d for d in opts.defines if d.partition("=")[0].strip() == "PD_FORCE_TRAPS"
+              and d.partition("=")[2].strip() != "0"]
+    why = ""
+    if opts.probe_mode == "trap":
+        why = "--probe-mode=trap"
+    elif forced:
+        why = f"-D {forced[-1]}"
+    elif opts.attach_pid is not None:
+        why = f"-x {opts.attach_pid} attaches to a running process"
+    for line in lines:
+        head, _, how = line.partition(": ")
+        if why and head.startswith("returns of ") and how.startswith("exits patched"):
+            line = f"{head}: hijack: {why} (the plan: {how})"
+        say(line)
+
+
 def _warning(opts: argparse.Namespace, line: ScriptWarning | str) -> None:
     """A translation warning: printed, dropped with -w, an error with -W (stap's
     -w and -W: with -w stap gives no warning, so -W has none to turn into an error); a
@@ -466,8 +487,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     verbose_lines = [coverage(program.plans),
                      *(f"returns of {f}: {how}" for f, how in program.return_plans)]
     if verbose:
-        for line in verbose_lines:
-            say(line)
+        _say_plans(opts, verbose_lines)
     if opts.pass_ == 3:
         sys.stdout.write(program.c_source)
         return None
@@ -665,8 +685,7 @@ def run(argv: Sequence[str]) -> int:
         step(2, f"using cached probe sites ({hit.site_count} probe site(s))", t0)
         step(3, "using cached C source", time.monotonic())
         if verbose:
-            for line in hit.verbose_lines:
-                say(line)
+            _say_plans(opts, hit.verbose_lines)
         program, modules = hit.program, hit.modules
         built = ", ".join(sorted(modules.modules, reverse=True))
         step(4, f"using cached {built} modules", time.monotonic())

@@ -252,15 +252,16 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
                 continue;
             /* a short window jumps to its island (the stub's entry word) */
             if (a->stub && pd_install_jump(addr, site->plan.len, prot, site->plan.len < 5 ? a->stub
-                                           : pd_stub_start(a->stub, &site->plan)) != 0) {
-                /* an exit's handler must run after the window's first instructions: its
-                 * int3 keeps sending threads to the stub (pd_sigtrap), never traps itself */
-                if (!(site->fx & PD_FX_EXIT))
+                                           : pd_stub_start(a->stub, site)) != 0) {
+                /* a stub that must run (an exit's, an entry's leading to its in-entry
+                 * exit): its int3 keeps sending threads to it (pd_sigtrap), never traps */
+                if (!pd_stub_leads_on(s))
                     a->stub = 0;
                 else if (pd_patch(addr, PD_TRAP_LEN, prot, pd_write_trap) != 0)
                     a->stub = 0; /* nothing written: the exit is not armed below */
             }
-            if (!a->stub && (site->fx & PD_FX_EXIT)) {
+            /* an exit or a bare entry without its stub has nothing to run */
+            if (!a->stub && (site->fx & (PD_FX_EXIT | PD_FX_BARE))) {
                 pd_armed_remove(a);
                 if (pd_self)
                     pd_self->sites_failed++;

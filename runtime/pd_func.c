@@ -272,8 +272,9 @@ pd_fire_shared(struct pd_thread *t, uint8_t *globals, const struct pd_site *site
 void pd_func_fire(const struct pd_regs *regs, const struct pd_site *site, uintptr_t bias)
 {
     if (PD_UNLIKELY(!(site->nentry + site->nreturn + site->nshared))) {
-        /* a one-probe row (PD_FX_ALT), trapped */
-        pd_run_probe(&pd_probes[site->probe], site, regs, bias);
+        /* a one-probe row (PD_FX_ALT), trapped; a bare one runs none (never trapped) */
+        if (!(site->fx & PD_FX_BARE))
+            pd_run_probe(&pd_probes[site->probe], site, regs, bias);
         return;
     }
     PD_THR(t);
@@ -372,6 +373,18 @@ long pd_in_entry_row(uint32_t s)
         if (!(pd_sites[r].fx & PD_FX_EXIT))
             return (long)r;
     return -1;
+}
+
+int pd_stub_leads_on(uint32_t s)
+{
+    if (pd_sites[s].fx & PD_FX_EXIT)
+        return 1;
+    if (!(pd_sites[s].fx & PD_FX_ALT))
+        return 0;
+    for (uint32_t r = s + 1; r < pd_module.nsites && (pd_sites[r].fx & PD_FX_EXIT); r++)
+        if (pd_sites[r].fx & PD_FX_IN_ENTRY)
+            return 1;
+    return 0;
 }
 
 void pd_ret_choose(uint32_t o, uintptr_t *stubs, uint8_t *off)

@@ -123,6 +123,10 @@ static inline PD_FAST_FN int64_t pd_extend(uint64_t raw, unsigned size, int is_s
 }
 /* The entry row (PD_FX_ALT) whose stub jumps to PD_FX_IN_ENTRY exit row s, or -1. */
 long pd_in_entry_row(uint32_t s);
+/* Whether row s's stub must be run, not a trap in its place: an exit's (its handler runs
+ * after the window's first instructions) or an entry's whose window ends with its
+ * PD_FX_IN_ENTRY exit (the return probes run in that exit's stub). */
+int pd_stub_leads_on(uint32_t s);
 /* mprotect, write(addr), flush the icache, mprotect back to prot_after; 0 or -1. */
 int pd_patch(uintptr_t addr, unsigned len, int prot_after, void (*write)(uint8_t *));
 /* 1 (pd_attach_live): pd_patch records its writes; pd_patch_commit makes them in order

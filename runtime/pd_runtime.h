@@ -179,15 +179,20 @@ struct pd_site {
 
 /* A function whose exits are patched (launcher/plan/returns.py) has a PD_FX_HIJACK row (the
  * entry with nreturn return probes, as without exits) followed by PD_FX_ALT rows: the
- * entry without return probes (if it has entry probes) and one PD_FX_EXIT row per exit,
+ * entry without return probes (if it has entry probes, or a PD_FX_IN_ENTRY exit needs
+ * its stub) and one PD_FX_EXIT row per exit,
  * whose nentry "entry" probes are the return probes, run with the registers at the
  * exit.  pd_ret_choose arms the ALT rows, or the HIJACK row under -x, in trap mode or
  * when an exit's stub cannot be written. */
-enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8, PD_FX_IN_ENTRY = 16 };
+enum { PD_FX_HIJACK = 1, PD_FX_ALT = 2, PD_FX_EXIT = 4, PD_FX_SHARED = 8, PD_FX_IN_ENTRY = 16,
+       PD_FX_BARE = 32 };
 /* PD_FX_IN_ENTRY: an exit row for the `ret` that ends the entry's own window (a function
  * too small for two patches): nothing is patched for it; the entry's ALT row's stub jumps
  * to its stub instead of running its copy of the `ret` (pd_tramp_in_entry), so it is
- * armed only with that row's stub. */
+ * armed only with that row's stub.
+ * PD_FX_BARE: that entry row of a function with return probes only: it runs no probe
+ * (nentry 0, probe unused); its stub is the relocated code alone, entered past the frame
+ * (pd_stub_start), whose `ret` becomes the jump to the exit's stub. */
 
 struct pd_module_info {
     uint8_t checksum[PD_CHECKSUM_LEN];

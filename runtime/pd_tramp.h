@@ -36,7 +36,7 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias);
 /* Whether the site's jump reaches the stub. */
 int pd_stub_reaches(uintptr_t site, uintptr_t stub);
 /* Where the site's jump enters its stub. */
-uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p);
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_site *site);
 /* The out-of-line copy of a function entry's first instructions at `at`
  * (PD_OOL_SIZE bytes); -1 if it does not reach. */
 int pd_write_ool(uint8_t *at, const struct pd_site *site, uintptr_t bias);

@@ -77,7 +77,7 @@ static void pd_sigtrap(int sig, siginfo_t *si, void *ucv)
     }
     if (a->stub) {
         /* The transient int3 of a jump being installed: the stub runs the probe. */
-        pd_uc_set_ip(uc, pd_stub_start(a->stub, &a->site->plan));
+        pd_uc_set_ip(uc, pd_stub_start(a->stub, a->site));
         return;
     }
     struct pd_regs regs;

@@ -12,6 +12,7 @@ threads), and the plan's choice is asserted per function.
 from __future__ import annotations
 
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -247,3 +248,93 @@ def test_return_handler_with_target_stack_nearly_exhausted(tmp_path: Path, cache
         res = run_pydyn(cache, *forced, "-D", "PD_PRIVATE_STACK=0", "-e",
                         DEEP_SCRIPT.format(exe=exe), "-c", f"{exe} deepret {n}")
         assert "exited with signal 11 (SIGSEGV)" in res.stderr, res.stderr
+
+
+RET_ONLY = """global c, s
+probe process("{exe}").function("work").return, process("{exe}").function("ident").return
+{{ c[ppfunc()]++; s[ppfunc()] += $return }}
+probe end {{ foreach (f in c+) printf("%s %d %d\\n", f, c[f], s[f]) }}
+"""
+
+
+def _code(exe: Path, name: str) -> bytes:
+    """The first 16 bytes of function `name` in the file."""
+    from elftools.elf.elffile import ELFFile
+    with open(exe, "rb") as f:
+        elf = ELFFile(f)
+        sym = elf.get_section_by_name(".symtab").get_symbol_by_name(name)[0]
+        text = elf.get_section_by_name(".text")
+        at = sym["st_value"] - text["sh_addr"]
+        return text.data()[at:at + 16]
+
+
+@pytest.mark.parametrize("abi", ["m64", "m32"])
+def test_return_only_probe_on_a_leaf_smaller_than_two_patches(tmp_path: Path, cache: Path,
+                                                             abi: str) -> None:
+    """`.return` probes alone on leaves whose `ret` lies in their entry's window (ident on
+    both ABIs, work on x86-64): the entry jumps straight to its relocated code, whose
+    `ret` became the jump to the exit's stub (no handler at the entry, no return address
+    replaced); counts and $return sums exact from two threads.  With the hijack forced
+    or with traps, as exact, and -v says which mechanism runs."""
+    exe = build_c(PROGS / "func_ret_only.c", tmp_path / f"ro{abi}", m32=abi == "m32",
+                  opt="-O2", extra=("-pthread",))
+    n = 20000
+    bits = 32 if abi == "m32" else 64
+    plain = bare([str(exe), str(n)]).splitlines()
+    assert plain[2:4] == ["work entry not patched", "ident entry not patched"], plain
+    want = results(plain[:2], bits)
+    in_entry = {"ident", "work"} if abi == "m64" else {"ident"}
+    script = RET_ONLY.format(exe=exe)
+    for args in ([], ["-D", "PD_RETURN_HIJACK=1"], ["--probe-mode=trap"]):
+        res = run_pydyn(cache, "-v", *args, "-e", script, "-c", f"{exe} {n}")
+        assert res.returncode == 0, res.stderr
+        out = res.stdout.splitlines()
+        assert out[:2] == plain[:2] and out[4] == plain[4], (args, out)
+        assert results(out[5:], bits) == want, (args, out)
+        assert "skipped" not in res.stderr and "ERROR" not in res.stderr, res.stderr
+        how = mechanisms(res.stderr)
+        entry = dict(ln.split(" entry ") for ln in out[2:4])
+        for f in ("work", "ident"):
+            code = _code(exe, f)
+            ret = code.index(0xc3)
+            if not args:
+                assert how[f].startswith("exits patched (1: ret at"), (f, how)
+                assert ("in the entry's window" in how[f]) == (f in in_entry), (f, how)
+                if f in in_entry:    # the window's code, its ret now a jmp
+                    assert entry[f].split()[:ret + 1] == \
+                        [f"{b:02x}" for b in code[:ret]] + ["e9"], (f, entry, code.hex())
+                else:                # its exit is patched, its entry is not
+                    assert entry[f] == "not patched", (f, entry)
+            elif args[0] == "-D":
+                assert how[f] == "hijack: -D PD_RETURN_HIJACK=1", how
+                assert entry[f] != "not patched" and \
+                    not entry[f].startswith(code[:ret].hex(" ")), (f, entry)
+            else:
+                assert how[f].startswith("hijack: --probe-mode=trap (the plan: exits patched"), how
+                assert entry[f] == "not patched", (f, entry)    # an int3
+
+
+def test_return_only_probe_under_attach_keeps_the_hijack(tmp_path: Path, cache: Path) -> None:
+    """-x: a thread may be inside the leaf already, so the runtime arms the hijack, not
+    the bare entry and its exit; -v says so; the program's values stay right and every
+    return address is given back at the detach."""
+    exe = build_c(PROGS / "func_ret_only.c", tmp_path / "spin", opt="-O2",
+                  extra=("-pthread",))
+    proc = subprocess.Popen([str(exe), "spin"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        script = RET_ONLY.format(exe=exe) + "probe timer.ms(300) { exit() }\n"
+        res = run_pydyn(cache, "-v", "-x", str(proc.pid), "-e", script)
+        assert res.returncode == 0, res.stderr
+        how = mechanisms(res.stderr)
+        for f in ("work", "ident"):
+            assert how[f].startswith(f"hijack: -x {proc.pid} attaches to a running process "
+                                     "(the plan: exits patched (1: ret at"), how
+        counts = {ln.split()[0]: int(ln.split()[1]) for ln in res.stdout.splitlines()}
+        assert counts.keys() == {"work", "ident"} and min(counts.values()) > 0, res.stdout
+        assert f"pydyn: detached from pid {proc.pid}: restored 2 site(s)" in res.stderr, \
+            res.stderr
+    finally:
+        proc.send_signal(signal.SIGUSR1)
+        out, _ = proc.communicate(timeout=60)
+    assert out == "spin ok\n" and proc.returncode == 0, out

@@ -269,7 +269,8 @@ def _in_entry_exit(site: FunctionSite, entry: PatchPlan, addr: int, insn: Any) -
     first `ret`, so it is the last instruction of the entry's relocated code.  The entry's
     stub then jumps to this exit's stub (its plan: that `ret`, nothing patched), which
     runs the return probes with the registers at the `ret` and returns.  Needs the entry's
-    own stub: without one (no entry probe, a trap) the runtime keeps the hijack."""
+    own stub: with no entry probe it is a bare one (the window's code and that jump, no
+    handler: translate/tables.py); with a trap the runtime keeps the hijack."""
     raw = bytes(insn.bytes)
     if entry.tactic != "displace" or not entry.code.endswith(raw) or \
             addr + len(raw) > entry.resume:

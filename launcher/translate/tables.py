@@ -295,6 +295,12 @@ class _Builder:
                 f"{head}{_c_string(site.name)}, {oi}, {entries[0]}, 0, {len(fargs)}, "
                 f"{plan_init}, fprobes_{ai}, {0 if mark_like else len(entries)}, 0, "
                 "PD_FX_ALT},")
+        elif any(ex.in_entry for ex in exits):
+            # return probes only, the ret in the entry's window: the entry's stub is that
+            # window's code alone (no probe, no handler call), its ret the way to the exit's
+            self.site_rows.append(
+                f"{head}{_c_string(site.name)}, {oi}, {returns[0]}, 0, {len(fargs)}, "
+                f"{plan_init}, fprobes_{ai}, 0, 0, PD_FX_ALT | PD_FX_BARE}},")
         for ex in exits:
             ei = len(self.site_rows)
             exit_decls, exit_init = plan_c(ex.plan, ei, _c_string)

@@ -164,9 +164,9 @@ int pd_install_jump(uintptr_t addr, unsigned len, int prot, uintptr_t stub)
 }
 
 /* No exit sites here (plan/returns.py): the stub's start. */
-uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_site *site)
 {
-    (void)p;
+    (void)site;
     return stub;
 }
 

@@ -113,10 +113,13 @@ static uintptr_t pd_stub_dest(uintptr_t stub, const struct pd_plan *p, unsigned 
     return (uintptr_t)pd_stub_at(stub, p, off, off < p->pre);
 }
 
-/* Where the site's jump enters its stub. */
-uintptr_t pd_stub_start(uintptr_t stub, const struct pd_plan *p)
+/* Where the site's jump enters its stub: an exit's instructions before it, a bare entry's
+ * relocated code (it runs no probe), else the frame. */
+uintptr_t pd_stub_start(uintptr_t stub, const struct pd_site *site)
 {
-    return p->pre ? stub + PD_STUB_PRE : stub;
+    if (site->fx & PD_FX_BARE)
+        return stub + pd_stub_code_off;
+    return site->plan.pre ? stub + PD_STUB_PRE : stub;
 }
 
 /* Writes relocated code offsets [from, to) of `plan` with their fixups into the stub at
@@ -320,7 +323,8 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
     const int ps = pd_stub_private_stack();
     /* a row run as a mark's whose probe is FAST and reads registers: straight to its
      * runner, which needs no flags and no dispatch (pd_tramp_entry's) */
-    const struct pd_probe *one = site->nentry + site->nreturn + site->nshared
+    const int bare = site->fx & PD_FX_BARE;
+    const struct pd_probe *one = bare || site->nentry + site->nreturn + site->nshared
         ? NULL : &pd_probes[site->probe];
     const uint32_t fr = PD_PROBE_FAST | PD_PROBE_REGS;
     uintptr_t target = one && (one->locks & fr) == fr ? (uintptr_t)pd_fast_regs
@@ -329,6 +333,8 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
     /* the displaced instructions, relocated (a function exit's: those from the exit on) */
     uint8_t *code = e->p;
     pd_stub_code_off = (unsigned)(code - at);
+    if (bare) /* entered at its code (pd_stub_start): a frame run by mistake traps */
+        memset(at, 0xcc, (size_t)(code - at));
     e->p += plan->code_len - plan->pre;
     if (e->p > e->end || pd_stub_code((uintptr_t)at, plan, plan->pre, plan->code_len, bias) != 0)
         return -1;
@@ -351,7 +357,7 @@ int pd_write_stub(uint8_t *at, const struct pd_site *site, uintptr_t bias)
     const uint32_t fast = one ? one->locks & (fr | PD_PROBE_SP) : 0;
     const struct pd_probe *probe = !one ? pd_func_fast_probe(site)
         : fast == PD_PROBE_FAST || fast == (fr | PD_PROBE_SP) ? one : NULL;
-    if (ps && probe && pd_write_fast_body(body, code, probe, site, bias) != 0)
+    if (ps && probe && !bare && pd_write_fast_body(body, code, probe, site, bias) != 0)
         return -1;
     return (int)(e->p - at);
 }
@@ -466,7 +472,7 @@ static int pd_tramp_in_entry(uintptr_t *stubs, uint32_t s)
         return -1;
     uint8_t *ret = pd_stub_at(stubs[e], ep, ep->code_len - xp->code_len, 0);
     ret[0] = 0xe9;
-    return pd_put_rel32(ret + 1, (uintptr_t)(ret + 5), pd_stub_start(stubs[s], xp));
+    return pd_put_rel32(ret + 1, (uintptr_t)(ret + 5), pd_stub_start(stubs[s], &pd_sites[s]));
 }
 
 /* Before the stubs turn executable: a relocated branch of one stub that lands inside
@@ -554,7 +560,7 @@ void pd_tramp_link_code(const struct dl_phdr_info *info, uint32_t o, uintptr_t *
         int ok = 1;
         if (p->island) {
             ok = pd_write_branch(info, bias + p->island, 0xe9, 5, bias + p->island + 5,
-                                 pd_stub_start(stubs[s], p)) == 0;
+                                 pd_stub_start(stubs[s], &pd_sites[s])) == 0;
             if (ok && p->hop)
                 ok = pd_write_branch(info, bias + p->hop, 0xeb, 2, bias + p->hop + 2,
                                      bias + p->island) == 0;
