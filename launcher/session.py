@@ -35,6 +35,8 @@ from ..shmlayout import (
     PD_PROC_FREE,
     PD_PROC_KILLED,
     PD_PROC_REFUSED,
+    PD_PROCF_END_PROBES,
+    PD_PROCF_ENDED,
     PD_SESSION_RUNNING,
     PD_SESSION_STOPPED,
     PD_SESSION_STOPPING,
@@ -287,6 +289,16 @@ def process_reaped(pid: int) -> bool:
     return False
 
 
+def zombie_wait_status(pid: int) -> int | None:
+    """How pid ended, as waitpid will report it, while it is a zombie (its /proc stat's
+    exit_code); None once it is reaped."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].split()
+        return int(fields[49]) if fields[0] == "Z" and len(fields) > 49 else None
+    except (OSError, ValueError):
+        return None
+
+
 def process_gone(pid: int) -> bool:
     """Whether pid has exited (a zombie counts as exited)."""
     try:
@@ -529,8 +541,23 @@ class Session:
                 gone = True
             else:
                 gone = process_reaped(pid) if quick else process_gone(pid)
-            if gone:
-                proc.state = PD_PROC_KILLED
+            if not gone:
+                continue
+            state = PD_PROC_KILLED
+            if proc.flags & PD_PROCF_END_PROBES and not proc.flags & PD_PROCF_ENDED:
+                # it ended where pydyn could not see it (_report_no_end): how, where the
+                # launcher can know it (the status stays 0: unknown)
+                wstatus = None
+                if child is not None and pid == child.pid and child.returncode is not None:
+                    rc = child.returncode
+                    wstatus = -rc if rc < 0 else rc << 8
+                elif not quick:
+                    wstatus = zombie_wait_status(pid)
+                if wstatus is not None and os.WIFEXITED(wstatus):
+                    state, proc.exit_status = PD_PROC_EXITED, os.WEXITSTATUS(wstatus)
+                elif wstatus is not None and os.WIFSIGNALED(wstatus):
+                    proc.exit_status = os.WTERMSIG(wstatus)
+            proc.state = state
 
     def run(self) -> SessionResult:
         m64 = self.modules.get_module("m64")
@@ -753,6 +780,38 @@ class Session:
             if same:
                 self.log(f"hint: the session ran {', '.join(same)}")
 
+    def _report_no_end(self) -> None:
+        """The processes whose process.end probes did not run, where stap runs them in
+        the kernel: they ended without running any code of theirs (SIGKILL), or by an
+        exit or exec pydyn did not see (the system calls made directly).  Not run in the
+        launcher on their behalf: pid(), execname(), their memory and registers would
+        not be theirs.  How they ended is known from the wait of a parent that has the
+        session's module, the -c command's status, or a zombie the launcher saw."""
+        procs = self._gone_procs + [p.as_dict() for _, p in self.view.used_procs()]
+        missed = [p for p in procs
+                  if int(p["flags"]) & PD_PROCF_END_PROBES and not int(p["flags"]) & PD_PROCF_ENDED
+                  and int(p["state"]) in (PD_PROC_KILLED, PD_PROC_EXECED, PD_PROC_EXITED)]
+        if not missed:
+            return
+
+        def why(p: dict[str, Any]) -> str:
+            sig = int(p["exit_status"])
+            if int(p["state"]) == PD_PROC_EXECED:
+                return "replaced by an exec pydyn did not see"
+            if int(p["state"]) == PD_PROC_EXITED:   # as its parent's wait saw it
+                return f"exit status {sig} by an exit pydyn did not see"
+            if sig <= 0:
+                return "ended, how is unknown"
+            try:
+                return f"killed by {signal.Signals(sig).name}"
+            except ValueError:
+                return f"killed by signal {sig}"
+        shown = [f"pid {p['pid']} {os.path.basename(_cstr(p['exe'])) or '?'} ({why(p)})"
+                 for p in missed[:10]]
+        more = f" and {len(missed) - 10} more" if len(missed) > 10 else ""
+        self.log(f"WARNING: process.end not run for {len(missed)} process(es): "
+                 f"{', '.join(shown)}{more}")
+
     def _report_new_processes(self) -> None:
         """-v: one line per process as it attaches."""
         for i, proc in self.view.used_procs():
@@ -902,6 +961,7 @@ class Session:
         if status is not None and status < 0:
             self.log(f"WARNING: Child process exited with signal {-status} "
                      f"({signal.Signals(-status).name})")
+        self._report_no_end()
         if not self.options.no_warnings:
             self._report_unloaded_objects()
         if self.options.verbose:

@@ -15,6 +15,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <limits.h>
 #include <unistd.h>
 
 #include "pd_internal.h"
@@ -147,12 +149,55 @@ static void pd_follow_resolve(void)
 /* process.end of the image an exec replaces is fired before the call (nothing of this
  * image runs after it succeeds), when the exec is bound to succeed as far as can be
  * told: a shell tries execve on each PATH directory in turn, and those that fail must
- * not end the process.  execvpe's search of PATH is libc's own: a bare name is not
- * checked, and its image's end is not fired. */
+ * not end the process. */
+static int pd_exec_bound(const char *path)
+{
+    struct stat st;
+    return access(path, X_OK) == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static void pd_exec_ends(const char *path)
 {
-    if (path && strchr(path, '/') && access(path, X_OK) == 0)
+    if (path && pd_exec_bound(path)) /* (a name without a '/' is in the current directory) */
         pd_process_exec();
+}
+
+/* execvpe's search of PATH is libc's own, whose execve calls do not come through the
+ * one above: the same search (PATH, else confstr's default; an empty entry is the
+ * current directory), its first executable regular file ending the image.  On the
+ * stack, no malloc: async-signal-safe, as execvp is. */
+static void pd_exec_search_ends(const char *file)
+{
+    if (!file || !*file || strchr(file, '/')) {
+        pd_exec_ends(file);
+        return;
+    }
+    const char *path = getenv("PATH");
+    char dflt[256];
+    if (!path) {
+        size_t n = confstr(_CS_PATH, dflt, sizeof dflt);
+        path = n > 0 && n <= sizeof dflt ? dflt : "/bin:/usr/bin";
+    }
+    size_t flen = strlen(file);
+    char cand[PATH_MAX];
+    for (const char *p = path;; p++) {
+        const char *end = strchrnul(p, ':');
+        size_t dlen = (size_t)(end - p);
+        if (dlen + 1 + flen < sizeof cand) {
+            memcpy(cand, p, dlen);
+            size_t at = dlen;
+            if (dlen)
+                cand[at++] = '/';
+            memcpy(cand + at, file, flen + 1);
+            if (pd_exec_bound(cand)) {
+                pd_process_exec();
+                return;
+            }
+        }
+        if (!*end)
+            return;
+        p = end;
+    }
 }
 
 PD_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
@@ -163,7 +208,7 @@ PD_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 
 PD_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-    pd_exec_ends(file);
+    pd_exec_search_ends(file);
     PD_WITH_FIXED_ENV(execvpe, real_execvpe(file, argv, env));
 }
 

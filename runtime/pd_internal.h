@@ -148,6 +148,13 @@ int pd_map_segment(const char *name);
 void pd_unmap(void);
 /* The image is about to be replaced by an exec (pd_follow.c): its process.end probes. */
 void pd_process_exec(void);
+/* A fatal signal `sig` ends the process (pd_sigend.c): its process.end probes, its entry
+ * marked KILLED. */
+void pd_process_killed(int sig);
+/* This process's wait reaped `pid`, which ended as `state` (KILLED by signal `status`,
+ * or EXITED with it) (pd_sigend.c): noted in its entry if it ended without its
+ * process.end probes. */
+void pd_process_reaped(pid_t pid, uint32_t state, int status);
 
 /* ---- register names and argument registers (arch/<arch>/<arch>_regnames.c) -------- */
 

@@ -76,8 +76,6 @@ void pd_pstack_set(uintptr_t lo, uintptr_t hi)
 
 /* ---- the program's signal handlers -------------------------------------------- */
 
-typedef int (*pd_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
-
 struct pd_sighandler {
     void (*fn)(int, siginfo_t *, void *); /* the program's handler */
     int flags;                            /* its sa_flags */
@@ -90,6 +88,8 @@ static void pd_sig_wrap(int sig, siginfo_t *si, void *uc)
     char here;
     if ((uintptr_t)&here - pd_ps_lo < pd_ps_hi - pd_ps_lo)
         pd_ps_top = 0; /* it interrupted code running on the private stack */
+    if (pd_sigs[sig].flags & SA_RESETHAND) /* the kernel has set SIG_DFL: the stand-in */
+        pd_sigend_take(sig, pd_sigs[sig].flags & SA_SIGINFO);
     void (*fn)(int, siginfo_t *, void *) = __atomic_load_n(&pd_sigs[sig].fn, __ATOMIC_ACQUIRE);
     if (fn && (pd_sigs[sig].flags & SA_SIGINFO))
         fn(sig, si, uc);
@@ -106,7 +106,7 @@ static void pd_sig_wrap(int sig, siginfo_t *si, void *uc)
 static pd_sigaction_fn pd_sigaction_real;
 static uintptr_t pd_self_lo, pd_self_hi; /* this module's mapped range */
 
-static pd_sigaction_fn pd_real_sigaction(void)
+pd_sigaction_fn pd_real_sigaction(void)
 {
     if (!pd_sigaction_real)
         pd_sigaction_real = (pd_sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
@@ -163,8 +163,14 @@ PD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
     struct sigaction mine, prev;
     const struct sigaction *use = act;
     void *h = act ? (void *)act->sa_sigaction : NULL;
-    int wrap = act && pd_ps_enabled && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN &&
-               !pd_is_ours(h);
+    int handler = act && act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN;
+    /* also where stacks are not switched: a one-shot handler of a fatal signal, whose
+     * reset to SIG_DFL must bring back pd_sigend.c's stand-in */
+    int wrap = handler && (pd_ps_enabled || (act->sa_flags & SA_RESETHAND &&
+                                             pd_sigend_fatal(sig))) && !pd_is_ours(h);
+    int dfl = act && act->sa_handler == SIG_DFL && pd_sigend_fatal(sig);
+    struct sigaction before_dfl;
+    pd_sigend_view(sig, &before_dfl);
     if (wrap) {
         mine = *act;
         mine.sa_sigaction = pd_sig_wrap;
@@ -181,11 +187,15 @@ PD_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *
         pd_sigs[sig] = before;
         return rc;
     }
+    if (dfl) /* SIG_DFL as asked, then pd_sigend.c's stand-in for it */
+        pd_sigend_take(sig, -1);
     if (old) {
         *old = prev;
         if (prev.sa_sigaction == pd_sig_wrap) { /* what the program installed */
             old->sa_sigaction = before.fn;
-            old->sa_flags = before.flags;
+            old->sa_flags = (prev.sa_flags & ~SA_SIGINFO) | (before.flags & SA_SIGINFO);
+        } else if (pd_sigend_is(&prev)) { /* the SIG_DFL it stands in for */
+            *old = before_dfl;
         }
     }
     return 0;

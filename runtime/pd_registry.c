@@ -117,6 +117,10 @@ static void pd_copy_name(uint8_t *dst, size_t cap, const char *src)
  * for one, then runs unlisted: its probes run as ever, and it is counted in
  * procs_unlisted (not as skipped probes: none was skipped).  NULL then. */
 #define PD_REGISTER_WAIT_MS 200
+static int pd_has_process_probes(uint32_t kind);
+
+static int pd_end_fired; /* this image's process.end probes have run (below) */
+
 static struct pd_proc *pd_register(uint32_t state)
 {
     pid_t pid = getpid();
@@ -155,6 +159,8 @@ static struct pd_proc *pd_register(uint32_t state)
             ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
             exe[n > 0 ? n : 0] = 0;
             pd_copy_name(slot->exe, sizeof slot->exe, exe);
+            if (pd_has_process_probes(PD_PROBE_PROCESS_END))
+                slot->flags = PD_PROCF_END_PROBES;
             __atomic_store_n(&slot->state, state, __ATOMIC_RELEASE);
             __atomic_add_fetch(&pd_hdr->attach_count, 1, __ATOMIC_RELAXED);
             pd_unlock(&pd_hdr->proctab_lock);
@@ -169,6 +175,17 @@ static struct pd_proc *pd_register(uint32_t state)
     }
     __atomic_add_fetch(&pd_hdr->procs_unlisted, 1, __ATOMIC_RELAXED);
     return NULL;
+}
+
+/* Whether this image has probes of `kind` (a process("PATH") probe only in PATH's). */
+static int pd_has_process_probes(uint32_t kind)
+{
+    for (uint32_t i = 0; i < pd_module.nprobes; i++) {
+        const struct pd_probe *p = &pd_probes[i];
+        if (p->kind == kind && (p->object < 0 || pd_object_matches(pd_objects[p->object].path, NULL)))
+            return 1;
+    }
+    return 0;
 }
 
 static void pd_fire_process_probes(uint32_t kind)
@@ -203,6 +220,9 @@ static void pd_atfork_child(void)
 {
     if (!pd_seg || pd_is_launcher || pd_inert)
         return;
+    pd_end_fired = 0; /* a new process (its parent's failed exec may have fired its end) */
+    if (!pd_xmm_always) /* (a child of a pid 1, which has none) */
+        pd_sigend_init();
     pd_self = pd_register(PD_PROC_ALIVE);
     if (pd_self)
         pd_self->sites_armed = pd_narmed;
@@ -271,6 +291,8 @@ int pd_session_attach(const char *name)
     pd_quiesce_attach();
     pd_follow_init();
     pd_altstack_init();
+    if (!pd_xmm_always) /* preloaded: its sigaction wrappers hide the stand-in */
+        pd_sigend_init();
     pd_self = pd_register(PD_PROC_ALIVE);
     pd_arm_all();
     static int atfork_set; /* once, though a -x process may be attached again */
@@ -300,41 +322,77 @@ void pd_go_inert(void)
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
 }
 
-/* The image's process.end probes, once: at its exit, or before an exec replaces it
- * (the next image registers the same pid again).  Not in a vfork child, which shares
- * its parent's memory and has no entry of its own. */
-static int pd_end_fired;
+/* The image's process.end probes, once: at its exit, at a fatal signal, or before an
+ * exec replaces it (the next image registers the same pid again).  Not in a vfork
+ * child, which shares its parent's memory and has no entry of its own.  Whichever
+ * thread comes first runs them (one may exit while another takes a fatal signal);
+ * the entry's PD_PROCF_ENDED tells the launcher they ran (pd_end_fired: above). */
 
-static int pd_fire_end(void)
+static struct pd_proc *pd_ending_self(void)
 {
-    if (!pd_seg || pd_is_launcher || pd_inert || !pd_self || pd_self->pid != getpid())
-        return 0;
-    if (!pd_end_fired) {
-        pd_end_fired = 1;
-        pd_fire_process_probes(PD_PROBE_PROCESS_END);
-    }
-    return 1;
+    struct pd_proc *self = __atomic_load_n(&pd_self, __ATOMIC_ACQUIRE);
+    if (!pd_seg || pd_is_launcher || pd_inert || !self || self->pid != getpid())
+        return NULL;
+    return self;
+}
+
+static void pd_fire_end(struct pd_proc *self)
+{
+    if (__atomic_exchange_n(&pd_end_fired, 1, __ATOMIC_ACQ_REL))
+        return;
+    pd_fire_process_probes(PD_PROBE_PROCESS_END);
+    __atomic_fetch_or(&self->flags, PD_PROCF_ENDED, __ATOMIC_RELEASE);
 }
 
 void pd_process_exec(void)
 {
-    (void)pd_fire_end();
+    struct pd_proc *self = pd_ending_self();
+    if (self)
+        pd_fire_end(self);
 }
 
-/* The process ends: its process.end probes, its table entry marked exited; from the
- * destructor (exit, a return from main) or _exit/_Exit. */
-static void pd_process_ending(void)
+/* The process ends: its process.end probes, then its table entry marked `state`
+ * (EXITED, or KILLED with the signal as `status`) by one thread; from the destructor
+ * (exit, a return from main), _exit/_Exit, or a fatal signal's handler (pd_sigend.c). */
+static void pd_process_ending(uint32_t state, int32_t status)
 {
-    if (!pd_fire_end())
+    struct pd_proc *self = pd_ending_self();
+    if (!self)
         return;
-    pd_self->end_ns = pd_now_ns();
-    __atomic_store_n(&pd_self->state, PD_PROC_EXITED, __ATOMIC_RELEASE);
-    pd_self = NULL; /* the launcher may free the entry for another process now */
+    pd_fire_end(self);
+    if (!__atomic_compare_exchange_n(&pd_self, &self, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return; /* another thread's end marks it */
+    /* from here the launcher may free the entry for another process */
+    self->exit_status = status;
+    self->end_ns = pd_now_ns();
+    __atomic_store_n(&self->state, state, __ATOMIC_RELEASE);
+}
+
+void pd_process_killed(int sig)
+{
+    pd_process_ending(PD_PROC_KILLED, sig);
+}
+
+void pd_process_reaped(pid_t pid, uint32_t state, int status)
+{
+    if (!pd_seg || pd_is_launcher || pd_inert)
+        return;
+    for (uint32_t i = 0; i < pd_hdr->proctab_count; i++) {
+        struct pd_proc *p = pd_proc_at(i);
+        uint32_t st = PD_PROC_ALIVE;
+        if (p->pid != pid || __atomic_load_n(&p->state, __ATOMIC_ACQUIRE) != st ||
+            __atomic_load_n(&p->flags, __ATOMIC_ACQUIRE) & PD_PROCF_ENDED)
+            continue;
+        /* the launcher may be marking it KILLED itself meanwhile: the first store stays */
+        p->exit_status = status;
+        __atomic_compare_exchange_n(&p->state, &st, state, 0, __ATOMIC_ACQ_REL,
+                                    __ATOMIC_RELAXED);
+    }
 }
 
 __attribute__((destructor)) static void pd_target_fini(void)
 {
-    pd_process_ending();
+    pd_process_ending(PD_PROC_EXITED, 0);
 }
 
 /* _exit and _Exit end the process without running destructors (dash's and many
@@ -344,7 +402,7 @@ __attribute__((destructor)) static void pd_target_fini(void)
  * async-signal-safe while _exit is. */
 PD_EXPORT void _exit(int status)
 {
-    pd_process_ending();
+    pd_process_ending(PD_PROC_EXITED, status & 0xff);
     for (;;)
         syscall(SYS_exit_group, status);
 }

@@ -690,6 +690,16 @@ void pd_altstack_init(void); /* pd_altstack.c: per-thread signal stacks */
 void pd_fire_thread_probes(uint32_t kind);  /* pd_registry.c: PD_PROBE_THREAD_* in this thread */
 /* pd_pstack.c: the trampolines' private per-thread stacks. */
 void pd_pstack_init(void);
+struct sigaction;
+/* The next sigaction, not pd_pstack.c's (found in the constructor: async-signal-safe). */
+typedef int (*pd_sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+pd_sigaction_fn pd_real_sigaction(void);
+/* pd_sigend.c: process.end for a process a fatal signal ends. */
+void pd_sigend_init(void);
+int pd_sigend_fatal(int sig);
+void pd_sigend_take(int sig, int siginfo);
+int pd_sigend_is(const struct sigaction *sa);
+void pd_sigend_view(int sig, struct sigaction *old);
 void pd_pstack_set(uintptr_t lo, uintptr_t hi);
 extern __thread uintptr_t pd_ps_save __attribute__((visibility("hidden")));
 extern int pd_ps_enabled;

@@ -239,6 +239,9 @@ PD_PROC_KILLED: Final = 3
 PD_PROC_EXECED: Final = 4
 PD_PROC_REFUSED: Final = 5
 
+PD_PROCF_END_PROBES: Final = 1
+PD_PROCF_ENDED: Final = 2
+
 PD_ABI_X86_64: Final = 1
 PD_ABI_I386: Final = 2
 PD_ABI_AARCH64: Final = 3
@@ -284,6 +287,12 @@ CONST_GROUPS: Final[tuple[ConstGroup, ...]] = (
         Const("PD_PROC_KILLED", PD_PROC_KILLED, "killed by a signal, exit_status = signal"),
         Const("PD_PROC_EXECED", PD_PROC_EXECED, "replaced by exec; the new image has a new entry"),
         Const("PD_PROC_REFUSED", PD_PROC_REFUSED, "module not attached (layout/checksum mismatch)"),
+    )),
+    ConstGroup("procf", "pd_proc.flags", (
+        Const("PD_PROCF_END_PROBES", PD_PROCF_END_PROBES,
+              "the image has process.end probes (a process.end naming another program not)"),
+        Const("PD_PROCF_ENDED", PD_PROCF_ENDED,
+              "its process.end probes ran (exit, a fatal signal, or before an exec)"),
     )),
     ConstGroup("abi", "pd_proc.abi", (
         Const("PD_ABI_X86_64", PD_ABI_X86_64, "x86-64 (m64)"),
@@ -382,7 +391,7 @@ PROC: Final = Struct("pd_proc", (
     Field("sites_armed", "u32", doc="probe sites installed"),
     Field("sites_failed", "u32", doc="probe sites that could not be installed"),
     Field("exit_status", "i32", doc="exit code, or signal number when KILLED"),
-    Field("flags", "u32"),
+    Field("flags", "u32", doc="PD_PROCF_*"),
     Field("start_ns", "u64", doc="CLOCK_MONOTONIC at attach"),
     Field("end_ns", "u64", doc="CLOCK_MONOTONIC at exit/exec, 0 while alive"),
     Field("comm", "u8", 16, doc="NUL-padded"),
