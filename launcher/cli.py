@@ -401,7 +401,7 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
     from .build import runtime_digest
     from .cache import build_private
     from .elf.functions import FunctionSite
-    from .plan import coverage, describe_returns, plan_sites, prepare
+    from .plan import coverage, describe_returns, plan_sites
     from .resolve import Resolver
     from .script import recursion_headroom
     from .session import check_command_target
@@ -443,7 +443,6 @@ def _compile(opts: argparse.Namespace, script: Any, defines: list[str],
         raise ScriptError("no probes found", None,
                           "every probe's body is empty, and empty probes are elided "
                           "(-u keeps them)" if gone else None)
-    prepare(resolution.iter_sites())   # the binaries' facts for every site at once
     from .elf.libraries import symbol_objects
     symbols = symbol_objects(opts.symbol_modules, resolution.objects.values(), opts.ldd, warn)
     step(2, f"resolved {sum(1 for _ in resolution.iter_sites())} probe site(s)", t0)

@@ -10,7 +10,8 @@ The store reuses the module cache's trust checks and locking (cache.py): a file 
 ours, or writable by group/others, is ignored; a computation holds an exclusive lock
 on `<key>.lock` (a concurrent run on the same new binary waits for it); files are
 written to temporaries and renamed.  Without a cache directory (`--disable-cache`,
-a refused one) facts live for the process only.
+a refused one) facts live for the process only.  Site plans (plan/stored.py), many
+per binary, are `<key>.plans` files, evicted apart from the facts.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from .build import sha256
 
 STORE_DIR = "objfacts"
 STORE_KEEP = 192          # fact files kept (least recently used go first)
+FACTS_SUFFIX = ".facts"
+PLANS_SUFFIX = ".plans"   # site plans (plan/stored.py): small, many per binary
+PLANS_KEEP = 1024
 
 Facts = tuple[dict[str, Any], dict[str, "array[int]"]]   # a JSON-able header, int64 arrays
 
@@ -107,15 +111,18 @@ def store_dir() -> Path | None:
 
 
 def load_or_compute(key: str, compute: Callable[[], Facts],
-                    valid: Callable[[Facts], bool] = lambda _facts: True) -> Facts:
-    """The facts named `key`: from the store (if `valid`), else `compute()`, stored."""
+                    valid: Callable[[Facts], bool] = lambda _facts: True,
+                    suffix: str = FACTS_SUFFIX) -> Facts:
+    """The facts named `key`: from the store (if `valid`), else `compute()`, stored.
+    `suffix`: the kind of file, each kind trimmed on its own (PLANS_SUFFIX: a binary's
+    many site plans do not push its facts out)."""
     import fcntl
 
     from .cache import _Lock, _write_atomic
     store = store_dir()
     if store is None:
         return compute()
-    facts = store / f"{key}.facts"
+    facts = store / f"{key}{suffix}"
     found = _read(facts)
     if found is not None and valid(found):
         return found
@@ -128,7 +135,7 @@ def load_or_compute(key: str, compute: Callable[[], Facts],
             _write_atomic(facts, encode(header, arrays))
         except OSError:
             pass
-    _trim(store)
+    _trim(store, suffix, PLANS_KEEP if suffix == PLANS_SUFFIX else STORE_KEEP)
     return header, arrays
 
 
@@ -145,14 +152,14 @@ def _read(facts: Path) -> Facts | None:
         return None          # damaged or not ours: computed again (and replaced if ours)
 
 
-def _trim(store: Path) -> None:
+def _trim(store: Path, suffix: str, keep: int) -> None:
     files = []
-    for p in store.glob("*.facts"):
+    for p in store.glob(f"*{suffix}"):
         try:
             files.append((p.stat().st_mtime, p))
         except OSError:
             pass
-    for _, old in sorted(files)[:-STORE_KEEP]:
+    for _, old in sorted(files)[:-keep]:
         old.unlink(missing_ok=True)
         old.with_suffix(".lock").unlink(missing_ok=True)
         rmtree(old.with_suffix(".d"))

@@ -24,7 +24,7 @@ from elftools.elf.sections import SymbolTableSection
 
 from .build import ModuleSet, link_lib_dirs
 from .cache import program_from_json
-from .elf.reader import ElfFile
+from .elf.elffile import ElfFile
 from .errors import PydynError, TargetError, say
 from .output import OutputSink
 from .program import Program

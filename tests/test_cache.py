@@ -109,9 +109,10 @@ def test_hit_runs_no_compiler_and_parses_no_elf(tmp_path: Path, counter: Path,
     paths = module_paths(p4)
     assert paths[0].name.endswith("_m64.so") and paths[0].parent == entries(cache)[0]
     assert gcc.calls() == []
-    # The guard is real: a miss under PYDYN_DEBUG_NO_ELF must parse ELF and is refused.
-    miss = run_pydyn(cache, "-e", script_for(counter, "probe begin { println(1) }"), "-c",
-                     str(counter), env={"PYDYN_DEBUG_NO_ELF": "1"})
+    # The guard is real: a miss on a binary the cache has not seen must parse ELF and is
+    # refused under PYDYN_DEBUG_NO_ELF (one it has seen gives its facts: factstore.py).
+    miss = run_pydyn(new_cache("miss"), "-e", script_for(counter, "probe begin { println(1) }"),
+                     "-c", str(counter), env={"PYDYN_DEBUG_NO_ELF": "1"})
     assert miss.returncode == 1
     assert "PYDYN_DEBUG_NO_ELF is set, but pydyn parsed the ELF file" in miss.stderr
 

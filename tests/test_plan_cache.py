@@ -1,30 +1,37 @@
 """The binaries' facts patch planning needs are computed once per binary and shared
-(launcher/plan/objfacts.py), and the modules do not depend on the -c target.
+(launcher/plan/objfacts.py), their sites' plans are kept per binary (plan/stored.py),
+and the modules do not depend on the -c target.
 
 - a plan made from stored facts equals one made without a store, on real binaries
   (the examples, python3.11, PostgreSQL's postgres where installed), for marks and
   for function entries and exits;
 - a second new script on the same binary scans nothing (PYDYN_DEBUG_SCANS counts
   every pd_sweep run), and two runs on a new binary at once scan it once;
-- `pydyn -p4 SCRIPT` then `pydyn SCRIPT -c CMD` compiles nothing the second time.
+- `pydyn -p4 SCRIPT` then `pydyn SCRIPT -c CMD` compiles nothing the second time;
+- stored site plans equal computed ones (marks, function entries and exits on the
+  examples, python3.11 and postgres); another binary, another set of sites, another
+  planner version or a damaged file plans again; a copy of a binary takes its plans;
+  a new script on places planned before runs with them (m64 and m32) parsing no ELF.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import run_pydyn, start_pydyn
+from cbuild import build_c, have_m32, run_pydyn, start_pydyn
 from test_cache import FakeGcc, script_for
 from test_cache import counter as counter  # noqa: F401 (the module's fixture, shared)
 
+from pydyn.launcher import factstore
 from pydyn.launcher import plan as patchplan
 from pydyn.launcher.elf.functions import get_functions
 from pydyn.launcher.elf.stapsdt import get_probe_sites
-from pydyn.launcher.plan import objfacts
+from pydyn.launcher.plan import objfacts, stored
 from pydyn.launcher.plan import returns as retplan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -175,3 +182,171 @@ def test_a_pathless_probe_keys_the_target(tmp_path: Path, counter: Path,
     other.chmod(0o755)
     res = run_pydyn(cache, "-v", "-e", script, "-c", f"{other} 3")
     assert res.returncode == 0 and "n=3" in res.stdout, res.stderr
+
+
+# -- the site plans kept per binary (plan/stored.py) -------------------------------------
+
+def _site_script(binary: Path, functions: list[str], mark: str | None) -> str:
+    out = ["global n, r"]
+    if mark:
+        out.append(f'probe process("{binary}").mark("{mark}") {{ n++ }}')
+    for f in functions:
+        out.append(f'probe process("{binary}").function("{f}") {{ n++ }}')
+        out.append(f'probe process("{binary}").function("{f}").return {{ r += $return }}')
+    return "\n".join(out) + "\n"
+
+
+def _site_plans(text: str, root: Path | None) -> patchplan.SitePlans:
+    """`text`'s site plans, made in this process with the facts store at `root`."""
+    from pydyn.launcher.resolve import Resolver
+    from pydyn.launcher.script import parse_script
+    _fresh_analysis()
+    objfacts.set_cache_root(root)
+    try:
+        script, resolution = Resolver(None).resolve_script(parse_script(text, "<test>"))
+        return patchplan.plan_sites(script, resolution, {})
+    finally:
+        objfacts.set_cache_root(None)
+        _fresh_analysis()
+
+
+def _plan_files(root: Path) -> list[Path]:
+    return sorted((root / objfacts.STORE_DIR).glob("*" + factstore.PLANS_SUFFIX))
+
+
+def _exported(binary: Path, n: int) -> list[str]:
+    """`n` exported functions of `binary` with a body worth planning."""
+    return [f.name for f in get_functions(str(binary)).functions
+            if f.size > 32 and f.name.isidentifier()][:n]
+
+
+def _no_planning(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_a: object, **_k: object) -> None:
+        raise AssertionError("planned again: the stored plans were not used")
+    monkeypatch.setattr(patchplan, "_plan_object", refuse)
+
+
+def test_stored_site_plans_equal_computed_ones(tmp_path: Path, counter: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [(counter, "tick", ["main"])]
+    if PYTHON.exists():
+        cases.append((PYTHON, "function__entry", _exported(PYTHON, 6)))
+    if POSTGRES.exists():
+        cases.append((POSTGRES, "transaction__commit",
+                      ["ExecutorStart", "LWLockAcquire", *_exported(POSTGRES, 12)]))
+    mechanisms: set[str] = set()
+    for binary, mark, funcs in cases:
+        text = _site_script(binary, funcs, mark)
+        root = tmp_path / binary.name
+        root.mkdir(mode=0o700)
+        fresh = _site_plans(text, None)
+        first = _site_plans(text, root)            # plans and stores
+        assert len(_plan_files(root)) == 1, binary
+        with monkeypatch.context() as m:
+            _no_planning(m)
+            stored = _site_plans(text, root)       # reads what was stored
+        assert fresh == first == stored, binary
+        assert fresh.marks and fresh.functions, binary
+        tactics = {p.tactic for p in fresh.marks.values()} | {
+            f.entry.tactic for f in fresh.functions.values()}
+        assert "displace" in tactics, binary
+        mechanisms |= {f.returns.mechanism for f in fresh.functions.values() if f.returns}
+    assert mechanisms == {"exits", "hijack"} or not POSTGRES.exists(), mechanisms
+
+
+def test_another_binary_or_planner_plans_again(tmp_path: Path, counter: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "c"
+    root.mkdir(mode=0o700)
+    text = _site_script(counter, ["main"], "tick")
+    fresh = _site_plans(text, root)
+    planned: list[int] = []
+    compute = patchplan._plan_object
+
+    def counting(*a: object, **k: object) -> object:
+        planned.append(1)
+        return compute(*a, **k)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(patchplan, "_plan_object", counting)
+    # a copy of the binary (same bytes, same build-id) elsewhere: the stored plans
+    copy = tmp_path / "copy" / "counter"
+    copy.parent.mkdir()
+    shutil.copy2(counter, copy)
+    assert _site_plans(_site_script(copy, ["main"], "tick"), root) == \
+        _site_plans(_site_script(copy, ["main"], "tick"), None)
+    assert len(planned) == 1 and len(_plan_files(root)) == 1   # only the storeless one
+    # another binary (its own build-id): planned and stored
+    other = tmp_path / "other" / "counter"
+    other.parent.mkdir()
+    build_c(ROOT / "examples" / "src" / "counter.c", other, extra=("-O1",))
+    _site_plans(_site_script(other, ["main"], "tick"), root)
+    assert len(planned) == 2 and len(_plan_files(root)) == 2
+    # another set of sites on the same binary: planned
+    _site_plans(_site_script(counter, ["main"], None), root)
+    assert len(planned) == 3 and len(_plan_files(root)) == 3
+    # another planner (its code or capstone changed): planned again, and equal
+    monkeypatch.setattr(stored, "planner_version", lambda: "another planner")
+    assert _site_plans(text, root) == fresh
+    assert len(planned) == 4 and len(_plan_files(root)) == 4
+    # a damaged file: planned again, and equal
+    monkeypatch.undo()
+    for f in _plan_files(root):
+        f.write_bytes(f.read_bytes()[:-7])
+    monkeypatch.setattr(patchplan, "_plan_object", counting)
+    assert _site_plans(text, root) == fresh
+    assert len(planned) == 5
+
+
+def test_planner_version_follows_the_planning_code(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    stored.planner_version.cache_clear()
+    before = stored.planner_version()
+    plan_dir = Path(stored.__file__).resolve().parent
+    copy = tmp_path / "plan"
+    shutil.copytree(plan_dir, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "x86.py").write_text((copy / "x86.py").read_text() + "\n# changed\n")
+    monkeypatch.setattr(stored, "_HERE", copy)
+    stored.planner_version.cache_clear()
+    try:
+        assert stored.planner_version() != before
+    finally:
+        monkeypatch.undo()
+        stored.planner_version.cache_clear()
+    assert stored.planner_version() == before
+
+
+@pytest.fixture(scope="module")
+def counters(counter: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    out = [counter]
+    if have_m32():
+        out.append(build_c(ROOT / "examples" / "src" / "counter.c",
+                           tmp_path_factory.mktemp("bin32") / "counter32", m32=True))
+    return out
+
+
+def _run_script(binary: Path, n: int) -> str:
+    return (f'global t, e, r\nprobe process("{binary}").mark("tick") {{ t += $arg1 }}\n'
+            f'probe process("{binary}").function("main") {{ e++ }}\n'
+            f'probe process("{binary}").function("main").return {{ r = $return }}\n'
+            f'probe end {{ printf("{n}: t=%d e=%d r=%d\\n", t, e, r) }}\n')
+
+
+def test_a_run_with_stored_plans(counters: list[Path], new_cache: Callable[[str], Path]) -> None:
+    """A new script on places planned before runs with the stored plans (the plan file
+    is read, not written again) and without parsing any ELF file (its headers, sites
+    and functions come from the store too), m64 and m32."""
+    for binary in counters:
+        cache = new_cache("stored-plans")
+
+        res = run_pydyn(cache, "-e", _run_script(binary, 1), "-c", f"{binary} 10")
+        assert res.returncode == 0 and "1: t=45 e=1 r=0" in res.stdout, res.stderr
+        plans = sorted((cache / objfacts.STORE_DIR).glob("*" + factstore.PLANS_SUFFIX))
+        assert len(plans) == 1, binary
+        inode = plans[0].stat().st_ino
+        res = run_pydyn(cache, "-v", "-e", _run_script(binary, 2), "-c", f"{binary} 20",
+                        env={"PYDYN_DEBUG_NO_ELF": "1"})
+        assert res.returncode == 0 and "2: t=190 e=1 r=0" in res.stdout, res.stderr
+        assert "Pass 4: compiled" in res.stderr       # a new script, not a cache hit
+        assert "0 trap" in res.stderr, res.stderr
+        assert sorted((cache / objfacts.STORE_DIR).glob("*" + factstore.PLANS_SUFFIX)) == plans
+        assert plans[0].stat().st_ino == inode, "the plans were computed again"

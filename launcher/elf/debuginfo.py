@@ -58,7 +58,7 @@ def _sections(path: str) -> tuple[bool, str | None, DebugLink | None]:
     """(has .debug_info with contents, hex build-id, debug link) of the ELF at `path`."""
     from elftools.common.exceptions import ELFError
 
-    from .reader import ElfFile
+    from .elffile import ElfFile
 
     try:
         with open(path, "rb") as stream:

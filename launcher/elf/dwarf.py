@@ -309,7 +309,7 @@ def _open(path: str) -> DwarfInfo:
     from elftools.common.exceptions import ELFError
 
     from .debuginfo import find_debug_file, no_debug_info
-    from .reader import ElfFile
+    from .elffile import ElfFile
 
     lookup = find_debug_file(path)
     if lookup.path is None:

@@ -36,7 +36,7 @@ from ..errors import TargetError
 from .argspec import ArgKind, ArgSpec
 from .demangle import function_name, is_mangled
 from .ehframe import fde_ranges
-from .reader import open_elf, read_elf_info
+from .reader import get_elf_info, open_elf, read_elf_info
 from .stapsdt import ProbeSite
 from .symbols import SymbolTable
 
@@ -475,5 +475,4 @@ def _ifunc_targets(point: Any, table: FunctionTable, binary: str, name_pattern: 
 
 
 def _entry_point(path: str) -> int:
-    with open_elf(path) as h:
-        return int(h.elffile["e_entry"])
+    return get_elf_info(path).entry

@@ -1,10 +1,10 @@
 """What pydyn needs to know about an ELF file before it instruments it.
 
-`get_elf_info` reads the headers once with pyelftools and returns a frozen
-`ElfInfo`; every failure a user can cause (missing file, not ELF, truncated,
-corrupt) becomes a `TargetError` naming the path.  `open_elf` is the shared
-entry point of this package: it maps the file read-only so the other modules
-can slice section bytes without copying or seeking.
+`get_elf_info` reads the headers with pyelftools (once per binary where there is a
+facts store) and returns a frozen `ElfInfo`; every failure a user can cause
+(missing file, not ELF, truncated, corrupt) becomes a `TargetError` naming the path.
+`open_elf` is the shared entry point of this package: it maps the file read-only so
+the other modules can slice section bytes without copying or seeking.
 """
 
 from __future__ import annotations
@@ -13,20 +13,16 @@ import errno
 import mmap
 import os
 import stat
-import struct
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
-
-from elftools.common.exceptions import ELFError
-from elftools.construct.core import ConstructError
-from elftools.elf.dynamic import DynamicSegment
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import Section
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TargetError
 from .notes import RawNote, iter_raw_notes
+
+if TYPE_CHECKING:
+    from .elffile import ElfFile
 
 PF_X = 1
 PF_W = 2
@@ -46,37 +42,6 @@ def abi_of_machine(machine: str) -> str | None:
     """'m64' | 'm32' | 'aarch64': the probe module a process of `machine` loads; None
     for a machine pydyn builds none for."""
     return _ABIS.get(machine)
-
-# What pyelftools (and its bundled construct) and struct raise on corrupt input.
-_PARSE_ERRORS = (ELFError, ConstructError, struct.error, UnicodeDecodeError)
-
-
-class ElfFile(ELFFile):
-    """pyelftools' ELFFile, each section made once and hash tables left unparsed.
-
-    pyelftools makes a new section object at every `get_section` (`iter_sections` and
-    `get_section_by_name` included) and parses a `.gnu.hash`/`.hash` table in full when
-    it makes its section: ~20 ms on PostgreSQL's binary, each time.  pydyn looks
-    symbols up in its own tables (symbols.py), never through those, so they stay plain
-    sections of bytes."""
-
-    def __init__(self, stream: Any, stream_loader: Any = None) -> None:
-        self._sections: dict[int, Section] = {}
-        super().__init__(stream, stream_loader)
-
-    def get_section(self, n: int, type: Any = None) -> Section:  # noqa: A002 - pyelftools' name
-        sec = self._sections.get(n)
-        if sec is None:
-            sec = self._sections[n] = super().get_section(n)
-        if type and sec["sh_type"] not in type:
-            raise ELFError(f"Unexpected section type {sec['sh_type']}, expected {type}")
-        return sec
-
-    def _make_section(self, section_header: Any) -> Section:
-        if section_header["sh_type"] in ("SHT_GNU_HASH", "SHT_HASH"):
-            return Section(section_header, self._get_section_name(section_header), self)
-        return super()._make_section(section_header)
-
 
 @dataclass(frozen=True)
 class LoadSegment:
@@ -137,6 +102,7 @@ class ElfInfo:
     runpath_is_rpath: bool = False  # `runpath` came from DT_RPATH (searched before LD_LIBRARY_PATH)
     soname: str | None = None
     little_endian: bool = True
+    entry: int = 0                  # e_entry
 
     @property
     def abi(self) -> str:
@@ -238,16 +204,17 @@ def open_elf(path: str) -> Iterator[ElfHandle]:
             data: bytes | mmap.mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except (OSError, ValueError) as exc:
             raise TargetError(path, f"cannot map file: {exc}") from None
+        from .elffile import PARSE_ERRORS, ElfFile
         try:
             try:
                 elffile = ElfFile(f)
-            except _PARSE_ERRORS as exc:
+            except PARSE_ERRORS as exc:
                 raise TargetError(path, f"malformed ELF file ({exc})") from None
             handle = ElfHandle(path, os.path.realpath(path), elffile, data, st)
             _check_tables(handle)
             try:
                 yield handle
-            except _PARSE_ERRORS as exc:
+            except PARSE_ERRORS as exc:
                 raise TargetError(path, f"malformed ELF file ({exc})") from None
             except OSError as exc:
                 raise TargetError(path, _os_reason(exc)) from None
@@ -278,6 +245,7 @@ def _check_tables(h: ElfHandle) -> None:
 
 def read_elf_info(h: ElfHandle) -> ElfInfo:
     """Build the ElfInfo of an open file (see `get_elf_info`)."""
+    from elftools.elf.dynamic import DynamicSegment
     elf = h.elffile
     machine_id = elf.header["e_machine"]
     machine = _MACHINES.get(str(machine_id), str(machine_id).removeprefix("EM_").lower())
@@ -286,7 +254,7 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
     segments: list[LoadSegment] = []
     tls: tuple[int, int, int] | None = None
     build_id: str | None = None
-    dynamic: DynamicSegment | None = None
+    dynamic: Any = None
     for seg in elf.iter_segments():
         ptype = seg["p_type"]
         if ptype == "PT_LOAD":
@@ -348,6 +316,7 @@ def read_elf_info(h: ElfHandle) -> ElfInfo:
         runpath_is_rpath=not runpath and bool(rpath),
         soname=soname,
         little_endian=elf.little_endian,
+        entry=int(elf.header["e_entry"]),
     )
 
 
@@ -361,10 +330,49 @@ def _find_build_id(h: ElfHandle, offset: int, size: int, little_endian: bool) ->
     return None
 
 
+ELF_INFO_FORMAT = 1    # of the headers kept per binary (factstore.py)
+
+
 def get_elf_info(path: str) -> ElfInfo:
-    """Headers of the ELF file at `path`; TargetError("PATH: reason") if it is not one."""
-    with open_elf(path) as h:
-        return read_elf_info(h)
+    """Headers of the ELF file at `path`; TargetError("PATH: reason") if it is not one.
+
+    What they say depends on the file's bytes alone: read once per binary (with
+    pyelftools, whose import a new script on a known binary then does not pay) and
+    kept in the facts store, for a file of the size they were read from; the path and
+    the set-id check are the file's own."""
+    from ..factstore import binary_key, load_or_compute, store_dir
+    key = st = None
+    try:
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode) and store_dir() is not None:
+            key = binary_key(path, f"elf info {ELF_INFO_FORMAT} {' '.join(_INFO_FIELDS)}")
+    except OSError:
+        pass
+    if key is None or st is None:
+        with open_elf(path) as h:      # reports what is wrong
+            return read_elf_info(h)
+    size = st.st_size
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        with open_elf(path) as h:
+            info = read_elf_info(h)
+        return {"size": size, "info": [
+            [[sg.vaddr, sg.memsz, sg.offset, sg.filesz, sg.flags] for sg in v]
+            if k == "segments" else v
+            for k, v in ((f, getattr(info, f)) for f in _INFO_FIELDS)]}, {}
+
+    header, _ = load_or_compute(
+        key, compute, lambda facts: facts[0].get("size") == size and
+        len(facts[0].get("info", ())) == len(_INFO_FIELDS))
+    d = dict(zip(_INFO_FIELDS, header["info"], strict=True))
+    return ElfInfo(**dict(
+        d, path=os.path.realpath(path), is_setuid=secure_exec(st),
+        needed=tuple(d["needed"]), runpath=tuple(d["runpath"]),
+        segments=tuple(LoadSegment(*sg) for sg in d["segments"]),
+        tls=tuple(d["tls"]) if d["tls"] is not None else None))
+
+
+_INFO_FIELDS = tuple(ElfInfo.__dataclass_fields__)
 
 
 def secure_exec(st: os.stat_result) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import TargetError
 from .argspec import ArgKind, ArgParser, ArgSpec
 from .notes import BadNote, iter_note_spans
-from .reader import ElfHandle, ElfInfo, LoadSegment, open_elf, read_elf_info
+from .reader import ElfHandle, ElfInfo, LoadSegment, get_elf_info, open_elf, read_elf_info
 from .symbols import SymbolTable
 
 NT_STAPSDT = 3
@@ -294,12 +294,16 @@ def get_probe_sites(path: str) -> SiteScan:
     once per binary (tens of milliseconds on PostgreSQL, whose argument forms name
     symbols) and kept in the facts store (factstore.py)."""
     from ..factstore import binary_key, load_or_compute, store_dir
-    with open_elf(path) as h:
-        info = read_elf_info(h)
-        if store_dir() is None:
-            return _scan(h, info)
-        header, _ = load_or_compute(binary_key(path, f"usdt sites {SITES_FORMAT}"),
-                                    lambda: (_scan_facts(_scan(h, info)), {}))
+    if store_dir() is None:
+        with open_elf(path) as h:
+            return _scan(h, read_elf_info(h))
+    info = get_elf_info(path)
+
+    def compute() -> tuple[dict[str, Any], dict[str, Any]]:
+        with open_elf(path) as h:
+            return _scan_facts(_scan(h, info)), {}
+
+    header, _ = load_or_compute(binary_key(path, f"usdt sites {SITES_FORMAT}"), compute)
     return SiteScan(
         info,
         tuple(ProbeSite(info.path, provider, name, pc, sem, text,

@@ -21,9 +21,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from elftools.common.exceptions import DWARFError, ELFError
-from elftools.dwarf.callframe import FDE
-
 from ..errors import TargetError
 from .functions import get_functions
 from .reader import get_elf_info, open_elf
@@ -79,6 +76,8 @@ def _encode(t: UnwindTable) -> tuple[dict[str, Any], dict[str, array[int]]]:
 
 
 def _compute(path: str) -> UnwindTable:
+    from elftools.common.exceptions import DWARFError, ELFError
+    from elftools.dwarf.callframe import FDE
     funcs = get_functions(path)
     first: dict[int, tuple[int, int, str]] = {}
     for f in funcs.functions:   # the preferred name of each address comes first

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import NamedTuple
 
 from ..elf import dwarf
@@ -22,8 +23,9 @@ from ..elf.stapsdt import ProbeSite
 from ..resolve import Resolution
 from ..script import ast
 from ..script.walk import is_param_name, iter_nodes, reads_return_value
-from . import aarch64, x86
+from . import aarch64, stored, x86
 from .returns import ReturnPlan, describe_returns, hijack, plan_returns
+from .stored import FunctionRequest
 from .x86 import PatchPlan, coverage, plan_c, trap
 
 __all__ = ["EntryKeep", "FunctionPlan", "PatchPlan", "ReturnPlan", "SitePlans", "coverage",
@@ -141,8 +143,7 @@ def plan_sites(script: ast.Script, resolution: Resolution,
     params = any(isinstance(n, ast.TargetSymbol) and (
         is_param_name(n.name) or n.name in ("$$parms", "$$vars", "$$locals"))
         for n in iter_nodes(script.probes))
-    prepare(resolution.iter_sites())   # what the binaries say of every site, at once
-    marks: dict[tuple[str, int], PatchPlan] = {}
+    mark_sites: dict[tuple[str, int], ProbeSite] = {}
     # per function: its entry site, whether it has return probes, reads $return
     funcs: dict[tuple[str, int], tuple[FunctionSite, bool, bool]] = {}
     keeps: dict[int, tuple[EntryKeep, ...]] = {}
@@ -158,13 +159,40 @@ def plan_sites(script: ast.Script, resolution: Resolution,
         for site in sites:
             key = (site.path, site.pc)
             if not isinstance(site, FunctionSite):
-                if key not in marks:
-                    marks[key] = plan_site(site)
+                mark_sites.setdefault(key, site)
                 continue
             _, ret, rv = funcs.get(key, (site, False, False))
             funcs[key] = (site, ret or site.is_return, rv or (site.is_return and uses_return))
+    # plans of one object depend on each other (the bytes they claim): planned, and
+    # stored, per object (stored.py)
+    by_path: dict[str, tuple[list[ProbeSite], list[FunctionRequest]]] = {}
+    for (path, _pc), site in mark_sites.items():
+        by_path.setdefault(path, ([], []))[0].append(site)
+    for (path, pc), (site, has_returns, uses_return) in funcs.items():
+        by_path.setdefault(path, ([], []))[1].append(
+            (site, has_returns, uses_return, (path, pc) in mark_sites))
+    marks: dict[tuple[str, int], PatchPlan] = {}
     functions: dict[tuple[str, int], FunctionPlan] = {}
-    for key, (site, has_returns, uses_return) in funcs.items():
+    for path, (msites, fsites) in by_path.items():
+        mplans, fplans = stored.load_or_plan(path, msites, fsites, forced,
+                                             partial(_plan_object, msites, fsites, forced))
+        for site, plan in zip(msites, mplans, strict=True):
+            marks[(site.path, site.pc)] = plan
+        for (site, *_r), (entry, rplan) in zip(fsites, fplans, strict=True):
+            functions[(site.path, site.pc)] = FunctionPlan(
+                entry, rplan,
+                dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
+    return SitePlans(marks, functions, keeps)
+
+
+def _plan_object(marks: list[ProbeSite], functions: list[FunctionRequest], forced: bool,
+                 ) -> tuple[list[PatchPlan], list[tuple[PatchPlan, ReturnPlan | None]]]:
+    """The plans of one object's sites, marks first (in the order given), then each
+    function's returns and entry."""
+    prepare([*marks, *(site for site, *_r in functions)])
+    mplans = [plan_site(site) for site in marks]
+    fplans: list[tuple[PatchPlan, ReturnPlan | None]] = []
+    for site, has_returns, uses_return, mark_at_entry in functions:
         arch = _ARCHES.get(site.machine)
         if not has_returns:
             rplan = None
@@ -173,11 +201,9 @@ def plan_sites(script: ast.Script, resolution: Resolution,
         else:
             rplan = plan_returns(site, site.func_addr, site.func_size,
                                  return_value=uses_return, forced=forced,
-                                 mark_at_entry=key in marks)
-        functions[key] = FunctionPlan(
-            plan_function(site), rplan,
-            dwarf.param_locations(site.path, site.func_addr, site.pc) if params else {})
-    return SitePlans(marks, functions, keeps)
+                                 mark_at_entry=mark_at_entry)
+        fplans.append((plan_function(site), rplan))
+    return mplans, fplans
 
 
 def _entry_keeps(probe: ast.Probe, sites: list[ProbeSite]) -> tuple[EntryKeep, ...]:

@@ -723,7 +723,7 @@ def _landing_pads(table: tuple[int, bytes], lsda: int, func: int, bits: int) -> 
 
 def _compute(path: str) -> Facts:
     """The whole-binary facts of the object at `path`."""
-    from ..elf.reader import ElfFile
+    from ..elf.elffile import ElfFile
 
     with open(path, "rb") as f:
         elf = ElfFile(f)

@@ -95,7 +95,7 @@ class _Image:
 def _image_cached(path: str, mtime: int, size: int) -> _Image:
     from elftools.elf.sections import SymbolTableSection
 
-    from ..elf.reader import ElfFile
+    from ..elf.elffile import ElfFile
 
     img = _Image(set(), {}, [], [], 0)
     with open(path, "rb") as f:
