@@ -71,9 +71,6 @@ py-install:
 	@# these every run compiles the launcher again (~50 ms CPU of a warm run, more of a cold
 	@# one). pip compiled the dependencies.
 	@$(VPY) -m compileall -q launcher shmlayout runtime build/__editable__.pydyn-*
-	@# The same for the methods dataclasses compile from source at every start (~60 ms of
-	@# a new script's CPU): launcher/methodcache.py.
-	@$(VPY) -c 'from pydyn.launcher.methodcache import build; build()' 2>/dev/null
 
 examples/bin/counter: examples/src/counter.c
 	@mkdir -p examples/bin
