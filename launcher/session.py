@@ -895,9 +895,9 @@ class Session:
         if h.reentered_count:
             self.log(f"WARNING: Skipped due to reentrancy: {h.reentered_count} (last: "
                      f"{module.probe_point(int(h.reentered_probe) - 1)}, hit while its thread "
-                     "ran a handler: a signal handler's hit, or a function a handler calls; "
-                     "docs/differences-from-stap.md lists the libc functions pydyn's "
-                     "handlers call)")
+                     "ran a handler: a signal handler's hit, or a function a handler calls "
+                     "-- docs/probe-points.md lists the libc functions pydyn's handlers "
+                     "call)")
         if h.lock_timeouts:
             self.log(f"WARNING: {h.lock_timeouts} wait(s) for a segment lock given up: its "
                      "holder was stopped (SIGSTOP, a debugger) or held it longer than "

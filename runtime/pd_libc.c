@@ -5,7 +5,7 @@
  * initialisers -- to these, never to libc's.  So a probe on libc's memcpy, strlen,
  * memset, strchrnul (which libc's printf calls), ... counts the program's calls only:
  * pydyn's handlers neither add to it nor re-enter it (a hit inside a handler is
- * skipped).  docs/differences-from-stap.md lists the libc functions the runtime still
+ * skipped).  docs/probe-points.md lists the libc functions the runtime still
  * calls from a handler.
  *
  * Each is general-regs-only (PD_FAST_FN): callable with the program's vector registers

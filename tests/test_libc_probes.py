@@ -102,8 +102,8 @@ def test_reentered_probe_named(target: tuple[str, Path], cache: Path) -> None:
     skipped = [ln for ln in lines if ln.startswith("WARNING: Number of errors: 0, skipped")]
     reentered = [ln for ln in lines if ln.startswith("WARNING: Skipped due to reentrancy: ")]
     assert len(skipped) == 1 and len(reentered) == 1, res.stderr
-    n = int(skipped[0].rsplit(" ", 1)[1])
-    assert n >= 21 and reentered[0].startswith(f"WARNING: Skipped due to reentrancy: {n} ")
+    n = int(skipped[0].rsplit(" ", 1)[1])   # (a thread's first clock read at least)
+    assert n >= 1 and reentered[0].startswith(f"WARNING: Skipped due to reentrancy: {n} ")
     assert f'(last: {lib}.function("clock_gettime"), hit while its thread ran a handler' \
         in reentered[0], reentered[0]
 
