@@ -25,6 +25,7 @@ int pd_launcher_attach(const char *name);
 void pd_launcher_init_globals(void);
 int pd_launcher_run(uint32_t kind);
 void pd_launcher_run_probe(uint32_t index);
+const char *pd_launcher_probe_pp(uint32_t index);
 uint32_t pd_launcher_drain(uint8_t *out, uint32_t cap);
 size_t pd_launcher_hist_draw(char *buf, size_t cap, const int64_t *h, uint32_t n,
                              int log, int64_t start, int64_t interval);

@@ -340,6 +340,11 @@ class _Module:
         self.checksum = bytes(self.ffi.buffer(info.checksum, 32))
         self.globals_size = int(info.globals_size)
 
+    def probe_point(self, index: int) -> str:
+        """Probe `index`'s point as the script names it ("?" for none)."""
+        pp = self.lib.pd_launcher_probe_pp(index) if index >= 0 else self.ffi.NULL
+        return self.ffi.string(pp).decode(errors="replace") if pp != self.ffi.NULL else "?"
+
     def draw_hist(self, hist: HistFormat, buckets: list[int]) -> str:
         """The text of a print(@hist_*(x)) record, drawn by the module's C (pd_hist.c)."""
         counts = self.ffi.new("int64_t[]", buckets)
@@ -674,7 +679,7 @@ class Session:
             drain.join()
             if self._drain_error is not None:
                 raise self._drain_error
-            return self._result(child)
+            return self._result(child, module)
         finally:
             _undefer_stop_signals(deferred)   # (an error before the wait)
             if inherited_fd >= 0:
@@ -934,7 +939,7 @@ class Session:
             if pidfd >= 0:
                 os.close(pidfd)
 
-    def _result(self, child: subprocess.Popen[bytes] | None) -> SessionResult:
+    def _result(self, child: subprocess.Popen[bytes] | None, module: _Module) -> SessionResult:
         h = self.view.header
         stuck, stuck_msg = self._stuck
         errors = int(h.error_count) + stuck
@@ -946,6 +951,12 @@ class Session:
             self.log(f"WARNING: Number of errors: {errors}, skipped probes: {skipped}")
             for kind in sorted(self.sink.error_kinds):
                 self.log(f"hint: {kind}: {LIMIT_ADVICE[kind]}")
+        if h.reentered_count:
+            self.log(f"WARNING: Skipped due to reentrancy: {h.reentered_count} (last: "
+                     f"{module.probe_point(int(h.reentered_probe) - 1)}, hit while its thread "
+                     "ran a handler: a signal handler's hit, or a function a handler calls "
+                     "-- docs/probe-points.md lists the libc functions pydyn's handlers "
+                     "call)")
         if h.lock_timeouts:
             self.log(f"WARNING: {h.lock_timeouts} wait(s) for a segment lock given up: its "
                      "holder was stopped (SIGSTOP, a debugger) or held it longer than "

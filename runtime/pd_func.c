@@ -177,7 +177,7 @@ pd_func_fast(struct pd_thread *t, const struct pd_probe *p, uint8_t *globals,
     if (PD_UNLIKELY(!guard))
         guard = pd_guard_init(t); /* not hoisted: a TLS descriptor call */
     if (PD_UNLIKELY(*guard)) { /* a signal handler inside a handler: as pd_run does */
-        pd_count_skipped(1);
+        pd_count_reentered(p);
         return;
     }
     struct pd_ctx *c = (struct pd_ctx *)t->fctx;

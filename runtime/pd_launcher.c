@@ -51,6 +51,12 @@ PD_EXPORT void pd_launcher_run_probe(uint32_t index)
         pd_run(&pd_probes[index], NULL, NULL, 0);
 }
 
+/* A probe's point as the script named it, for the exit report; NULL past the last. */
+PD_EXPORT const char *pd_launcher_probe_pp(uint32_t index)
+{
+    return index < pd_module.nprobes ? pd_probes[index].pp : NULL;
+}
+
 /* Draws the buckets of a print(@hist_*(x)) record (pd_stat_emit_hist) into buf, with
  * the module's HIST_WIDTH and HIST_ELISION: see pd_hist_draw. */
 PD_EXPORT size_t pd_launcher_hist_draw(char *buf, size_t cap, const int64_t *h, uint32_t n,

@@ -76,7 +76,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
         return;
     PD_GUARD(guard);
     if (*guard) {
-        __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+        pd_count_reentered(p);
         return;
     }
     *guard = 1;
@@ -208,7 +208,7 @@ pd_fast_run(const struct pd_probe *p, const struct pd_fast_env *env, const struc
         return;
     struct pd_fast_tls *t = pd_fast_tls_of(env);
     if (t->busy) { /* a signal handler's probe inside a handler: as pd_run does */
-        __atomic_add_fetch(env->skipped, 1, __ATOMIC_RELAXED);
+        pd_count_reentered(p);
         return;
     }
     t->busy = 1;
@@ -324,6 +324,19 @@ PD_FAST_FN int pd_session_running(void)
 {
     return pd_seg && __atomic_load_n(&pd_hdr->session_state, __ATOMIC_ACQUIRE) ==
                          PD_SESSION_RUNNING;
+}
+
+/* A hit while its thread already runs a handler (a signal handler's probe, or a
+ * function the handler calls itself: runtime/pd_libc.c keeps libc's string functions
+ * out of it): skipped, counted apart so the exit report can name the cause. */
+__attribute__((noinline, cold)) PD_FAST_FN void pd_count_reentered(const struct pd_probe *p)
+{
+    if (!pd_seg)
+        return;
+    __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&pd_hdr->reentered_count, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&pd_hdr->reentered_probe, (uint32_t)(p - pd_probes) + 1,
+                     __ATOMIC_RELAXED);
 }
 
 PD_FAST_FN void pd_count_skipped(unsigned n)

@@ -42,7 +42,6 @@ void pd_fast_env_set(int on)
     }
     pd_fenv.globals = pd_seg + pd_hdr->globals_off;
     pd_fenv.maxaction = pd_hdr->maxaction ? pd_hdr->maxaction : MAXACTION;
-    pd_fenv.skipped = &pd_hdr->skipped_count;
     /* static TLS (preloaded, not the launcher's or -x's dlopen): one offset for every thread */
     pd_fenv.tls_off = pd_is_launcher || pd_xmm_always
         ? 0 : (intptr_t)((uintptr_t)&pd_in_handler - pd_thread_pointer());

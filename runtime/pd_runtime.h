@@ -260,6 +260,7 @@ PD_FAST_FN void pd_run_probe(const struct pd_probe *p, const struct pd_site *sit
                              const struct pd_regs *regs, uintptr_t bias);
 PD_FAST_FN int pd_session_running(void);
 PD_FAST_FN void pd_count_skipped(unsigned n);
+PD_FAST_FN void pd_count_reentered(const struct pd_probe *p);
 /* fn(a, b, c, d) with every vector register kept (arch/x86_64/x86_64_ret.S; i386:
  * arch/i386/pd_fast_i386.S, also the x87 state; aarch64: a plain call): how PD_FAST_FN code calls code that may use them.  pd_xmm_always: the
  * stubs and pd_ret_tramp save them themselves (a module dlopened by -x, whose TLS
@@ -321,14 +322,13 @@ extern __thread struct pd_fast_tls pd_in_handler __attribute__((visibility("hidd
  * state: the segment's session_state, or a word of 0 before that and once inert (one
  * load says whether probes may run); tls_off: pd_in_handler's offset from the thread
  * pointer when this module's TLS is static (preloaded), 0 when it may be dynamic (-x);
- * skipped: the header's skipped_count; epoch: see pd_fast_tls.  A FAST mark stub passes
- * its address, so the i386 path needs no PIC register. */
+ * epoch: see pd_fast_tls.  A FAST mark stub passes its address, so the i386 path needs
+ * no PIC register. */
 struct pd_fast_env {
     const uint32_t *state;
     uint8_t *globals;
     int64_t maxaction;
     intptr_t tls_off;
-    uint32_t *skipped;
     uint32_t epoch; /* bumped at every join: a context from before takes the new values */
 };
 extern struct pd_fast_env pd_fenv __attribute__((visibility("hidden")));

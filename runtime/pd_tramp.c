@@ -2,6 +2,7 @@
  * copies within reach of each object, and the walk over an object's sites that has the
  * arch write them. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,59 @@
 
 /* ---- trampoline memory ---------------------------------------------------- */
 
+#if PD_TRAMP_REACH
+/* /proc/self/maps read with read(2) and parsed here, a mapping's start and end at a
+ * time: stdio and sscanf would run libc's memcpy, memchr, strlen, ... while the
+ * program's probes on them may already be armed. */
+struct pd_maps {
+    int fd;
+    size_t len, at;
+    char buf[4096];
+};
+
+static int pd_maps_getc(struct pd_maps *m)
+{
+    if (m->at == m->len) {
+        ssize_t n = read(m->fd, m->buf, sizeof m->buf);
+        if (n <= 0)
+            return -1;
+        m->len = (size_t)n;
+        m->at = 0;
+    }
+    return (unsigned char)m->buf[m->at++];
+}
+
+/* Hex digits up to `end` (consumed) into *v; 0 if anything else comes first (a newline
+ * is left for the caller). */
+static int pd_maps_hex(struct pd_maps *m, unsigned long *v, int end)
+{
+    int ch, digits = 0;
+    for (*v = 0; (ch = pd_maps_getc(m)) != end; digits++) {
+        int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+        if (d < 0) {
+            if (ch == '\n')
+                m->at--;
+            return 0;
+        }
+        *v = *v << 4 | (unsigned long)d;
+    }
+    return digits > 0;
+}
+
+/* The next mapping's start and end: 1; 0 for a line not so shaped; -1 at the end. */
+static int pd_maps_next(struct pd_maps *m, unsigned long *start, unsigned long *end)
+{
+    int ok = pd_maps_hex(m, start, '-') && pd_maps_hex(m, end, ' ');
+    for (;;) { /* the rest of the line */
+        int ch = pd_maps_getc(m);
+        if (ch == '\n')
+            return ok;
+        if (ch < 0)
+            return ok ? 1 : -1;
+    }
+}
+#endif
+
 /* Maps `size` bytes RW within PD_TRAMP_REACH of every address in [lo, hi): the free
  * gap nearest the object in /proc/self/maps (MAP_FIXED_NOREPLACE); anywhere where
  * the arch's jumps reach everything (PD_TRAMP_REACH 0: i386). */
@@ -24,17 +78,17 @@ static uint8_t *pd_map_near(uintptr_t lo, uintptr_t hi, size_t size)
 {
 #if PD_TRAMP_REACH
     const uintptr_t reach = PD_TRAMP_REACH;
-    FILE *f = fopen("/proc/self/maps", "re");
-    if (!f)
+    struct pd_maps maps = {open("/proc/self/maps", O_RDONLY | O_CLOEXEC), 0, 0, {0}};
+    if (maps.fd < 0)
         return NULL;
     uintptr_t best = 0, best_dist = UINTPTR_MAX, prev_end = 0x10000;
     long page = sysconf(_SC_PAGESIZE);
-    char line[512];
     for (;;) {
         unsigned long s = 0, en = 0;
-        int more = fgets(line, sizeof line, f) != NULL;
-        if (more && sscanf(line, "%lx-%lx", &s, &en) != 2)
+        int got = pd_maps_next(&maps, &s, &en);
+        if (got == 0)
             continue;
+        int more = got > 0;
         if (!more)
             s = 0x7ffffffff000UL; /* the gap after the last mapping */
         if (s > prev_end && s - prev_end >= size) {
@@ -55,7 +109,7 @@ static uint8_t *pd_map_near(uintptr_t lo, uintptr_t hi, size_t size)
         if (en > prev_end)
             prev_end = en;
     }
-    fclose(f);
+    close(maps.fd);
     if (!best)
         return NULL;
     void *m = mmap((void *)best, size, PROT_READ | PROT_WRITE,

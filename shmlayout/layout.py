@@ -224,7 +224,7 @@ class ConstGroup(NamedTuple):
 # names and values (tests check they agree) plus the docs for the C header.
 
 PD_MAGIC: Final = 0x4D48535F4E594450
-PD_LAYOUT_VERSION: Final = 6
+PD_LAYOUT_VERSION: Final = 7
 PD_CHECKSUM_LEN: Final = 32
 
 PD_SESSION_STARTING: Final = 0
@@ -381,6 +381,10 @@ HEADER: Final = Struct("pd_header", (
     # say at the exit which probed programs and libraries no process ever loaded.
     Field("objects_loaded_lo", "u32", doc="objects 0-31 some process loaded, a bit each"),
     Field("objects_loaded_hi", "u32", doc="objects 32-63 some process loaded, a bit each"),
+    # Hits skipped by the reentrancy guard (also in skipped_count): the exit report names
+    # the cause, as stap's "Skipped due to reentrancy", and the probe.
+    Field("reentered_count", "u32", doc="probe hits skipped: their thread was in a handler"),
+    Field("reentered_probe", "u32", doc="1 + index of the last probe so skipped; 0: none"),
 ), size=512, doc="segment header, at offset 0")
 
 PROC: Final = Struct("pd_proc", (
