@@ -43,9 +43,11 @@ def check(out: str) -> None:
     assert set(got) == {"dr", "dm"}, out
     for name, (count, lo, hi, avg) in got.items():
         assert count == N, (name, out)
-        assert lo >= -1000, (name, out)          # the probe reads after the program
-        assert 0 <= avg < 20_000, (name, out)    # ns: the reads are a few ns apart
-        assert hi < 1_000_000_000, (name, out)
+        # the probe reads after the program, a few ns later when nothing preempts it: the
+        # closest pair shows the clocks agree in base and unit (the mean would measure
+        # the machine's load)
+        assert -1000 <= lo < 20_000, (name, out)
+        assert lo <= avg and hi < 1_000_000_000, (name, out)
 
 
 def test_fast_handler_clocks(target: Path, cache: Path) -> None:

@@ -15,7 +15,6 @@ import stat
 import struct
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -499,8 +498,9 @@ def test_nop_lengths() -> None:
     assert nop_length(bytes.fromhex("c0035fd6"), "aarch64") == 0
 
 
-def test_many_notes_are_fast(tmp_path: Path) -> None:
-    """20k probe sites in one binary: the scan stays well under a second.
+def test_many_notes_are_all_read(tmp_path: Path) -> None:
+    """20k probe sites in one binary, each read whole (how fast many points resolve is
+    bench/coldstart.py's measure, not a test's).
 
     Each note has its own name, pc and argument string; the operands in them
     repeat as in real code (a few registers, stack slots and constants).
@@ -524,14 +524,11 @@ def test_many_notes_are_fast(tmp_path: Path) -> None:
     src = tmp_path / "bulk.s"
     src.write_text("\n".join(lines) + "\n")
     prog = build_c(src, tmp_path / "bulk")
-    t0 = time.perf_counter()
     scan = get_probe_sites(str(prog))
-    elapsed = time.perf_counter() - t0
     assert len(scan.sites) == n and not scan.skipped
     last = scan.sites[-1]
     assert last.name == f"p{n - 1}" and len({s.pc for s in scan.sites}) == n
     assert last.args[2].disp == -8 * ((n - 1) % 512) and last.args[3].value == (n - 1) % 1000
-    assert elapsed < 1.0, f"{n} notes took {elapsed:.2f}s"
 
 
 # --- errors ------------------------------------------------------------------------------
