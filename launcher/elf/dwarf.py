@@ -174,6 +174,12 @@ class DwarfInfo:
             self._vars[key] = hit
         return hit
 
+    def scope_names(self, func: DwarfFunction, pc: int) -> tuple[str, ...]:
+        """The variables in scope at `pc` inside `func`, in stap's `$$vars` order."""
+        cu = self.dwarf.get_CU_at(func.cu_offset)
+        return self.reader.scope_names(cu, self.dwarf.get_DIE_from_refaddr(func.die_offset, cu),
+                                       pc)
+
     def _all_cus(self) -> Iterator[dict[int, DwarfFunction]]:
         if self._walked:
             yield from self._cus.values()
@@ -555,6 +561,31 @@ class _Reader:
             func = copy
         scope(func)
         return tuple(found.values())
+
+    def scope_names(self, cu: Any, func: Any, pc: int) -> tuple[str, ...]:
+        """The names of the parameters and variables in scope at `pc` in stap's order
+        of `$$vars` (its getscopes walk): the innermost lexical block or inlined copy
+        holding `pc` first, out to the function, each scope's in DIE order (statics
+        too); a shadowed name once, the innermost."""
+        top = cu.get_top_DIE()
+        base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
+            else 0
+        chain = [func]
+        while True:
+            inner = next((c for c in chain[-1].iter_children()
+                          if c.tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine")
+                          and self._contains(cu, c, pc, base)), None)
+            if inner is None:
+                break
+            chain.append(inner)
+        names: dict[str, None] = {}
+        for die in reversed(chain):
+            for child in die.iter_children():
+                if child.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                    name = die_attr(child, "DW_AT_name")
+                    if name is not None:
+                        names.setdefault(name.decode(errors="replace"))
+        return tuple(names)
 
     def _innermost_copy(self, cu: Any, die: Any, pc: int, base: int) -> Any:
         """The innermost DW_TAG_inlined_subroutine under `die` that holds `pc`."""
