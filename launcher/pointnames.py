@@ -99,7 +99,7 @@ def _script_name(comps: Sequence[ast.Component], site: ProbeSite, program: str,
     for c in comps:
         arg = c.arg
         if c.name == "process":
-            arg = program
+            arg = program or site.path
         elif c.name == "provider":
             arg = site.provider
         elif c.name == "mark":

@@ -105,7 +105,8 @@ class DwarfFunction:
     @property
     def where(self) -> str:
         """`add@/src/t.c:12`, as stap names a function probe point."""
-        return f"{self.name}@{self.decl_file}:{self.decl_line}"
+        from ..pointnames import canonical
+        return canonical(self.name, self.decl_file, self.decl_line)
 
     def param(self, name: str) -> DwarfParam | None:
         return next((p for p in self.params if p.name == name), None)
@@ -811,6 +812,15 @@ def die_holder(die: Any, name: str) -> Any:
 def die_attr(die: Any, name: str) -> Any:
     holder = die_holder(die, name)
     return holder.attributes[name].value if holder is not None else None
+
+
+def decl_source(files: dict[int, str], die: Any) -> str:
+    """"FILE:LINE" of a DIE's declaration (DW_AT_decl_file, DW_AT_decl_line), "" if none;
+    `files` is its unit's file table (_Reader.files)."""
+    index = die_attr(die, "DW_AT_decl_file")
+    if index is None:
+        return ""
+    return f"{files.get(index, '??')}:{die_attr(die, 'DW_AT_decl_line') or 0}"
 
 
 def type_die(die: Any) -> Any:

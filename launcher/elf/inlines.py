@@ -63,7 +63,7 @@ def _first_address(dwarf: Any, cu: Any, die: Any, base: int, default: int | None
 
 def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
     """Every inlined copy of a function whose name matches the glob `name_pattern`."""
-    from .dwarf import die_attr, get_dwarf
+    from .dwarf import decl_source, die_attr, get_dwarf
 
     info = get_dwarf(binary)
     table = get_functions(binary)
@@ -81,10 +81,8 @@ def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
                         name.decode(errors="replace"), name_pattern):
                     if files is None:
                         files = info.reader.files(cu)
-                    decl = die_attr(die, "DW_AT_decl_file")
-                    source = f"{files.get(decl, '??')}:{die_attr(die, 'DW_AT_decl_line') or 0}" \
-                        if decl is not None else ""
-                    origins[die.offset] = (name.decode(errors="replace"), source)
+                    origins[die.offset] = (name.decode(errors="replace"),
+                                           decl_source(files, die))
             if not origins:
                 continue
             for die in cu.iter_DIEs():

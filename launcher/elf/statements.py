@@ -140,7 +140,7 @@ def _site(table: FunctionTable, f: Any, pc: int, source: str = "",
 def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
     """`.function("FUNC").label("NAME")`: the address of each C label NAME (a glob)
     in the functions FUNC matches, from their DWARF `DW_TAG_label`s."""
-    from .dwarf import die_attr, get_dwarf
+    from .dwarf import decl_source, die_attr, get_dwarf
 
     func_pattern, label = rest[0].arg, rest[1].arg
     if not isinstance(func_pattern, str) or not isinstance(label, str) or len(rest) != 2:
@@ -177,11 +177,8 @@ def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite,
                     unplaced.append(f"{name.decode(errors='replace')} in {func.name}")
                     continue
                 # named by the label's declaration, as stap names a label's probe
-                decl = die_attr(child, "DW_AT_decl_file")
-                source = f"{files.get(decl, '??')}:{die_attr(child, 'DW_AT_decl_line') or 0}" \
-                    if decl is not None else ""
-                sites.append(_site(table, table.aliases(f.addr)[0], int(low.value), source,
-                                   name.decode(errors="replace")))
+                sites.append(_site(table, table.aliases(f.addr)[0], int(low.value),
+                                   decl_source(files, child), name.decode(errors="replace")))
     if not sites:
         why = (f"label(s) {', '.join(unplaced)} have no address (optimized out)"
                if unplaced else None)

@@ -94,15 +94,18 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
                                    for path, oi in b.objects.items()])
 
 
-def _by_name(rp: ResolvedPoint, dwarf: bool) -> list[tuple[ResolvedPoint, str, str]]:
+def _by_name(rp: ResolvedPoint, used: bool) -> list[tuple[ResolvedPoint, str, str]]:
     """The point's sites grouped by their pp() and pn() (pointnames.py), each group with
-    them: a probe row each.  pn is "" where it is pp."""
+    them: a probe row each; pn is "" where it is pp.  A script that calls neither
+    (`used` False) reads no DWARF for them and has a row per pn(), the name runtime
+    messages give: a mark's sites share one, not one per address."""
     if rp.kind not in ("mark", "function") or not rp.sites:
         return [(rp, format_point(rp.point), "")]
     groups: dict[tuple[str, str], list[ProbeSite]] = {}
     for site in rp.sites:
-        pp, pn = site_names(rp.point, site, rp.program, dwarf)
-        groups.setdefault((pp, "" if pn == pp else pn), []).append(site)
+        pp, pn = site_names(rp.point, site, rp.program, used)
+        key = (pp, "" if pn == pp else pn) if used else (pn, "")
+        groups.setdefault(key, []).append(site)
     return [(dataclasses.replace(rp, sites=tuple(sites)), pp, pn)
             for (pp, pn), sites in groups.items()]
 
