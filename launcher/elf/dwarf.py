@@ -3,9 +3,9 @@ parameters, and where each parameter is at the function's entry.
 
 `get_dwarf(path)` opens the DWARF once per file version, from the binary or its
 separate debug file (`debuginfo.py`), with pyelftools, imported only here and
-only when a script asks for `NAME@FILE`, `$param`, `$$parms` or `-L` of
-functions (a cache hit of the module cache never gets here).  Compilation units
-are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
+only when a script asks for `NAME@FILE`, `$param`, `$$parms`, `pp()` of a
+function or `-l`/`-L` of functions (a cache hit of the module cache never gets
+here).  Compilation units are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
 `DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
 
 A parameter's location at the entry pc becomes an ArgSpec the runtime already
