@@ -136,12 +136,18 @@ GROUPS: tuple[tuple[str, dict[str, tuple[tuple[str, ...], str, Example]]], ...] 
         "uarch_bytes": ((), "the size of a long in the probed process: 8, or 4 in a "
                             "32-bit one",
             Example('printf("%d-bit\\n", uarch_bytes() * 8)', "64-bit", r"(64|32)-bit")),
-        "pp": ((), "the probe point that fired, `process(\"/bin/x\").mark(\"tick\")`; a "
-                   "wildcard mark, function, plt or statement is named as it matched",
-            Example('println(pp())', 'process("/home/me/app").mark("req")',
+        "pp": ((), "the point the probe resolved to, as stap names it: "
+                   "`process(\"/bin/x\").function(\"f@/src/x.c:12\")` (`.return`, "
+                   "`.statement(\"f@FILE:LINE\")`; a mark, a PLT entry or an address "
+                   "`.statement(0xADDR)`)",
+            Example('println(pp())',
+                    'process("/home/me/app").function("handle@/home/me/app.c:6")',
+                    r'process\("/.*/app"\)\.function\("handle@/.*/app\.c:6"\)',
+                    at=ENTRY)),
+        "pn": ((), "the point as the script wrote it, its path resolved and what a "
+                   "wildcard matched filled in: `process(\"/bin/x\").mark(\"tick\")`",
+            Example('println(pn())', 'process("/home/me/app").mark("req")',
                     r'process\("/.*/app"\)\.mark\("req"\)')),
-        "pn": ((), "the same as pp()",
-            Example('hits[pn()]++', uses=("hits",))),
         "ppfunc": ((), "the probed function's name; \"\" outside function probes",
             Example('printf("%s\\n", ppfunc())', "handle", at=ENTRY)),
         "returnval": ((), "the register functions return their value in (rax, eax, x0) as "

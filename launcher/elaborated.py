@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from .elf.functions import FunctionSite
 from .elf.stapsdt import ProbeSite
 from .errors import SourceLocation
-from .listing import function_line
+from .pointnames import site_names
 from .resolve import Resolution, ResolvedPoint
 from .script import ast
 from .script.unparse import expression, literal, probe_point, probe_points, quote, statement
@@ -99,7 +99,7 @@ def derived_points(rp: ResolvedPoint, resolution: Resolution
     for site in rp.sites:
         pc = f"/* {_pc(site, resolution)} */"
         if isinstance(site, FunctionSite):
-            yield f"{function_line(site, False, 0)} {pc}", [], site
+            yield f"{site_names(rp.point, site, rp.program, True)[0]} {pc}", [], site
             continue
         stmt = f"{_process(site.path)}.statement({site.pc:#x})"
         mark = f"{_process(site.path)}.provider({quote(site.provider)}).mark({quote(site.name)})"

@@ -1,7 +1,8 @@
 """`pydyn -l PROBEPOINT` / `-L`: the probe points a pattern matches, as stap lists them.
 
-`-l` prints each matching probe point once, sorted, in stap's syntax
-(`process("/abs/path").mark("tick")`).  `-L` adds the context variables of the
+`-l` prints each matching probe point once, sorted, as stap's pn() names it
+(`process("/abs/path").mark("tick")`, `process("/abs/path").function("f@/src/f.c:3")`:
+pointnames.py).  `-L` adds the context variables of the
 mark, `$argN:long` as stap prints them; `-L -v` names each site on its own line
 with the typed variables (`$arg1:int32`), the raw argument spec and the PC, so
 duplicate sites of one mark are visible.
@@ -15,6 +16,7 @@ from .elf.argspec import ArgSpec
 from .elf.functions import FunctionSite
 from .elf.stapsdt import ProbeSite
 from .errors import PydynError, ScriptError
+from .pointnames import site_names
 from .resolve import ResolvedPoint, Resolver, format_point
 
 
@@ -27,41 +29,34 @@ def arg_type(arg: ArgSpec, typed: bool) -> str:
     return f"{'int' if arg.signed else 'uint'}{arg.size * 8}"
 
 
-def mark_point(site: ProbeSite) -> str:
-    return f'process("{site.path}").mark("{site.name}")'
-
-
 def context_vars(site: ProbeSite, typed: bool) -> str:
     return " ".join(f"$arg{i}:{arg_type(a, typed)}" for i, a in enumerate(site.args, 1))
 
 
-def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
-    """`process("P").function("add@/src/t.c:12") $a:int $b:long int $tmp:char[]`, as
-    stap lists a function (its parameters, then its locals); a statement inside it
-    as `.statement("add@/src/t.c:14")` with the variables in scope there; with -v
-    each one's location ("ABI": not from DWARF)."""
-    from .elf.dwarf import function_at, site_params
-    from .elf.statements import line_at
+def function_vars(site: FunctionSite, verbose: int) -> str:
+    """` $a:int $b:long int $tmp:char[]`, the variables stap's -L lists after a
+    function (its parameters, then its locals), a statement or label inside it (those
+    in scope there, the innermost scope's first) or a return (`$return`); with -v each
+    one's location ("ABI": not from DWARF)."""
+    from .elf.dwarf import function_at, get_dwarf, site_params
     func = function_at(site.path, site.func_addr)
-    name = func.where if func is not None else site.name
-    kind = "function"
-    variables = list(func.params) if func is not None and not site.is_return else []
+    if func is None:
+        return ""
+    variables = list(func.params) if not site.is_return else []
     # stap's -L: the locals DWARF locates at the entry (or gives a constant)
-    extra = [f"${v.name}:{v.type_name}" for v in func.locals if v.at_entry] \
-        if func is not None and not site.is_return else []
-    if func is not None and not site.is_return:
+    extra = [(v.name, f"${v.name}:{v.type_name}") for v in func.locals if v.at_entry] \
+        if not site.is_return else []
+    named = [(p.name, f"${p.name}:{p.type_name}") for p in variables]
+    if not site.is_return:
         inside = site_params(site.path, site.func_addr, site.pc)
         if inside is not func.params:   # a statement or label inside the function
-            where = line_at(site.path, site.pc)
-            kind = "statement"
-            name = f"{func.name}@{where[0]}:{where[1]}" if where else f"{site.pc:#x}"
             variables = list(inside)
-            extra = [f"${v.name}:{v.type_name}" for v in func.locals if v.static]
-    line = f'process("{site.path}").{kind}("{name}"){".return" if site.is_return else ""}'
-    if not with_vars or func is None:
-        return line
-    line += "".join(f" ${p.name}:{p.type_name}" for p in variables)
-    line += "".join(f" {x}" for x in extra)
+            extra = [(v.name, f"${v.name}:{v.type_name}") for v in func.locals if v.static]
+            rank = {n: i for i, n in enumerate(get_dwarf(site.path).scope_names(func, site.pc))}
+            named = sorted([(p.name, f"${p.name}:{p.type_name}") for p in variables] + extra,
+                           key=lambda v: rank.get(v[0], len(rank)))
+            extra = []
+    line = "".join(f" {text}" for _, text in [*named, *extra])
     if site.is_return:
         line += " $return:long"
     if verbose:
@@ -72,18 +67,18 @@ def function_line(site: FunctionSite, with_vars: bool, verbose: int) -> str:
 
 
 def _lines(points: Iterable[ResolvedPoint], with_vars: bool, verbose: int) -> list[str]:
+    """Each site by its pn() (stap's -l prints the script-level point of each
+    derived probe), with -L its variables."""
     lines: set[str] = set()
     for rp in points:
-        if rp.kind == "function":
-            lines.update(function_line(s, with_vars, verbose) for s in rp.sites
-                         if isinstance(s, FunctionSite))
-            continue
-        if rp.kind != "mark":
+        if rp.kind not in ("function", "mark") or not rp.sites:
             lines.add(format_point(rp.point).rstrip("?"))
             continue
         for site in rp.sites:
-            line = mark_point(site)
-            if with_vars and verbose:
+            line = site_names(rp.point, site, rp.program, True)[1]
+            if with_vars and isinstance(site, FunctionSite):
+                line += function_vars(site, verbose)
+            elif with_vars and verbose:
                 line = (f"{line} {context_vars(site, True)} "
                         f'args="{site.arg_text}" pc={site.pc:#x}').replace("  ", " ")
             elif with_vars:

@@ -58,6 +58,7 @@ class ResolvedPoint:
     period_ns: int = 0               # timers
     randomize_ns: int = 0
     priority: int = 0                # begin(N), end(N), error(N)
+    program: str = ""                # marks and code points: the process("PATH") binary
 
     def __str__(self) -> str:
         return f"{format_point(self.point)} -> {self.kind} ({len(self.sites)} sites)"
@@ -282,6 +283,7 @@ class Resolver:
             return [ResolvedPoint(point, f"thread_{rest[1].name}", object_path=binary)]
         if binary is None:
             binary = self._binary(point, None)
+        program = binary
         if rest[0].name == "library":
             lib = rest[0].arg
             if not isinstance(lib, str):
@@ -320,7 +322,7 @@ class Resolver:
         if finder is not None:
             self.resolution.objects.setdefault(binary, get_elf_info(binary))
             return [ResolvedPoint(point, "function", finder(point, binary, rest),
-                                  object_path=binary)]
+                                  object_path=binary, program=program)]
         if len(rest) != 1 or rest[0].name != "mark" or not isinstance(rest[0].arg, str):
             raise _pp_error(point, f"unsupported process probe point '{format_point(point)}'",
                             "supported: process(\"PATH\").mark(\"NAME\"), .provider(\"P\"), "
@@ -328,7 +330,7 @@ class Resolver:
                             ".statement(\"FUNC@FILE:LINE\"), .plt(\"NAME\"), .begin, .end, "
                             ".thread.begin, .thread.end (docs/probe-points.md)")
         return [ResolvedPoint(point, "mark", self._marks(point, binary, provider, rest[0].arg),
-                              object_path=binary)]
+                              object_path=binary, program=program)]
 
     def _library_glob(self, point: ast.ProbePoint, exe: ElfInfo,
                       pattern: str) -> list[ResolvedPoint]:

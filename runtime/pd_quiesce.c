@@ -180,7 +180,7 @@ static uint32_t pd_inflight(char *names, size_t cap)
             continue;
         named[nnamed++] = b;
         int w = snprintf(names + len, cap - len, "%s%s", len ? ", " : "",
-                         pd_probes[b - PD_BUSY_PROBE].pp);
+                         PD_PROBE_NAME(&pd_probes[b - PD_BUSY_PROBE]));
         if (w > 0)
             len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
     }

@@ -119,7 +119,7 @@ void pd_run(const struct pd_probe *p, const struct pd_site *site,
         if (rc == PD_LOCK_DEADLOCK || rc == PD_LOCK_TIMEOUT) {
             __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
             if (rc == PD_LOCK_TIMEOUT)
-                pd_lock_gave_up(p->pp, &pd_hdr->globals_lock);
+                pd_lock_gave_up(PD_PROBE_NAME(p), &pd_hdr->globals_lock);
             if (inside)
                 pd_quiesce_leave(tls);
             errno = saved_errno;

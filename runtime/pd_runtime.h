@@ -101,13 +101,17 @@ struct pd_probe {
     uint32_t kind;       /* PD_PROBE_* (pd_shm.h) */
     uint32_t locks;      /* handler touches globals: run it under the globals lock */
     pd_handler_fn handler;
-    const char *pp;      /* the probe point as the script wrote it */
+    const char *pp;      /* pp(): the point the site resolved to (pointnames.py) */
     int32_t object;      /* PROCESS_BEGIN/END: pd_objects index, -1 for any process */
     uint32_t period_ns;  /* TIMER */
     /* FAST: statement n's `where`, for its MAXACTION error (PD_ACTION_FAST): read
      * through c->probe, so a handler needs no i386 PIC register to name it */
     const char *const *where;
+    const char *pn;      /* pn(), where it is not pp: the point as written, expanded */
 };
+
+/* pn(): how pydyn's own messages name a probe (a mark by its name, not its address) */
+#define PD_PROBE_NAME(p) ((p)->pn ? (p)->pn : (p)->pp)
 
 struct pd_object {
     const char *path;    /* realpath, as the launcher resolved it */

@@ -10,16 +10,21 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, build_c, run_pydyn
 
-SCRIPT = """global from_top, from_other, any, v_top, v_other, callees
-probe process("{exe}").function("top").callee("leaf") {{ from_top++; v_top += $v }}
+SCRIPT = """global from_top, from_other, any, v_top, v_other, callees, names
+probe process("{exe}").function("top").callee("leaf") {{
+    from_top++; v_top += $v; names[pp(), pn()]++
+}}
 probe process("{exe}").function("other").callee("le*").call {{ from_other++; v_other += $v }}
 probe process("{exe}").function("leaf") {{ any++ }}
 probe process("{exe}").function("main").callees {{ callees[ppfunc()]++ }}
 probe end {{
     printf("top=%d/%d other=%d/%d any=%d\\n", from_top, v_top, from_other, v_other, any)
     foreach (f+ in callees) printf("main calls %s %d\\n", f, callees[f])
+    foreach ([a, b] in names) printf("%s|%s %d\\n", a, b, names[a, b])
 }}
 """
+LEAF = next(i for i, ln in enumerate((PROGS / "callees.c").read_text().splitlines(), 1)
+            if "long leaf(" in ln)
 
 
 @pytest.mark.parametrize("abi", ["m64", "m32"])
@@ -30,9 +35,12 @@ def test_a_callee_fires_for_its_caller_only(cache: Path, tmp_path: Path, abi: st
     assert res.returncode == 0, res.stderr
     # leaf(i) from top, leaf(i + 1) from other, leaf(i) from main, i = 0..4
     # (the program's own line and the script's come through two pipes: any order)
-    assert sorted(res.stdout.splitlines()) == [
-        "main calls leaf 5", "main calls top 5", "s=75", "top=5/10 other=5/15 any=15"], \
-        res.stdout + res.stderr
+    # pp() names the callee by its declaration, as stap's; pn() keeps the caller written
+    leaf = f'function("leaf@{PROGS / "callees.c"}:{LEAF}")'
+    assert sorted(res.stdout.splitlines()) == sorted([
+        "main calls leaf 5", "main calls top 5", "s=75", "top=5/10 other=5/15 any=15",
+        f'process("{exe}").{leaf}|process("{exe}").function("top").'
+        f'callee("leaf@{PROGS / "callees.c"}:{LEAF}") 5']), res.stdout + res.stderr
 
 
 def test_callee_errors(cache: Path, tmp_path: Path) -> None:

@@ -10,13 +10,16 @@ from pathlib import Path
 import pytest
 from cbuild import PROGS, build_c, run_pydyn
 
-SCRIPT = """global n, kv
-probe process("{exe}").function("scale").inline {{ n++; kv[ppfunc(), $k] += $v }}
+SCRIPT = """global n, kv, pps
+probe process("{exe}").function("scale").inline {{ n++; kv[ppfunc(), $k] += $v; pps[pp()]++ }}
 probe end {{
     printf("n=%d\\n", n)
     foreach ([f, k] in kv+) printf("%s k=%d sum_v=%d\\n", f, k, kv[f, k])
+    foreach (p in pps) printf("%s %d\\n", p, pps[p])
 }}
 """
+SCALE = next(i for i, ln in enumerate((PROGS / "inline_copies.c").read_text().splitlines(), 1)
+             if " scale(long v" in ln)
 
 
 @pytest.mark.parametrize("opt", ["-O0", "-O2"])
@@ -27,8 +30,11 @@ def test_each_inlined_copy_fires_with_its_parameters(cache: Path, tmp_path: Path
                   extra=("-g",))
     res = run_pydyn(cache, "-e", SCRIPT.format(exe=exe), "-c", f"{exe} 5")
     assert res.returncode == 0, res.stderr[-2000:]
+    # pp(), as stap's: the inlined function's declaration, both copies one name
     assert res.stdout.splitlines() == [
-        "s=60", "n=10", "scale k=2 sum_v=10", "scale k=3 sum_v=10"], res.stdout + res.stderr
+        "s=60", "n=10", "scale k=2 sum_v=10", "scale k=3 sum_v=10",
+        f'process("{exe}").function("scale@{PROGS / "inline_copies.c"}:{SCALE}").inline 10'], \
+        res.stdout + res.stderr
 
 
 def test_inline_needs_an_inlined_copy(cache: Path, tmp_path: Path) -> None:

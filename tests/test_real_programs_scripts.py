@@ -180,7 +180,9 @@ def test_process_end_of_a_shell_that_calls_exit_directly(cache: Path) -> None:
 
 def test_pp_of_a_wildcard_names_what_fired(cache: Path) -> None:
     """eventcount.stp keys its counts by pn(): a mark("*") or function("PyList_*") is
-    expanded to the mark or function that fired, as stap's derived probes are named."""
+    expanded to the mark or function that fired, as stap's derived probes are named
+    (pp() of a mark is the statement at its address; python3 has no DWARF, so its
+    functions are named without @FILE:LINE)."""
     need(PY)
     script = ("global m, f\n"
               f'probe process("{PY}").mark("*") {{ m[pp(), pn()]++ }}\n'
@@ -189,8 +191,9 @@ def test_pp_of_a_wildcard_names_what_fired(cache: Path) -> None:
               'foreach (a in f) printf("%s\\n", a) }')
     out = ok(run_pydyn(cache, "-e", script, "-c", f"{PY} -c 'def g(): pass\ng()'",
                        timeout=120))
-    assert f'process("{PY}").mark("function__entry")|process("{PY}").mark("function__entry")' \
-        in out.splitlines(), out
+    assert any(re.fullmatch(rf'process\("{PY}"\)\.statement\(0x[0-9a-f]+\)\|'
+                            rf'process\("{PY}"\)\.mark\("function__entry"\)', ln)
+               for ln in out.splitlines()), out
     assert f'process("{PY}").function("PyList_Append")' in out.splitlines(), out
     assert '("*")' not in out and "Append*" not in out, out
 

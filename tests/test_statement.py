@@ -39,8 +39,9 @@ def test_locals_at_a_line(progs: Progs, cache: Path, b: Build) -> None:
     res = run_pydyn(cache, "-e", script, "-c", f"{exe} {N}")
     assert res.returncode == 0, res.stderr
     lines = [ln for ln in res.stdout.splitlines() if ln.startswith("s ")]
-    assert lines == [f"s sum_to i={i} acc={acc_before(i)} n={N}|acc={acc_before(i):#x} "
-                     f"i={i:#x}|n={N:#x} acc={acc_before(i):#x} i={i:#x}"
+    # stap's order: the loop's block (i) first, then the function's scope
+    assert lines == [f"s sum_to i={i} acc={acc_before(i)} n={N}|i={i:#x} "
+                     f"acc={acc_before(i):#x}|i={i:#x} n={N:#x} acc={acc_before(i):#x}"
                      for i in range(N)], res.stdout
     assert f"sum={acc_before(N)}" in res.stdout
 
@@ -110,8 +111,8 @@ def test_listing_variables_with_types(progs: Progs, cache: Path, b: Build) -> No
     res = run_pydyn(cache, "-L", f'process("{exe}").statement("sum_to@dwarf_stmt.c:{LOOP}")')
     assert res.returncode == 0, res.stderr
     assert res.stdout.splitlines() == [
-        f'process("{exe}").statement("sum_to@{SRC}:{LOOP}") $n:long int $acc:long int '
-        "$i:long int"]
+        f'process("{exe}").statement("sum_to@{SRC}:{LOOP}") $i:long int $n:long int '
+        "$acc:long int"]
     res = run_pydyn(cache, "-L", f'process("{exe}").function("sum_to")')
     decl = next(i for i, ln in enumerate(SRC.read_text().splitlines(), 1)
                 if ln.startswith("PROBED long sum_to("))

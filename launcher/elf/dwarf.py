@@ -3,9 +3,9 @@ parameters, and where each parameter is at the function's entry.
 
 `get_dwarf(path)` opens the DWARF once per file version, from the binary or its
 separate debug file (`debuginfo.py`), with pyelftools, imported only here and
-only when a script asks for `NAME@FILE`, `$param`, `$$parms` or `-L` of
-functions (a cache hit of the module cache never gets here).  Compilation units
-are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
+only when a script asks for `NAME@FILE`, `$param`, `$$parms`, `pp()` of a
+function or `-l`/`-L` of functions (a cache hit of the module cache never gets
+here).  Compilation units are parsed when a lookup needs them (`DwarfInfo`).  Each concrete
 `DW_TAG_subprogram` with a `DW_AT_low_pc` becomes a DwarfFunction.
 
 A parameter's location at the entry pc becomes an ArgSpec the runtime already
@@ -105,7 +105,8 @@ class DwarfFunction:
     @property
     def where(self) -> str:
         """`add@/src/t.c:12`, as stap names a function probe point."""
-        return f"{self.name}@{self.decl_file}:{self.decl_line}"
+        from ..pointnames import canonical
+        return canonical(self.name, self.decl_file, self.decl_line)
 
     def param(self, name: str) -> DwarfParam | None:
         return next((p for p in self.params if p.name == name), None)
@@ -173,6 +174,12 @@ class DwarfInfo:
             hit = self.reader.vars_at(cu, die, pc, _cfa_rule(self.path, pc), inlined_only)
             self._vars[key] = hit
         return hit
+
+    def scope_names(self, func: DwarfFunction, pc: int) -> tuple[str, ...]:
+        """The variables in scope at `pc` inside `func`, in stap's `$$vars` order."""
+        cu = self.dwarf.get_CU_at(func.cu_offset)
+        return self.reader.scope_names(cu, self.dwarf.get_DIE_from_refaddr(func.die_offset, cu),
+                                       pc)
 
     def _all_cus(self) -> Iterator[dict[int, DwarfFunction]]:
         if self._walked:
@@ -556,6 +563,31 @@ class _Reader:
         scope(func)
         return tuple(found.values())
 
+    def scope_names(self, cu: Any, func: Any, pc: int) -> tuple[str, ...]:
+        """The names of the parameters and variables in scope at `pc` in stap's order
+        of `$$vars` (its getscopes walk): the innermost lexical block or inlined copy
+        holding `pc` first, out to the function, each scope's in DIE order (statics
+        too); a shadowed name once, the innermost."""
+        top = cu.get_top_DIE()
+        base = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes \
+            else 0
+        chain = [func]
+        while True:
+            inner = next((c for c in chain[-1].iter_children()
+                          if c.tag in ("DW_TAG_lexical_block", "DW_TAG_inlined_subroutine")
+                          and self._contains(cu, c, pc, base)), None)
+            if inner is None:
+                break
+            chain.append(inner)
+        names: dict[str, None] = {}
+        for die in reversed(chain):
+            for child in die.iter_children():
+                if child.tag in ("DW_TAG_formal_parameter", "DW_TAG_variable"):
+                    name = die_attr(child, "DW_AT_name")
+                    if name is not None:
+                        names.setdefault(name.decode(errors="replace"))
+        return tuple(names)
+
     def _innermost_copy(self, cu: Any, die: Any, pc: int, base: int) -> Any:
         """The innermost DW_TAG_inlined_subroutine under `die` that holds `pc`."""
         found = None
@@ -780,6 +812,15 @@ def die_holder(die: Any, name: str) -> Any:
 def die_attr(die: Any, name: str) -> Any:
     holder = die_holder(die, name)
     return holder.attributes[name].value if holder is not None else None
+
+
+def decl_source(files: dict[int, str], die: Any) -> str:
+    """"FILE:LINE" of a DIE's declaration (DW_AT_decl_file, DW_AT_decl_line), "" if none;
+    `files` is its unit's file table (_Reader.files)."""
+    index = die_attr(die, "DW_AT_decl_file")
+    if index is None:
+        return ""
+    return f"{files.get(index, '??')}:{die_attr(die, 'DW_AT_decl_line') or 0}"
 
 
 def type_die(die: Any) -> Any:

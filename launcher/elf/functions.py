@@ -80,8 +80,10 @@ class FunctionSite(ProbeSite):
     # addresses up the stack from the entry (innermost first, one per level); empty:
     # every call
     callers: tuple[tuple[int, ...], ...] = ()
-    # `.statement`: "FILE:LINE" of the line the site starts, as the line table names it
+    # "FILE:LINE" the site is named by (pointnames.py): `.statement`'s line as the line
+    # table names it, a `.label`'s declaration, an inlined copy's function's declaration
     source: str = ""
+    label: str = ""   # `.label`: the label's name
 
     def __str__(self) -> str:
         kind = ".return" if self.is_return else ""

@@ -23,10 +23,11 @@ class InlineCopy:
     """One inlined copy: the function it copies, where it starts, and the function
     (out of line) that holds it."""
 
-    def __init__(self, name: str, entry: int, holder: Any) -> None:
+    def __init__(self, name: str, entry: int, holder: Any, source: str = "") -> None:
         self.name = name
         self.entry = entry
         self.holder = holder    # functions.Function, or None outside any symbol's extent
+        self.source = source    # "FILE:LINE" of the function's declaration ("": none)
 
     def __str__(self) -> str:
         inside = f" in {self.holder.name}" if self.holder is not None else ""
@@ -62,7 +63,7 @@ def _first_address(dwarf: Any, cu: Any, die: Any, base: int, default: int | None
 
 def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
     """Every inlined copy of a function whose name matches the glob `name_pattern`."""
-    from .dwarf import die_attr, get_dwarf
+    from .dwarf import decl_source, die_attr, get_dwarf
 
     info = get_dwarf(binary)
     table = get_functions(binary)
@@ -70,14 +71,18 @@ def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
     seen: set[int] = set()
     try:
         for cu in info.dwarf.iter_CUs():
-            origins: dict[int, str] = {}
+            origins: dict[int, tuple[str, str]] = {}   # DIE -> (name, declaration)
+            files: dict[int, str] | None = None
             for die in cu.get_top_DIE().iter_children():
                 if die.tag != "DW_TAG_subprogram" or not die_attr(die, "DW_AT_inline"):
                     continue
                 name = die_attr(die, "DW_AT_name")
                 if name is not None and fnmatch.fnmatchcase(
                         name.decode(errors="replace"), name_pattern):
-                    origins[die.offset] = name.decode(errors="replace")
+                    if files is None:
+                        files = info.reader.files(cu)
+                    origins[die.offset] = (name.decode(errors="replace"),
+                                           decl_source(files, die))
             if not origins:
                 continue
             for die in cu.iter_DIEs():
@@ -91,7 +96,8 @@ def iter_inline_copies(binary: str, name_pattern: str) -> list[InlineCopy]:
                 if entry is None or entry in seen:
                     continue
                 seen.add(entry)
-                copies.append(InlineCopy(origins[origin], entry, table.containing(entry)))
+                copy_name, decl_at = origins[origin]
+                copies.append(InlineCopy(copy_name, entry, table.containing(entry), decl_at))
     except (ValueError, KeyError, IndexError, AttributeError, TypeError) as exc:
         raise TargetError(info.debug_path, f"unreadable DWARF: {exc}") from exc
     return sorted(copies, key=lambda c: c.entry)
@@ -119,7 +125,8 @@ def inline_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite
             continue
         sites.append(FunctionSite(table.path, "function", function_name(c.name), c.entry, 0,
                                   "", abi_args(table.machine), 0, table.machine,
-                                  table.elf_class, False, c.holder.addr, c.holder.size))
+                                  table.elf_class, False, c.holder.addr, c.holder.size,
+                                  source=c.source))
     if not sites:
         raise ScriptError(f'function("{pattern}").inline matches no inlined copy in '
                           f"{binary}", point.loc,

@@ -127,19 +127,20 @@ def _table(point: Any, binary: str) -> FunctionTable:
         raise ScriptError(str(exc), point.loc) from exc
 
 
-def _site(table: FunctionTable, f: Any, pc: int, source: str = "") -> FunctionSite:
+def _site(table: FunctionTable, f: Any, pc: int, source: str = "",
+          label: str = "") -> FunctionSite:
     from .demangle import function_name
 
     pc = max(pc, f.entry)   # a line at the very entry: after an endbr, as a function probe
     return FunctionSite(table.path, "function", function_name(f.name), pc, 0, "",
                         abi_args(table.machine), 0, table.machine, table.elf_class, False,
-                        f.addr, f.size, source=source)
+                        f.addr, f.size, source=source, label=label)
 
 
 def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite, ...]:
     """`.function("FUNC").label("NAME")`: the address of each C label NAME (a glob)
     in the functions FUNC matches, from their DWARF `DW_TAG_label`s."""
-    from .dwarf import die_attr, get_dwarf
+    from .dwarf import decl_source, die_attr, get_dwarf
 
     func_pattern, label = rest[0].arg, rest[1].arg
     if not isinstance(func_pattern, str) or not isinstance(label, str) or len(rest) != 2:
@@ -158,6 +159,7 @@ def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite,
             continue
         seen.add(f.addr)
         cu = info.dwarf.get_CU_at(func.cu_offset)
+        files = info.reader.files(cu)
         todo = [info.dwarf.get_DIE_from_refaddr(func.die_offset, cu)]
         while todo:
             for child in todo.pop().iter_children():
@@ -174,7 +176,9 @@ def label_sites(point: Any, binary: str, rest: list[Any]) -> tuple[FunctionSite,
                 if low is None:
                     unplaced.append(f"{name.decode(errors='replace')} in {func.name}")
                     continue
-                sites.append(_site(table, table.aliases(f.addr)[0], int(low.value)))
+                # named by the label's declaration, as stap names a label's probe
+                sites.append(_site(table, table.aliases(f.addr)[0], int(low.value),
+                                   decl_source(files, child), name.decode(errors="replace")))
     if not sites:
         why = (f"label(s) {', '.join(unplaced)} have no address (optimized out)"
                if unplaced else None)

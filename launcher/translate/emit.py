@@ -89,6 +89,8 @@ class Unit:
         self.usym = False   # usymname/ubacktrace used: emit the unwind tables
         self.usymdata = False   # usymdata used: the tables carry data symbols too
         self.is_return = False  # is_return() used: pd_probe_is_return[] is emitted
+        # pp() or pn() used: the probe rows name functions by their DWARF declaration
+        self.pp_used = False
         self.regexes: dict[bytes, str] = {}   # a =~ pattern -> its matcher (regex.py)
         # the script reads sub-matches (matched(), ngroups()): each =~ records its
         # string, each handler has a struct pd_match for them with this many group
@@ -669,37 +671,42 @@ class Emitter:
     def function_parms(self, e: ast.TargetSymbol) -> str:
         """stap's `$$parms`, `$$locals`, `$$vars` of a function or statement probe:
         "a=0x1 p={...} buf=[...] x=?" (at an entry the locals are not set yet, "?",
-        except statics; inside the function each is read where it is there), chosen
-        by the site when the probe covers several functions."""
+        except statics; inside the function each is read where it is there, in stap's
+        order: the innermost scope's first), chosen by the site when the probe covers
+        several functions."""
         name = e.name
         t = self.strtemp()
         cases: dict[tuple[str, int], str] = {}
         for site in self.sites:
             assert isinstance(site, FunctionSite)
             func = dwarf.function_at(site.path, site.func_addr)
-            parts: list[str] = []
-            args: list[str] = []
+            parts: list[tuple[str, str, list[str]]] = []   # (name, text, its values)
             inside = func is not None and \
                 dwarf.site_params(site.path, site.func_addr, site.pc) is not func.params
             for p in tvars.site_vars(site, name) if func is not None else ():
                 if p.placeholder:
-                    parts.append(f"{p.name}={p.placeholder}")
+                    parts.append((p.name, f"{p.name}={p.placeholder}", []))
                 elif p.location is None:
-                    parts.append(f"{p.name}=?")
+                    parts.append((p.name, f"{p.name}=?", []))
                 else:
-                    parts.append(f"{p.name}=0x%llx")
                     fetched = f"pd_fetch_arg(c, {self.tr.types.param_slot(p.name)})"
-                    args.append(f"(unsigned long long){tvars.read_c(site, p.name, fetched)}")
+                    parts.append((p.name, f"{p.name}=0x%llx",
+                                  [f"(unsigned long long){tvars.read_c(site, p.name, fetched)}"]))
             for v in func.locals if func is not None and name != "$$parms" else ():
                 if inside and not v.static:
                     continue   # site_vars had it, located here
                 if v.placeholder or not v.static:
-                    parts.append(f"{v.name}={v.placeholder or '?'}")
+                    parts.append((v.name, f"{v.name}={v.placeholder or '?'}", []))
                     continue
                 sym = ast.TargetSymbol(f"${v.name}", (), False, e.loc)
-                parts.append(f"{v.name}=0x%llx")
-                args.append(f"(unsigned long long){self.target_access(sym, (site,))}")
-            fmt = _c_string(" ".join(parts))
+                parts.append((v.name, f"{v.name}=0x%llx",
+                              [f"(unsigned long long){self.target_access(sym, (site,))}"]))
+            if inside and func is not None:
+                order = dwarf.get_dwarf(site.path).scope_names(func, site.pc)
+                rank = {n: i for i, n in enumerate(order)}
+                parts.sort(key=lambda part: rank.get(part[0], len(rank)))
+            fmt = _c_string(" ".join(text for _, text, _ in parts))
+            args = [a for _, _, values in parts for a in values]
             cases[(site.path, site.pc)] = \
                 f"pd_sprintf({t}, {fmt}{''.join(', ' + a for a in args)})" if args else fmt
         return tvars.by_site(cases, "const char *")
@@ -762,7 +769,7 @@ class Emitter:
                   "uid": "(int64_t)getuid()", "euid": "(int64_t)geteuid()",
                   "gid": "(int64_t)getgid()", "cpu": "(int64_t)sched_getcpu()",
                   "target": "pd_target(c)", "execname": "pd_execname()",
-                  "pp": "c->probe->pp", "pn": "c->probe->pp",
+                  "pp": "c->probe->pp", "pn": "PD_PROBE_NAME(c->probe)",
                   # the probed function's name ("" outside function probes)
                   "ppfunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
                   "probefunc": "(c->site && c->site->nop_len == 0 ? c->site->name : \"\")",
@@ -773,6 +780,8 @@ class Emitter:
                   "local_clock_ns": f"{now}0)",
                   "get_cycles": "(int64_t)pd_cycles()"}
         if name in simple:
+            if name in ("pp", "pn"):
+                self.tr.pp_used = True
             return simple[name]
         if name == "exit":
             return "(pd_exit(c), 0)"

@@ -7,7 +7,6 @@ initial values of the globals."""
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -18,6 +17,7 @@ from ..elf.reader import abi_of_machine
 from ..elf.stapsdt import ProbeSite
 from ..elf.unwind import unwind_c
 from ..plan import PatchPlan, ReturnPlan, SitePlans, plan_c
+from ..pointnames import site_names
 from ..resolve import Resolution, ResolvedPoint, format_point
 from ..script import ast
 from .common import _c_string, _err
@@ -94,39 +94,20 @@ def build_tables(resolution: Resolution, plans: SitePlans, unit: Unit,
                                    for path, oi in b.objects.items()])
 
 
-NAMED_COMPONENTS = ("mark", "function", "plt", "statement")
-
-
-def _site_name(site: ProbeSite) -> str:
-    if isinstance(site, FunctionSite) and site.source:
-        return f"{site.name}@{site.source}"
-    return site.name
-
-
-def _by_name(rp: ResolvedPoint) -> list[ResolvedPoint]:
-    """The point once for each name its sites have, where its mark, function, plt or
-    statement component is a wildcard: the component then names the site's own mark,
-    function, callee or FUNC@FILE:LINE (stap's pp() of a wildcard's derived probe);
-    else the point as it is."""
-    at = next((i for i, c in enumerate(rp.point.components)
-               if c.name in NAMED_COMPONENTS), None)
-    if at is None or not rp.sites:
-        return [rp]
-    comp = rp.point.components[at]
-    if comp.arg is not None and (not isinstance(comp.arg, str) or (
-            not any(ch in comp.arg for ch in "*?[")
-            and not (comp.name == "statement" and re.search(r":\d+-\d+$", comp.arg)))):
-        return [rp]
-    groups: dict[str, list[ProbeSite]] = {}
+def _by_name(rp: ResolvedPoint, used: bool) -> list[tuple[ResolvedPoint, str, str]]:
+    """The point's sites grouped by their pp() and pn() (pointnames.py), each group with
+    them: a probe row each; pn is "" where it is pp.  A script that calls neither
+    (`used` False) reads no DWARF for them and has a row per pn(), the name runtime
+    messages give: a mark's sites share one, not one per address."""
+    if rp.kind not in ("mark", "function") or not rp.sites:
+        return [(rp, format_point(rp.point), "")]
+    groups: dict[tuple[str, str], list[ProbeSite]] = {}
     for site in rp.sites:
-        groups.setdefault(_site_name(site), []).append(site)
-    out = []
-    for name, sites in groups.items():
-        comps = list(rp.point.components)
-        comps[at] = dataclasses.replace(comp, arg=name)
-        point = dataclasses.replace(rp.point, components=tuple(comps))
-        out.append(dataclasses.replace(rp, point=point, sites=tuple(sites)))
-    return out
+        pp, pn = site_names(rp.point, site, rp.program, used)
+        key = (pp, "" if pn == pp else pn) if used else (pn, "")
+        groups.setdefault(key, []).append(site)
+    return [(dataclasses.replace(rp, sites=tuple(sites)), pp, pn)
+            for (pp, pn), sites in groups.items()]
 
 
 class _Builder:
@@ -172,29 +153,33 @@ class _Builder:
         if (name := format_point(rp.point)) not in names:
             names.append(name)
 
-    def hidden_entry(self, pi: int, ri: int, rp: ResolvedPoint) -> int:
-        """The probe row of probe pi's @entry handler for its point ri, rp (entry.py)."""
-        key = (pi, ri, format_point(rp.point))
+    def probe_row(self, kind: str, locks: int, handler: str, pp: str, pn: str, obj: int,
+                  period_ns: int) -> None:
+        where = f"{handler}_where" if locks & PD_PROBE_FAST else "NULL"
+        self.probe_rows.append(
+            f"    {{{kind}, {locks}, {handler}, {_c_string(pp)}, {obj}, {period_ns}, "
+            f"{where}{f', {_c_string(pn)}' if pn else ''}}},")
+
+    def hidden_entry(self, pi: int, ri: int, pp: str, pn: str) -> int:
+        """The probe row of probe pi's @entry handler for its point ri named pp (entry.py)."""
+        key = (pi, ri, pp)
         if key not in self.hidden:
             self.hidden[key] = len(self.probe_rows)
-            self.probe_rows.append(
-                f"    {{PD_PROBE_MARK, {self.entry_locks[pi]}, probe_{pi}_entry, "
-                f"{_c_string(format_point(rp.point))}, -1, 0"
-                f"{f', probe_{pi}_entry_where' if self.entry_locks[pi] & PD_PROBE_FAST else ''}"
-                "},")
+            self.probe_row("PD_PROBE_MARK", self.entry_locks[pi], f"probe_{pi}_entry", pp, pn,
+                           -1, 0)
             if self.entry_locks[pi] & PD_PROBE_FAST:
                 self.fast_rows.add(self.hidden[key])
         return self.hidden[key]
 
     def add_point(self, pi: int, ri: int, rp: ResolvedPoint) -> None:
-        """Probe pi's point ri: a probe row for each name its wildcard matched (pp() is
-        the point with the mark's, function's or PLT entry's own name, as stap expands
-        it), and their marks' site rows (its functions' rows come once every probe of a
-        function is known)."""
-        for part in _by_name(rp):
-            self._add_point(pi, ri, part, rp)
+        """Probe pi's point ri: a probe row for each pp() and pn() its sites have (the
+        point each resolved to, as stap names it), and their marks' site rows (its
+        functions' rows come once every probe of a function is known)."""
+        for part, pp, pn in _by_name(rp, self.unit.pp_used):
+            self._add_point(pi, ri, part, rp, pp, pn)
 
-    def _add_point(self, pi: int, ri: int, rp: ResolvedPoint, written: ResolvedPoint) -> None:
+    def _add_point(self, pi: int, ri: int, rp: ResolvedPoint, written: ResolvedPoint,
+                   pp: str, pn: str) -> None:
         pidx = len(self.probe_rows)
         locks = self.lock_bits[pi]
         obj = -1
@@ -206,11 +191,8 @@ class _Builder:
             self.point_names(obj, written)
         if rp.kind == "never":
             return
-        self.probe_rows.append(
-            f"    {{{PROBE_KIND_C.get(rp.kind, 'PD_PROBE_BEGIN')}, "
-            f"{locks}, probe_{pi}, {_c_string(format_point(rp.point))}, "
-            f"{obj}, {rp.period_ns}"
-            f"{f', probe_{pi}_where' if locks & PD_PROBE_FAST else ''}}},")
+        self.probe_row(PROBE_KIND_C.get(rp.kind, "PD_PROBE_BEGIN"), locks, f"probe_{pi}",
+                       pp, pn, obj, rp.period_ns)
         if locks & PD_PROBE_FAST:
             self.fast_rows.add(pidx)
         if rp.sites and all(isinstance(s, FunctionSite) and s.is_return for s in rp.sites):
@@ -231,13 +213,13 @@ class _Builder:
                 group = self.functions.setdefault((site.path, site.pc), (site, oi, [], []))
                 (group[3] if site.is_return else group[2]).append(pidx)
                 if pi in self.entry_locks and pi not in self.site_plans.entry_keeps:
-                    group[2].append(self.hidden_entry(pi, ri, rp))
+                    group[2].append(self.hidden_entry(pi, ri, pp, pn))
                 keep = next((k for k in self.site_plans.entry_keeps.get(pi, ())
                              if k.site == site), None)
                 if keep is not None:   # the registers at the entry of the call
                     entry = self.functions.setdefault((keep.entry.path, keep.entry.pc),
                                                       (keep.entry, oi, [], []))
-                    row = self.hidden_entry(pi, ri, rp)
+                    row = self.hidden_entry(pi, ri, pp, pn)
                     if row not in entry[2]:
                         entry[2].append(row)
             else:
