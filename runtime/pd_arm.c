@@ -181,6 +181,45 @@ static uint32_t pd_site_semas(const struct pd_site *site, uintptr_t bias, int de
     return n;
 }
 
+/* The armed site whose patch wrote into [addr, addr + len), NULL if none: a site whose
+ * bytes are not what its plan expects names it (the planner gives no two sites
+ * overlapping windows, so this is a plan made for another run's sites, or a bug) */
+static const struct pd_armed *pd_armed_over(uintptr_t addr, unsigned len)
+{
+    for (uint32_t i = 0; pd_armed && i < pd_armed_cap; i++) {
+        const struct pd_armed *a = &pd_armed[i];
+        uintptr_t at = __atomic_load_n(&a->addr, __ATOMIC_ACQUIRE);
+        unsigned wrote = a->stub ? a->site->plan.len : PD_TRAP_LEN;
+        if (at > PD_ARMED_DEAD && at < addr + len && addr < at + wrote)
+            return a;
+    }
+    return NULL;
+}
+
+/* Warns that site `site` at `addr` (link-time `pc`) is not armed, why, and counts it
+ * skipped; `why` gives way to the site whose patch overwrote [addr, addr + len) if one
+ * did (len 0: the bytes are not the reason). */
+static void pd_arm_refused(const struct pd_site *site, uint32_t o, uintptr_t addr, unsigned len,
+                           const char *why)
+{
+    const struct pd_armed *by = pd_armed_over(addr, len);
+    char what[160], other[200] = "";
+    if (site->nop_len == 0)
+        snprintf(what, sizeof what, "function %s", site->name);
+    else
+        snprintf(what, sizeof what, "probe %s:%s", site->provider, site->name);
+    if (by)
+        snprintf(other, sizeof other, "its bytes were overwritten by the patch of %s%s%s at 0x%lx",
+                 by->site->nop_len ? by->site->provider : "",
+                 by->site->nop_len ? ":" : "function ", by->site->name,
+                 (unsigned long)by->site->pc);
+    pd_warn("%s: %s at 0x%lx: %s; not armed", pd_objects[o].path, what,
+            (unsigned long)site->pc, by ? other : why);
+    if (pd_self)
+        pd_self->sites_failed++;
+    __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+}
+
 static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
@@ -221,21 +260,17 @@ static int pd_arm_object(struct dl_phdr_info *info, size_t size, void *data)
             if (site->nop_len == 0) { /* a function entry: the plan's bytes, and a way to run them */
                 if (prot < 0 || !(prot & PROT_EXEC) || !ool || !ool[s] ||
                     memcmp((const void *)addr, site->plan.orig, site->plan.len) != 0) {
-                    pd_warn("%s: function %s at 0x%lx: %s; not armed", pd_objects[o].path,
-                            site->name, (unsigned long)site->pc,
-                            ool && ool[s] ? "not the instructions the plan was made for"
-                                          : "its first instruction cannot run out of line");
-                    if (pd_self)
-                        pd_self->sites_failed++;
-                    __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                    int exec = prot >= 0 && (prot & PROT_EXEC), out = ool && ool[s];
+                    pd_arm_refused(site, o, addr, exec && out ? site->plan.len : 0,
+                                   !exec ? "not in executable memory"
+                                   : !out ? "its first instruction cannot run out of line"
+                                          : "not the instructions the plan was made for");
                     continue;
                 }
             } else if (prot < 0 || !(prot & PROT_EXEC) || !pd_arch_is_nop((const uint8_t *)addr, site->nop_len)) {
-                pd_warn("%s: probe %s:%s at 0x%lx is not a nop in memory; not armed",
-                        pd_objects[o].path, site->provider, site->name, (unsigned long)site->pc);
-                if (pd_self)
-                    pd_self->sites_failed++;
-                __atomic_add_fetch(&pd_hdr->skipped_count, 1, __ATOMIC_RELAXED);
+                int exec = prot >= 0 && (prot & PROT_EXEC);
+                pd_arm_refused(site, o, addr, exec ? site->nop_len : 0,
+                               exec ? "not a nop in memory" : "not in executable memory");
                 continue;
             }
             struct pd_armed e = {.addr = addr, .bias = (uintptr_t)info->dlpi_addr, .site = site,

@@ -206,6 +206,9 @@ class ObjectFacts:
     landing_pads: set[int] = field(default_factory=set)   # C++, from the LSDAs (in hard)
     eh_ranges: list[tuple[int, int]] = field(default_factory=list)   # FDEs with an LSDA
     marks: set[int] = field(default_factory=set)   # every USDT site of the object
+    # the start of every site this run plans in the object (marks, functions, statements,
+    # set by x86.prepare): no other site's window may overwrite one
+    probed: set[int] = field(default_factory=set)
     error: str = ""
     # per neighbourhood: the analysed ranges, in order and disjoint
     covered: list[tuple[int, int]] = field(default_factory=list)

@@ -306,11 +306,12 @@ def _plan_exit(obj: Any, site: FunctionSite, addr: int, kind: str, insns: list[A
         if start < entry[1] and entry[0] < plan.resume:
             _release(obj, start)
             raise _Fallback(f"the {kind} at {addr:#x} is too close to the entry's patch")
-        mark = next((m for m in obj.marks if m < plan.resume and _window_end(obj, m) > start),
-                    None)
-        if mark is not None:     # that mark's own plan may take these bytes
+        mark = next((m for m in sorted(obj.marks | obj.probed) if m != entry[0] and
+                     m < plan.resume and _window_end(obj, m) > start), None)
+        if mark is not None:     # that site's own plan may take these bytes
             _release(obj, start)
-            raise _Fallback(f"the {kind} at {addr:#x} is too close to the mark at {mark:#x}")
+            what = "mark" if mark in obj.marks else "probe site"
+            raise _Fallback(f"the {kind} at {addr:#x} is too close to the {what} at {mark:#x}")
         pre = dict(plan.bounds).get(addr - start, 0)
         for b in range(start, addr + 1):     # no other plan may take these bytes
             obj.claimed.setdefault(b, (start, -3))

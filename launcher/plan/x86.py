@@ -20,6 +20,10 @@ The launcher decides, the runtime only applies.  For each site, in order:
   bytes takes the dead padding after it, or jumps (rel8) to an island.
 - ``trap``: anything else; the runtime keeps the int3.
 
+No window covers the start of another site of the same run (`prepare` records them:
+marks, function entries, statements), and no redirect rewrites a branch inside another
+site's window: each site's bytes stay the ones its own plan was made for.
+
 Every plan carries the reason it got its tactic (``pydyn -p2`` prints it).
 """
 
@@ -112,16 +116,23 @@ def prepare(sites: Iterable[ProbeSite]) -> None:
     site exits) at once: one scan per object, not one per site."""
     pcs: dict[str, list[int]] = {}
     spans: dict[str, list[tuple[int, int]]] = {}
+    probed: dict[str, set[int]] = {}
     for site in sites:
-        if site.machine not in ("x86_64", "i386") or site.nop_len >= JMP_LEN:
+        if site.machine not in ("x86_64", "i386"):
+            continue
+        probed.setdefault(site.path, set()).add(site.pc)
+        if site.nop_len >= JMP_LEN:
             continue
         pcs.setdefault(site.path, []).append(site.pc)
         if isinstance(site, FunctionSite) and site.is_return and site.func_size > 0:
             spans.setdefault(site.path, []).append(
                 (site.func_addr, site.func_addr + site.func_size))
-    for path, at in pcs.items():
+    for path, starts in probed.items():
         try:
-            analyse(path).cover_sites(at, spans.get(path, []))
+            obj = analyse(path)
+            obj.probed = starts
+            if path in pcs:
+                obj.cover_sites(pcs[path], spans.get(path, []))
         except (OSError, Exception):  # noqa: B014, BLE001 - each plan reports it
             pass
 
@@ -311,7 +322,10 @@ def _check_byte(obj: _Object, pc: int, b: int, boundary: bool, code_off: int,
     """Refuse unless nothing can reach byte `b` of the window of site `pc` other than
     direct branches that the runtime can retarget (appended to `redirects`; `code_off` is
     where the instruction starting at `b` lands in the relocated code)."""
-    if b in obj.marks:
+    # a site's bytes must stay what its own plan (and the runtime's check) expects: a
+    # window never covers another site's start (a mark's 1-byte nop takes the next
+    # instruction, which a .statement may start at); that site keeps its own plan
+    if b in obj.marks or b in obj.probed:
         raise _Refuse(f"another probe site at {b:#x} inside the bytes a jmp would overwrite")
     if b in obj.targets or (boundary and b in obj.weak) or obj.claimed.get(b, (pc,))[0] != pc:
         raise _Refuse(f"branch target at {b:#x} inside the bytes a jmp would overwrite")
@@ -325,6 +339,10 @@ def _check_byte(obj: _Object, pc: int, b: int, boundary: bool, code_off: int,
         # stub's relocated copy here instead (and leaves the original alone)
         if src + size > pc and src - 3 < _window_end(obj, pc):
             raise _Refuse(f"a branch inside the window lands at {b:#x}")
+        other = _site_over(obj, pc, src, src + size)
+        if other is not None:
+            raise _Refuse(f"the branch to {b:#x} from {src - 1:#x} is in the bytes of the "
+                          f"probe site at {other:#x}")
         orig = obj.read(src, size)
         if len(orig) != size:
             raise _Refuse(f"branch to {b:#x} from outside the code")
@@ -335,6 +353,14 @@ def _check_byte(obj: _Object, pc: int, b: int, boundary: bool, code_off: int,
                 raise _Refuse(f"branch target at {b:#x} (a rel8 branch from {src - 1:#x}, "
                               "no dead padding within its reach)")
         redirects.append(Redirect(src, src + size, code_off, orig, size, isl, hop))
+
+
+def _site_over(obj: _Object, pc: int, lo: int, hi: int) -> int | None:
+    """Another probe site (not `pc`) whose plan may overwrite a byte of [lo, hi), None if
+    none: retargeting a branch there would change the bytes that site's plan expects."""
+    return min((m for starts in (obj.marks, obj.probed) for m in starts
+                if m != pc and lo - MAX_WINDOW < m < hi and _window_end(obj, m) > lo),
+               default=None)
 
 
 def _window_end(obj: _Object, m: int) -> int:
@@ -349,6 +375,7 @@ def _window_end(obj: _Object, m: int) -> int:
 
 def _unreached(obj: _Object, b: int, owner: tuple[int, int]) -> bool:
     return not (b in obj.targets or b in obj.weak or b in obj.branch_src or b in obj.marks
+                or b in obj.probed
                 or obj.claimed.get(b, owner) != owner)
 
 
