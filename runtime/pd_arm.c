@@ -182,8 +182,8 @@ static uint32_t pd_site_semas(const struct pd_site *site, uintptr_t bias, int de
 }
 
 /* The armed site whose patch wrote into [addr, addr + len), NULL if none: a site whose
- * bytes are not what its plan expects names it (the planner gives no two sites
- * overlapping windows, so this is a plan made for another run's sites, or a bug) */
+ * bytes are not what its plan expects names it (the planner keeps the windows of one
+ * run's sites apart: this names the culprit should that ever fail) */
 static const struct pd_armed *pd_armed_over(uintptr_t addr, unsigned len)
 {
     for (uint32_t i = 0; pd_armed && i < pd_armed_cap; i++) {
