@@ -116,6 +116,25 @@ _DEREF = [
     "#define kread(ptr) uread(ptr)", "#define kwrite(ptr, value) uwrite(ptr, value)"]
 
 
+def function_entry(give_up: str = "return ret;") -> list[str]:
+    """A script function's C prologue: the MAXNESTING check, then the caller's `where`
+    (the call site, emit.call) kept.  Over MAXNESTING the error is the caller's, near
+    its call, as in stap (its check comes before the callee's frame exists)."""
+    return ["    if (c->nesting >= MAXNESTING) {",
+            "        pd_error(c, \"MAXNESTING exceeded\");",
+            f"        {give_up}", "    }",
+            "    c->nesting++;",
+            "    const char *caller_ = c->where;"]
+
+
+def function_exit() -> list[str]:
+    """Its epilogue, at `out:`: an error names the call site in its call chain, a
+    success gives the caller back its `where` (the call), as stap clears the frame."""
+    return ["    if (PD_UNLIKELY(c->error)) pd_error_caller(c, caller_);",
+            "    else c->where = caller_;",
+            "    c->nesting--;"]
+
+
 def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str | None,
                         code: str, where: str) -> list[str]:
     """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap."""
@@ -137,10 +156,7 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
               else "    return this_.__retvalue;")
     return ["", signature, "{",
             f"    struct {{ {' '.join(members)} }} this_ = {{{init}}};",
-            "    if (++c->nesting > MAXNESTING) {",
-            f"        c->where = {where};",
-            "        pd_error(c, \"MAXNESTING exceeded\");",
-            "        goto out;", "    }",
+            *function_entry(result.replace("\n", "")),
             f"    c->where = {where};",
             "    c->last_error = NULL;",
             *macros, "    {", code, "    }", *undefs,
@@ -148,4 +164,4 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
             "out:",
             "    if (c->last_error && !c->error)",
             '        pd_error(c, "%s", c->last_error);',
-            "    c->nesting--;", result, "}"]
+            *function_exit(), result, "}"]

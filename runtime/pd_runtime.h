@@ -230,6 +230,11 @@ struct pd_ctx {
     const int64_t *entry_regs;
     uint32_t outlen;
     char errmsg[160];
+    /* the error's call chain, innermost caller first: " (called from W)" per script
+     * function it unwound through (pd_error_caller); pd_error empties it.  A fixed
+     * size (stap's default MAXSTRINGLEN, its message's bound): the context's layout
+     * must not depend on a script's -D */
+    char errtrail[512];
     int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
     /* the handler's last `=~` (pd_regex.c): set by every handler of a script that
      * reads sub-matches (matched(), ngroups()), unset in the others */
@@ -243,6 +248,9 @@ struct pd_ctx {
 /* Errors abort the handler (the generated code checks c->error after each
  * statement); they are counted and reported, and the target runs on. */
 void pd_error(struct pd_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A script function returning with an error: its call site `caller` (the caller's
+ * `where` at the call) joins the error's call chain, as stap's "(called from ...)". */
+void pd_error_caller(struct pd_ctx *c, const char *caller);
 
 /* Output records (see shmlayout for the encoding). */
 void pd_rec_open(struct pd_ctx *c, uint16_t kind, uint32_t fmt_id, uint16_t nargs);

@@ -33,6 +33,8 @@ from ..guru import (
     SET_USER,
     embedded_expr_c,
     embedded_function_c,
+    function_entry,
+    function_exit,
     set_user_c,
     toplevel_c,
 )
@@ -912,10 +914,16 @@ class Emitter:
         info = self.tr.funcs[name]
         if info.uses_globals:
             self.needs_lock = True
+        # The call site is the caller's `where` while the function runs (its call
+        # chain in an error, stap's "called from"): set after the arguments, whose
+        # own calls set theirs.
+        temps = [f"{'const char *' if t == STRING else 'int64_t '}p{i}_ = {a};"
+                 for i, (a, t) in enumerate(zip(args, info.params, strict=True))]
+        passed = [f"p{i}_" for i in range(len(args))]
         if info.ret == STRING:
-            t = self.strtemp()
-            return f"f_{name}(c, {t}{''.join(', ' + a for a in args)})"
-        return f"f_{name}(c{''.join(', ' + a for a in args)})"
+            passed.insert(0, self.strtemp())
+        call = f"f_{name}({', '.join(['c', *passed])})"
+        return f"({{ {' '.join(temps)}{' ' if temps else ''}c->where = {_where(e)}; {call}; }})"
 
     def print_call(self, e: ast.Call) -> str:
         name = e.name
@@ -1389,12 +1397,9 @@ def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
         else:
             copies.append(f"    int64_t l_{p.name} = a_{p.name};")
     ret_init = ["    ret[0] = 0;"] if info.ret == STRING else ["    int64_t ret = 0;"]
-    nest = ["    if (++c->nesting > MAXNESTING) {",
-            f"        c->where = {_where(f)};",
-            "        pd_error(c, \"MAXNESTING exceeded\");",
-            "        goto out;", "    }"]
     return ["", _func_signature(info), "{", *ret_init, *copies, *em.local_decls(params),
-            *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]
+            *em.decls, *function_entry(), *em.lines, "out:", *function_exit(),
+            "    return ret;", "}"]
 
 
 
