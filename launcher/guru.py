@@ -136,8 +136,9 @@ def function_exit() -> list[str]:
 
 
 def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str | None,
-                        code: str, where: str) -> list[str]:
-    """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap."""
+                        code: str, where: str, prelude: list[str]) -> list[str]:
+    """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap;
+    `prelude` (its temporaries, its STAP_GLOBAL_* macros) comes before its code."""
     members = [f"const char *{n};" if t == "string" else f"int64_t {n};" for n, t in params]
     members.append("char __retvalue[MAXSTRINGLEN];" if ret == "string"
                    else "int64_t __retvalue;")
@@ -159,7 +160,7 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
             *function_entry(result.replace("\n", "")),
             f"    c->where = {where};",
             "    c->last_error = NULL;",
-            *macros, "    {", code, "    }", *undefs,
+            *prelude, *macros, "    {", code, "    }", *undefs,
             "    goto out;",   # a body that never jumps there still uses the label
             "out:",
             "    if (c->last_error && !c->error)",

@@ -751,11 +751,12 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
 
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 
-/* A statement: count it against MAXACTION. */
+/* A statement: count it against MAXACTION.  As stap's actionremaining, the budget
+ * running out is the error: the statement that reaches MAXACTION fails. */
 #define PD_ACTION(c, where_)                                                  \
     do {                                                                      \
         (c)->where = (where_);                                                \
-        if (PD_UNLIKELY(--(c)->actions < 0)) {                                \
+        if (PD_UNLIKELY(--(c)->actions <= 0)) {                               \
             pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
     } while (0)
@@ -768,7 +769,7 @@ void pd_action(struct pd_ctx *c, const char *where);
  * fails.  Every runner of a FAST handler sets c->probe. */
 #define PD_ACTION_FAST(c, n_)                                                 \
     do {                                                                      \
-        if (PD_UNLIKELY((c)->actions < (n_))) {                               \
+        if (PD_UNLIKELY((c)->actions <= (n_))) {                              \
             (c)->where = (c)->probe->where[(n_) - 1];                         \
             (c)->error = PD_ERROR_DEFERRED;                                   \
         }                                                                     \

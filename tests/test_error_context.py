@@ -64,3 +64,19 @@ def test_end_or_error_probes_by_session_state(target: Path, cache: Path) -> None
     assert within.stdout.splitlines() == ["end"], within.stdout + within.stderr
     for res in (over, within):
         assert "WARNING: Number of errors: 1, skipped probes: 0" in res.stderr, res.stderr
+
+
+def test_statement_reaching_maxaction_fails(target: Path, cache: Path) -> None:
+    """stap's actionremaining: the statement that uses up the budget is the error, so a
+    handler of three statements needs MAXACTION=4."""
+    script = (f'global x, y, z probe process("{target}").mark("tick") '
+              "{ x = 1; y = 2; z = 3 }")
+    short = run_pydyn(cache, "-D", "MAXACTION=3", "-e", script, "-c", str(target))
+    assert short.returncode == 1
+    errors = [line for line in short.stderr.splitlines() if line.startswith("ERROR: ")]
+    assert errors == ["ERROR: MAXACTION exceeded near operator '=' at <input>:1:"
+                      f"{script.index('z = 3') + 3} in probe "
+                      f'process("{target}").mark("tick")'], short.stderr
+    enough = run_pydyn(cache, "-D", "MAXACTION=4", "-e", script, "-c", str(target))
+    assert enough.returncode == 0, enough.stderr
+    assert enough.stdout.splitlines() == ["x=1", "y=2", "z=3"], enough.stdout
