@@ -80,3 +80,14 @@ def test_statement_reaching_maxaction_fails(target: Path, cache: Path) -> None:
     enough = run_pydyn(cache, "-D", "MAXACTION=4", "-e", script, "-c", str(target))
     assert enough.returncode == 0, enough.stderr
     assert enough.stdout.splitlines() == ["x=1", "y=2", "z=3"], enough.stdout
+
+
+def test_for_loop_counts_as_stap(target: Path, cache: Path) -> None:
+    """A `for` is its own statement, its initialisation one more, each test of its
+    condition one more: with MAXACTION=5 the third test fails, at i == 2 (stap's
+    systemtap.base/suppress-time-limit stops its loop at 9997 of MAXACTION 10000)."""
+    script = (f'global i probe process("{target}").mark("tick") '
+              "{ for (i = 0; i < 5; i++) {} } probe error { println(i) }")
+    res = run_pydyn(cache, "-D", "MAXACTION=5", "-e", script, "-c", str(target))
+    assert res.stdout == "2\n", res.stdout + res.stderr
+    assert "ERROR: MAXACTION exceeded near keyword 'for'" in res.stderr, res.stderr

@@ -1105,7 +1105,8 @@ class Emitter:
             self.line("}")
             self.check()
         elif isinstance(s, ast.For):
-            if s.init is not None:
+            if s.init is not None:   # a statement of its own in stap's count
+                self.action(s.init)
                 self.line(f"(void)({self.expr(s.init)});")
                 self.check()
             step = f"(void)({self.expr(s.step)})" if s.step is not None else ""
