@@ -116,9 +116,29 @@ _DEREF = [
     "#define kread(ptr) uread(ptr)", "#define kwrite(ptr, value) uwrite(ptr, value)"]
 
 
+def function_entry(give_up: str = "return ret;") -> list[str]:
+    """A script function's C prologue: the MAXNESTING check, then the caller's `where`
+    (the call site, emit.call) kept.  Over MAXNESTING the error is the caller's, near
+    its call, as in stap (its check comes before the callee's frame exists)."""
+    return ["    if (c->nesting >= MAXNESTING) {",
+            "        pd_error(c, \"MAXNESTING exceeded\");",
+            f"        {give_up}", "    }",
+            "    c->nesting++;",
+            "    const char *caller_ = c->where;"]
+
+
+def function_exit() -> list[str]:
+    """Its epilogue, at `out:`: an error names the call site in its call chain, a
+    success gives the caller back its `where` (the call), as stap clears the frame."""
+    return ["    if (PD_UNLIKELY(c->error)) pd_error_caller(c, caller_);",
+            "    else c->where = caller_;",
+            "    c->nesting--;"]
+
+
 def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str | None,
-                        code: str, where: str) -> list[str]:
-    """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap."""
+                        code: str, where: str, prelude: list[str]) -> list[str]:
+    """A guru function: `THIS` holds the arguments and `__retvalue`, as in stap;
+    `prelude` (its temporaries, its STAP_GLOBAL_* macros) comes before its code."""
     members = [f"const char *{n};" if t == "string" else f"int64_t {n};" for n, t in params]
     members.append("char __retvalue[MAXSTRINGLEN];" if ret == "string"
                    else "int64_t __retvalue;")
@@ -137,15 +157,12 @@ def embedded_function_c(signature: str, params: list[tuple[str, str]], ret: str 
               else "    return this_.__retvalue;")
     return ["", signature, "{",
             f"    struct {{ {' '.join(members)} }} this_ = {{{init}}};",
-            "    if (++c->nesting > MAXNESTING) {",
-            f"        c->where = {where};",
-            "        pd_error(c, \"MAXNESTING exceeded\");",
-            "        goto out;", "    }",
+            *function_entry(result.replace("\n", "")),
             f"    c->where = {where};",
             "    c->last_error = NULL;",
-            *macros, "    {", code, "    }", *undefs,
+            *prelude, *macros, "    {", code, "    }", *undefs,
             "    goto out;",   # a body that never jumps there still uses the label
             "out:",
             "    if (c->last_error && !c->error)",
             '        pd_error(c, "%s", c->last_error);',
-            "    c->nesting--;", result, "}"]
+            *function_exit(), result, "}"]

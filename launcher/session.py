@@ -671,9 +671,8 @@ class Session:
             self._mark_dead_processes(child)
             if not self._stuck[0]:   # (-x: waited for already)
                 self._quiesce(module)
-            if header.error_count:
-                module.lib.pd_launcher_run(PD_PROBE_ERROR)
-            module.lib.pd_launcher_run(PD_PROBE_END)
+            module.lib.pd_launcher_run(PD_PROBE_END)     # (each runs in its session
+            module.lib.pd_launcher_run(PD_PROBE_ERROR)   # state only, as in stap)
             header.session_state = PD_SESSION_STOPPED
             self._stop_draining(module)
             drain.join()

@@ -28,10 +28,18 @@ PD_EXPORT void pd_launcher_init_globals(void)
         pd_init_globals(pd_seg + pd_hdr->globals_off);
 }
 
-/* Runs every probe of one kind (begin, end, error) in the launcher. */
+/* Runs every probe of one kind (begin, end, error) in the launcher.  As in stap (its
+ * begin/end/error probes' session states): the errors beyond MAXERRORS put the
+ * session in its error state, in which the `end` probes do not run and the `error`
+ * probes do; without it, `end` runs and `error` does not.  The session's stop runs
+ * `end`, then `error` (an `end` probe's errors can take it there). */
 PD_EXPORT int pd_launcher_run(uint32_t kind)
 {
     int ran = 0;
+    int error_state = pd_hdr && __atomic_load_n(&pd_hdr->error_count, __ATOMIC_ACQUIRE) >
+                                    MAXERRORS;
+    if ((kind == PD_PROBE_END && error_state) || (kind == PD_PROBE_ERROR && !error_state))
+        return 0;
     for (uint32_t i = 0; i < pd_module.nprobes; i++) {
         /* begin probes after an exit() do not run (stap: no longer STARTING) */
         if (kind == PD_PROBE_BEGIN && pd_hdr && pd_hdr->exit_requested)

@@ -199,5 +199,14 @@ void pd_error(struct pd_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
     va_end(ap);
+    c->errtrail[0] = 0;
     c->error = 1;
+}
+
+void pd_error_caller(struct pd_ctx *c, const char *caller)
+{
+    if (!caller)
+        return;
+    size_t at = strnlen(c->errtrail, sizeof c->errtrail);
+    snprintf(c->errtrail + at, sizeof c->errtrail - at, " (called from %s)", caller);
 }

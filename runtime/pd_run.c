@@ -21,10 +21,15 @@ static void pd_run_finish(struct pd_ctx *c)
         pd_error(c, "MAXACTION exceeded");
     }
     if (c->error) {
-        /* Output of the failed handler up to the error is kept, as stap does. */
-        char msg[256];
+        /* Output of the failed handler up to the error is kept, as stap does.  stap's
+         * form (its handler-error.h): the innermost statement, the call sites of the
+         * functions the error unwound through, the probe point; a message without a
+         * statement is alone. */
+        char msg[512];
+        const char *pp = c->probe ? c->probe->pp : NULL;
         if (c->where)
-            snprintf(msg, sizeof msg, "%s near %s", c->errmsg, c->where);
+            snprintf(msg, sizeof msg, "%s near %s%s%s%s", c->errmsg, c->where, c->errtrail,
+                     pp ? " in probe " : "", pp ? pp : "");
         else
             snprintf(msg, sizeof msg, "%s", c->errmsg);
         c->error = 0;

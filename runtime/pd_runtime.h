@@ -239,6 +239,11 @@ struct pd_ctx {
     const int64_t *entry_regs;
     uint32_t outlen;
     char errmsg[160];
+    /* the error's call chain, innermost caller first: " (called from W)" per script
+     * function it unwound through (pd_error_caller); pd_error empties it.  A fixed
+     * size (stap's default MAXSTRINGLEN, its message's bound): the context's layout
+     * must not depend on a script's -D */
+    char errtrail[512];
     int regparm;                  /* regparm(n): PD_REGPARM_SET | n, else 0 (pd_uregs.c) */
     /* the handler's last `=~` (pd_regex.c): set by every handler of a script that
      * reads sub-matches (matched(), ngroups()), unset in the others */
@@ -252,6 +257,9 @@ struct pd_ctx {
 /* Errors abort the handler (the generated code checks c->error after each
  * statement); they are counted and reported, and the target runs on. */
 void pd_error(struct pd_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A script function returning with an error: its call site `caller` (the caller's
+ * `where` at the call) joins the error's call chain, as stap's "(called from ...)". */
+void pd_error_caller(struct pd_ctx *c, const char *caller);
 
 /* Output records (see shmlayout for the encoding). */
 void pd_rec_open(struct pd_ctx *c, uint16_t kind, uint32_t fmt_id, uint16_t nargs);
@@ -762,11 +770,12 @@ void pd_sf_chr(char *dst, int64_t v, char flag, int64_t width);
 
 #define PD_G_I64(c, off) (*(volatile int64_t *)((c)->globals + (off)))
 
-/* A statement: count it against MAXACTION. */
+/* A statement: count it against MAXACTION.  As stap's actionremaining, the budget
+ * running out is the error: the statement that reaches MAXACTION fails. */
 #define PD_ACTION(c, where_)                                                  \
     do {                                                                      \
         (c)->where = (where_);                                                \
-        if (PD_UNLIKELY(--(c)->actions < 0)) {                                \
+        if (PD_UNLIKELY(--(c)->actions <= 0)) {                               \
             pd_error((c), "MAXACTION exceeded");                             \
         }                                                                     \
     } while (0)
@@ -779,7 +788,7 @@ void pd_action(struct pd_ctx *c, const char *where);
  * fails.  Every runner of a FAST handler sets c->probe. */
 #define PD_ACTION_FAST(c, n_)                                                 \
     do {                                                                      \
-        if (PD_UNLIKELY((c)->actions < (n_))) {                               \
+        if (PD_UNLIKELY((c)->actions <= (n_))) {                              \
             (c)->where = (c)->probe->where[(n_) - 1];                         \
             (c)->error = PD_ERROR_DEFERRED;                                   \
         }                                                                     \

@@ -89,7 +89,8 @@ def test_bad_write_is_a_counted_error(progs: dict[str, Path], cache: Path, abi: 
     nbytes = ("8" if abi == "m64" else "4") if size == "sizeof_long" else size
     fn = write.split("(")[0]
     assert re.search(rf"^ERROR: user memory write fault at {at} \({nbytes} bytes\) near "
-                     rf"identifier '{fn}' at <input>:1:\d+$", res.stderr, re.M), res.stderr
+                     rf"identifier '{fn}' at <input>:1:\d+ in probe process\(\"{exe}\"\)"
+                     r"\.function\(\"fill\"\)$", res.stderr, re.M), res.stderr
     assert "WARNING: Number of errors: 1" in res.stderr
     # the target ran on, unchanged: its read-only string intact
     assert "not reached" not in res.stdout

@@ -204,8 +204,7 @@ def test_arrays(pydyn: Pydyn) -> None:
         "1\n"
         "15 3 1 3\n"
         "v1+\n"
-        "1=11 3=3 4=4 \n"
-        "end\n")
+        "1=11 3=3 4=4 \n")   # (no "end": stap's error state runs no end probe)
     # a full `global small[3]` refuses a fourth key: an error ends the probe
     assert r.returncode == 1
     assert len(r.err_lines) == 3, r.stderr  # the error, the summary, the advice
@@ -462,12 +461,16 @@ probe end { println("end") }
 
 def test_recursion_limits(pydyn: Pydyn) -> None:
     r = pydyn(RECURSION)
-    assert r.stdout == "10\nend\n"
+    assert r.stdout == "10\n"   # the error state (MAXERRORS=0): no end probe, as stap
     assert r.returncode == 1
-    # stap names the called function where it is defined (its last_stmt)
-    assert r.err_lines == [
-        "ERROR: MAXNESTING exceeded near identifier 'depth' at <input>:2:10", ERRORS_1,
-        "hint: MAXNESTING exceeded: raise -D MAXNESTING=N"]
+    # stap (handler-error.h) names the call that went too deep, then each call site
+    # the error unwound through, innermost first, then the probe: cut at 511 bytes
+    call = "identifier 'depth' at <input>:2:45"
+    chain = "".join(f" (called from {call})" for _ in range(9))
+    full = (f"ERROR: MAXNESTING exceeded near {call}{chain} (called from identifier "
+            "'depth' at <input>:4:18) in probe begin")
+    assert r.err_lines == [full[:len("ERROR: ") + 511], ERRORS_1,
+                           "hint: MAXNESTING exceeded: raise -D MAXNESTING=N"]
     # fib(15) nests 15 deep and runs ~5000 statements: fine with raised limits
     fib = r"""
 function fib(n) { if (n < 2) return n; return fib(n - 1) + fib(n - 2) }
@@ -511,17 +514,18 @@ def test_try_catch_and_division_by_zero(pydyn: Pydyn) -> None:
         "no error\n"
         "outer got re-inner\n"
         "0 5\n"                   # break and continue inside catch act on the loop
-        "after try\n"
-        "end\n")
+        "after try\n")   # the division's error: no end probe (stap's error state)
     assert r.returncode == 1
-    assert r.err_lines == ["ERROR: division by 0 near operator '/' at <input>:15:21", ERRORS_1]
+    assert r.err_lines == ["ERROR: division by 0 near operator '/' at <input>:15:21 "
+                           "in probe begin", ERRORS_1]
 
 
 def test_array_overflow_error_matches_stap(pydyn: Pydyn) -> None:
     # translate.cxx: c->last_error = "Array overflow, check size limit (N)"; the
     # statement's first token is its last_stmt
     assert pydyn(ARRAYS).err_lines[0] == \
-        "ERROR: Array overflow, check size limit (3) near identifier 'small' at <input>:32:3"
+        "ERROR: Array overflow, check size limit (3) near identifier 'small' at <input>:32:3" \
+        " in probe begin"
 
 
 # --------------------------------------------------------------------- MAXACTION
@@ -540,7 +544,7 @@ probe end { println("end") }
 """
     r = pydyn(endless, timeout=30)
     assert r.returncode is not None, "still looping after 30 s"
-    assert r.stdout == "end\n"
+    assert r.stdout == ""   # no end probe after the error, as stap
     assert r.returncode == 1
     assert len(r.err_lines) == 3, r.stderr
     assert r.err_lines[0].startswith("ERROR: MAXACTION exceeded near ")
@@ -885,6 +889,6 @@ probe begin {
     errors = r.stderr.splitlines()
     # the 4th insertion; an array without a size of its own names the limit, as stap
     assert errors[0] == "ERROR: Array overflow, check MAXMAPENTRIES near identifier 'a' at " \
-                        "<input>:6:33"
+                        "<input>:6:33 in probe begin"
     assert "WARNING: Number of errors: 1, skipped probes: 0" in errors
     assert any(line.startswith("hint: Array overflow: raise -D MAXMAPENTRIES") for line in errors)

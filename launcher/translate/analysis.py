@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..guru import pragma_globals
 from ..script import ast
 from ..script.walk import iter_nodes
 from .common import LONG, STAT
@@ -29,12 +30,17 @@ class GlobalPlan(NamedTuple):
 
 def analyse(script: ast.Script, types: Types) -> GlobalPlan:
     """Pass 3b: the plan of the script's globals."""
-    kcounts = _find_kcount_globals(script, types)
+    # guru C's STAP_GLOBAL_GET/SET (emit.global_macros) read and write the plain,
+    # locked form: a global its pragmas name is none of the per-thread ones
+    guru = {name for n in iter_nodes((script.probes, script.functions))
+            if isinstance(n, ast.Embedded)
+            for kind in ("read", "write") for name in pragma_globals(n.code, kind)}
+    kcounts = _find_kcount_globals(script, types) - guru
     # per-thread slots merge their variances around an unshifted average: a statistic
     # read with @variance(s, N > 0) stays in the locked one
-    shifted = set(_variance_shifts(script))
+    shifted = set(_variance_shifts(script)) | guru
     return GlobalPlan(
-        frozenset(_find_atomic_globals(script, types)),
+        frozenset(_find_atomic_globals(script, types) - guru),
         frozenset(_find_pstat_globals(script, types) - shifted),
         frozenset((_find_kstat_globals(script, types) | kcounts) - shifted),
         frozenset(kcounts),

@@ -28,11 +28,15 @@ from ..elf.stapsdt import ProbeSite
 from ..entry import helpers_c as entry_helpers_c
 from ..entry import peek_c as entry_peek_c
 from ..entry import pop_c as entry_pop_c
+from ..errors import SourceLocation
 from ..format import FormatSpec, parse_format
 from ..guru import (
     SET_USER,
     embedded_expr_c,
     embedded_function_c,
+    function_entry,
+    function_exit,
+    pragma_globals,
     set_user_c,
     toplevel_c,
 )
@@ -331,10 +335,41 @@ class Emitter:
         if isinstance(e, ast.Defined):
             return "1" if self._defined(e.operand) else "0"
         if isinstance(e, ast.Embedded):
+            for line in self.global_macros(e.code, e.loc):
+                self.line(line)
             return embedded_expr_c(e.code)
         if isinstance(e, ast.Entry):
             return f"ent_[{self.tr.entry_index[id(e)]}]"
         raise _err(f"{type(e).__name__} is not supported here", e)
+
+    def global_macros(self, code: str, loc: SourceLocation) -> list[str]:
+        """stap's STAP_GLOBAL_GET_NAME(KEYS...) and STAP_GLOBAL_SET_NAME(KEYS..., VALUE)
+        for the globals embedded C names in its `pragma:read` and `pragma:write`: the
+        C of the script's own read and write of the global (a missing key reads 0 or
+        ""), the macro's arguments as the keys and the value."""
+        out = []
+        for kind in ("read", "write"):
+            for name in pragma_globals(code, kind):
+                var = self.tr.globals[name]
+                keys = var.array.keys if var.array else []
+                # argument names no C of the emitter uses for its own temporaries
+                params = [f"stap_global_k{i}" for i in range(len(keys))]
+                target: ast.Expr = ast.Symbol(name, loc)
+                if keys:
+                    target = ast.Index(ast.Symbol(name, loc), tuple(
+                        ast.Embedded(_embedded_arg(p, t), loc)
+                        for p, t in zip(params, keys, strict=True)), loc)
+                if kind == "read":
+                    macro, c = f"STAP_GLOBAL_GET_{name}", self.expr(target)
+                else:
+                    vt = var.array.value if var.array else var.type
+                    value = ast.Embedded(_embedded_arg("stap_global_v", vt), loc)
+                    assign = self.expr(ast.Assign("=", target, value, loc))
+                    # a statement in stap; a value here, as `%{ %}` in a statement is one
+                    macro, c = f"STAP_GLOBAL_SET_{name}", f"(void)({assign}), 0"
+                    params.append("stap_global_v")
+                out += [f"#undef {macro}", f"#define {macro}({', '.join(params)}) ({c})"]
+        return out
 
     def cast(self, e: ast.Cast | ast.AtVar) -> str:
         """@cast / @var: the fault-safe reads from the pointer or the global's address."""
@@ -921,10 +956,16 @@ class Emitter:
         info = self.tr.funcs[name]
         if info.uses_globals:
             self.needs_lock = True
+        # The call site is the caller's `where` while the function runs (its call
+        # chain in an error, stap's "called from"): set after the arguments, whose
+        # own calls set theirs.
+        temps = [f"{'const char *' if t == STRING else 'int64_t '}p{i}_ = {a};"
+                 for i, (a, t) in enumerate(zip(args, info.params, strict=True))]
+        passed = [f"p{i}_" for i in range(len(args))]
         if info.ret == STRING:
-            t = self.strtemp()
-            return f"f_{name}(c, {t}{''.join(', ' + a for a in args)})"
-        return f"f_{name}(c{''.join(', ' + a for a in args)})"
+            passed.insert(0, self.strtemp())
+        call = f"f_{name}({', '.join(['c', *passed])})"
+        return f"({{ {' '.join(temps)}{' ' if temps else ''}c->where = {_where(e)}; {call}; }})"
 
     def print_call(self, e: ast.Call) -> str:
         name = e.name
@@ -1073,7 +1114,8 @@ class Emitter:
             self.line("}")
             self.check()
         elif isinstance(s, ast.For):
-            if s.init is not None:
+            if s.init is not None:   # a statement of its own in stap's count
+                self.action(s.init)
                 self.line(f"(void)({self.expr(s.init)});")
                 self.check()
             step = f"(void)({self.expr(s.step)})" if s.step is not None else ""
@@ -1380,13 +1422,25 @@ def _func_signature(info: FuncInfo) -> str:
     return f"static {ret}f_{info.decl.name}({', '.join([first, *params])})"
 
 
+def _embedded_arg(c_name: str, t: str | None) -> str:
+    """A macro argument as an embedded expression of the global's type: a string a
+    pointer, a long not one, else the C does not compile (a void value), as stap's
+    macros of C types refuse a mismatch (buildko/global_access.stp)."""
+    pointer = f"__builtin_classify_type({c_name}) == 5"   # gcc's pointer_type_class
+    if t == STRING:
+        return f"/* string */ __builtin_choose_expr({pointer}, {c_name}, (void)0)"
+    return f"__builtin_choose_expr({pointer}, (void)0, {c_name})"
+
+
 def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
     info = tr.funcs[f.name]
+    scope = tr.types.func_scopes[f.name]
     if isinstance(f.body, ast.Embedded):
+        em = Emitter(tr, scope)
+        macros = em.global_macros(f.body.code, f.body.loc)
         return embedded_function_c(_func_signature(info), [
             (p.name, t or LONG) for p, t in zip(f.params, info.params, strict=True)],
-            info.ret, f.body.code, _where(f))
-    scope = tr.types.func_scopes[f.name]
+            info.ret, f.body.code, _where(f), [*em.decls, *em.lines, *macros])
     em = Emitter(tr, scope)
     em.outline = outline_statements(f.body)
     em.stmt(f.body)
@@ -1398,12 +1452,9 @@ def _emit_function(tr: Unit, f: ast.Function) -> list[str]:
         else:
             copies.append(f"    int64_t l_{p.name} = a_{p.name};")
     ret_init = ["    ret[0] = 0;"] if info.ret == STRING else ["    int64_t ret = 0;"]
-    nest = ["    if (++c->nesting > MAXNESTING) {",
-            f"        c->where = {_where(f)};",
-            "        pd_error(c, \"MAXNESTING exceeded\");",
-            "        goto out;", "    }"]
     return ["", _func_signature(info), "{", *ret_init, *copies, *em.local_decls(params),
-            *em.decls, *nest, *em.lines, "out:", "    c->nesting--;", "    return ret;", "}"]
+            *em.decls, *function_entry(), *em.lines, "out:", *function_exit(),
+            "    return ret;", "}"]
 
 
 

@@ -309,13 +309,21 @@ class Types:
         """The globals embedded C names in `/* pragma:read:NAME */` and
         `/* pragma:write:NAME */` are read and written there, as stap's symbol
         resolution counts them (optimize.check_symbols checked the names)."""
-        for node in iter_nodes((self.script.probes, self.script.functions)):
-            if isinstance(node, ast.Embedded):
-                for kind in ("read", "write"):
-                    for name in pragma_globals(node.code, kind):
-                        var = self.globals[name]
-                        var.read |= kind == "read"
-                        var.written |= kind == "write"
+        owners: list[tuple[object, Scope]] = [
+            *zip(self.script.probes, self.probe_scopes, strict=True),
+            *((f, self.func_scopes[f.name]) for f in self.script.functions)]
+        for owner, scope in owners:
+            for node in iter_nodes(owner):
+                if isinstance(node, ast.Embedded):
+                    for kind in ("read", "write"):
+                        for name in pragma_globals(node.code, kind):
+                            var = self.globals[name]
+                            var.read |= kind == "read"
+                            var.written |= kind == "write"
+                            # its STAP_GLOBAL_* macros take the globals lock
+                            scope.uses_globals = True
+                            if scope.func is not None:
+                                scope.func.uses_globals = True
 
     def _local_type(self, scope: Scope, sym: ast.Symbol, t: str | None) -> str | None:
         scope.first_use.setdefault(sym.name, sym)

@@ -220,18 +220,20 @@ def never_assigned(script: ast.Script) -> list[ScriptWarning]:
     g_written = {n for u in all_uses for n in u.written if n in declared}
     globals_used = g_read | g_written
 
-    pragmas = {name for n in iter_nodes((script.probes, script.functions))
-               if isinstance(n, ast.Embedded)
-               for kind in ("read", "write") for name in pragma_globals(n.code, kind)}
+    pragmas = {kind: {name for n in iter_nodes((script.probes, script.functions))
+                      if isinstance(n, ast.Embedded) for name in pragma_globals(n.code, kind)}
+               for kind in ("read", "write")}
     out: list[ScriptWarning] = []
     for use, params, is_global in scopes:
         out.extend(_scope_warnings(use, globals_used, params, is_global))
     for g in script.globals:
-        if g.loc.file == user and g.init is None and g.name not in globals_used | pragmas:
+        if g.loc.file == user and g.init is None and \
+                g.name not in globals_used | pragmas["read"] | pragmas["write"]:
             # types drop it (a global elided later, by the optimisation, goes silently)
             out.append(ScriptWarning(f"Eliding unused variable '{g.name}'",
                                      f"identifier '{g.name}'", g.loc))
-        elif g.loc.file == user and g.init is None and g.name in g_read - g_written:
+        elif g.loc.file == user and g.init is None and \
+                g.name in g_read - g_written - pragmas["write"]:
             out.append(ScriptWarning(
                 f"never-assigned global variable '{g.name}'{_similar(g.name, globals_used)}",
                 f"identifier '{g.name}'", g.loc))
