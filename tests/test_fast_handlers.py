@@ -35,7 +35,7 @@ FAST_FNS = {"pd_tramp_entry", "pd_tramp_fire", "pd_func_fire", "pd_ret_handler",
             "pd_count_skipped", "pd_func_run", "pd_guard_init", "pd_ret_fast",
             "pd_func_fire_sp", "pd_counter_slow", "pd_counter_wide", "pd_fast_mark",
             "pd_fast_error", "pd_fast_tls_dynamic", "pd_quiesce_enter_slow",
-            "pd_quiesce_leave_slow", "pd_set_reg"}
+            "pd_quiesce_leave_slow", "pd_set_reg", "pd_count_reentered"}
 # m32: __atomic_fetch_add_8 (runtime/arch/i386/pd_fast_i386.S, general registers) is the add of a
 # thread without a counter slot, and PIC code calls the get_pc_thunks; both are checked
 # like FAST_FNS.
