@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -140,6 +141,15 @@ def abi_program_fixture(src: Path | None, stem: str, name: str = "target", *,
             source.write_text(text or "")
         return build_c(source, d / f"{stem}_{request.param}", m32=m32, extra=sdt_cflags(m32))
     return program
+
+
+def mark_pc(exe: Path, name: str) -> int:
+    """The link-time address of the USDT mark `name` in `exe`, as readelf -n shows it."""
+    notes = subprocess.run(["readelf", "-n", str(exe)], capture_output=True, text=True,
+                           check=True).stdout
+    found = re.search(rf"Name: {re.escape(name)}\s+Location: (0x[0-9a-f]+)", notes)
+    assert found, notes
+    return int(found.group(1), 16)
 
 
 def abi_binary(built: dict[str, Path], abi: str) -> Path:

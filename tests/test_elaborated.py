@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cbuild import build_c, run_pydyn
+from cbuild import build_c, mark_pc, run_pydyn
 
 PROG = r"""#include <stdio.h>
 #include <sys/sdt.h>
@@ -38,14 +38,6 @@ def _symbol(exe: Path, name: str) -> int:
                 if m.group(2) == name)
 
 
-def _note_pc(exe: Path) -> int:
-    out = subprocess.run(["readelf", "-n", str(exe)], capture_output=True, text=True,
-                         check=True).stdout
-    m = re.search(r"Name: tick\s+Location: (0x[0-9a-f]+)", out)
-    assert m, out
-    return int(m.group(1), 16)
-
-
 @pytest.mark.parametrize("abi", ["m64", "m32"])
 def test_p2_prints_the_resolved_typed_script(cache: Path, tmp_path: Path, abi: str,
                                              sdt_cflags: Callable[[bool], tuple[str, ...]]
@@ -64,7 +56,7 @@ probe end {{ printf("%d %s\\n", hits, label) }}
     res = run_pydyn(cache, "-p2", str(script))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    note = _note_pc(exe)
+    note = mark_pc(exe, "tick")
     work = _symbol(exe, "work")
     # both programs are position-independent (Debian's default): offsets are addresses
     assert lines[:7] == ["# globals", "hits:long", "vals:stats [string]", "label:string",

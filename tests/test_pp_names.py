@@ -7,11 +7,10 @@ on a real process, m64 and m32, -O0 and -O2."""
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
-from cbuild import BUILDS, Build, build_c, have_sdt_h, run_pydyn
+from cbuild import BUILDS, Build, build_c, have_sdt_h, mark_pc, run_pydyn
 
 MAIN = """#include <stdio.h>
 #include <stdlib.h>
@@ -70,14 +69,6 @@ def _build(tmp_path: Path, b: Build) -> tuple[Path, Path, Path, Path]:
     return exe, src, lib, lib_src
 
 
-def _mark_pc(exe: Path) -> int:
-    notes = subprocess.run(["readelf", "-n", str(exe)], capture_output=True, text=True,
-                           check=True).stdout
-    found = re.search(r"Name: tick\s+Location: (0x[0-9a-f]+)", notes)
-    assert found, notes
-    return int(found.group(1), 16)
-
-
 @pytest.mark.parametrize("b", BUILDS, ids=[b.id for b in BUILDS])
 def test_pp_and_pn(tmp_path: Path, cache: Path, b: Build) -> None:
     exe, src, lib, lib_src = _build(tmp_path, b)
@@ -95,7 +86,7 @@ probe process("{exe}").mark("t*") {{ printf("mark %s|%s\\n", pp(), pn()) }}
     scale = f'process("{exe}").function("scale@{src}:{SCALE}")'
     main = f'process("{exe}").function("main@{src}:{MAIN_AT}")'
     lib_fn = f'function("lib_twice@{lib_src}:1")'
-    mark = f'process("{exe}").statement({_mark_pc(exe):#x})'
+    mark = f'process("{exe}").statement({mark_pc(exe, "tick"):#x})'
     assert sorted(ln for ln in res.stdout.splitlines() if not ln.startswith("r=")) == sorted([
         f"entry {scale}|{scale}",
         f"return {scale}.return|{scale}.return",
