@@ -326,7 +326,7 @@ def _warning(opts: argparse.Namespace, line: ScriptWarning | str) -> None:
         raise PydynError(f"{line.removeprefix('pydyn: warning: ')} (a warning; -W makes "
                          "warnings errors)")
     say(line.render(_use_color([f"--color={opts.color}"]))
-          if isinstance(line, ScriptWarning) else line)
+        if isinstance(line, ScriptWarning) else line)
 
 
 def _set_globals(script: Any, assigns: Sequence[str]) -> Any:
@@ -540,7 +540,7 @@ def run(argv: Sequence[str]) -> int:
         if cleaner is not None:
             removed, busy = cleaner.clean()
             say(f"pydyn: cache {cleaner.root}: removed {removed} entr"
-                  f"{'y' if removed == 1 else 'ies'}" + (f", {busy} in use kept" if busy else ""))
+                f"{'y' if removed == 1 else 'ies'}" + (f", {busy} in use kept" if busy else ""))
         if opts.script is None and opts.program is None:
             return 0
     if opts.list_point or opts.list_vars:

@@ -48,7 +48,6 @@ def _text(raw: int | bytes) -> int | str:
 MAX_STORED_WARNINGS = 1024
 
 
-
 class OutputSink:
     """Turns drained ring bytes into stdout/stderr text and counts what it saw."""
 

@@ -368,7 +368,7 @@ class Session:
         self.sink = sink or OutputSink(program.formats)
         self.sink.dedup_warnings = not self.options.verbose
         self.sink.suppress_warnings = self.options.no_warnings
-        self.log = log or (lambda msg: say(msg))
+        self.log = log or say
         self._stop_drain = threading.Event()
         self._seen_procs: set[tuple[int, int, int]] = set()  # (entry, pid, start_ns)
         # Entries of processes that are gone, copied out before their entry was freed
